@@ -1,0 +1,171 @@
+//! AVX2 and AVX-512 kernels, chosen at run time by CPU feature detection.
+//!
+//! Each is a `#[target_feature]` function: callers check the feature first (see
+//! [`super::Kernel::is_available`]) and call it in an `unsafe` block. The only other unsafe
+//! operations are the unaligned vector loads and stores, each within the slice it reads or
+//! writes.
+
+use std::arch::x86_64::*;
+
+use super::scalar::{fold128, tail_total};
+
+/// Adds the lanes of 64-bit accumulators into one 128-bit total.
+#[target_feature(enable = "avx2")]
+fn lanes256(vs: &[__m256i]) -> u128 {
+    let mut t: u128 = 0;
+    for &v in vs {
+        let mut lanes = [0u64; 4];
+        // SAFETY: `lanes` is 32 writable bytes; the store is unaligned.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), v) };
+        t += lanes.iter().map(|&x| x as u128).sum::<u128>();
+    }
+    t
+}
+
+/// Adds the two 32-bit halves of each 64-bit lane of `v` into `acc`: an `and` and a shift,
+/// no shuffles, so the loop is not bound to the one shuffle port. Each lane gains at most
+/// 2^33 per step, so a 64-bit lane cannot overflow for any slice that fits in memory.
+#[target_feature(enable = "avx2")]
+fn add_halves256(acc: __m256i, v: __m256i) -> __m256i {
+    let low = _mm256_set1_epi64x(0xFFFF_FFFF);
+    let a = _mm256_add_epi64(acc, _mm256_and_si256(v, low));
+    _mm256_add_epi64(a, _mm256_srli_epi64::<32>(v))
+}
+
+/// AVX2: 128 bytes per iteration on four accumulators.
+#[target_feature(enable = "avx2")]
+pub(super) fn sum_avx2(data: &[u8]) -> u16 {
+    let mut acc = [_mm256_setzero_si256(); 4];
+    let mut blocks = data.chunks_exact(128);
+    for blk in &mut blocks {
+        for (j, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `blk` holds 128 bytes, so bytes 32j..32j+32 are in bounds.
+            let v = unsafe { _mm256_loadu_si256(blk.as_ptr().add(32 * j).cast()) };
+            *a = add_halves256(*a, v);
+        }
+    }
+    let mut vecs = blocks.remainder().chunks_exact(32);
+    for v in &mut vecs {
+        // SAFETY: `v` holds 32 bytes.
+        let v = unsafe { _mm256_loadu_si256(v.as_ptr().cast()) };
+        acc[0] = add_halves256(acc[0], v);
+    }
+    fold128(lanes256(&acc) + tail_total(vecs.remainder())).swap_bytes()
+}
+
+/// AVX2 fused copy and sum: each vector loaded is stored to `dst` and added.
+#[target_feature(enable = "avx2")]
+pub(super) fn copy_and_sum_avx2(dst: &mut [u8], src: &[u8]) -> u16 {
+    let mut acc = [_mm256_setzero_si256(); 2];
+    let mut s = src.chunks_exact(64);
+    let mut d = dst.chunks_exact_mut(64);
+    for (db, sb) in (&mut d).zip(&mut s) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            // SAFETY: both blocks hold 64 bytes, so bytes 32j..32j+32 are in bounds.
+            let v = unsafe { _mm256_loadu_si256(sb.as_ptr().add(32 * j).cast()) };
+            unsafe { _mm256_storeu_si256(db.as_mut_ptr().add(32 * j).cast(), v) };
+            *a = add_halves256(*a, v);
+        }
+    }
+    let rest = s.remainder();
+    d.into_remainder().copy_from_slice(rest);
+    fold128(lanes256(&acc) + tail_total(rest)).swap_bytes()
+}
+
+/// Adds the lanes of 64-bit accumulators and their carry counts into one total.
+#[target_feature(enable = "avx512f")]
+fn lanes512(vs: &[__m512i]) -> u128 {
+    let mut t: u128 = 0;
+    for &v in vs {
+        let mut lanes = [0u64; 8];
+        // SAFETY: `lanes` is 64 writable bytes; the store is unaligned.
+        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) };
+        t += lanes.iter().map(|&x| x as u128).sum::<u128>();
+    }
+    t
+}
+
+/// One step of the three-operation scheme: add the words, find the lanes that carried
+/// (the new value is below the word added), count those carries. A carry out of a 64-bit
+/// lane is worth 1 modulo 0xFFFF, so the count joins the total at the end.
+#[target_feature(enable = "avx512f")]
+fn add_carry512(acc: &mut __m512i, carries: &mut __m512i, v: __m512i) {
+    *acc = _mm512_add_epi64(*acc, v);
+    let carried = _mm512_cmplt_epu64_mask(*acc, v);
+    *carries = _mm512_mask_add_epi64(*carries, carried, *carries, _mm512_set1_epi64(1));
+}
+
+/// The mask that selects the first `n` (< 64) bytes of a vector.
+fn byte_mask(n: usize) -> __mmask64 {
+    debug_assert!(n < 64);
+    (1u64 << n) - 1
+}
+
+/// AVX-512: 256 bytes per iteration on four accumulator/carry pairs; the last partial
+/// vector is a masked load, which reads nothing past the slice.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) fn sum_avx512(data: &[u8]) -> u16 {
+    let mut acc = [_mm512_setzero_si512(); 4];
+    let mut carries = [_mm512_setzero_si512(); 4];
+    let mut blocks = data.chunks_exact(256);
+    for blk in &mut blocks {
+        for j in 0..4 {
+            // SAFETY: `blk` holds 256 bytes, so bytes 64j..64j+64 are in bounds.
+            let v = unsafe { _mm512_loadu_si512(blk.as_ptr().add(64 * j).cast()) };
+            add_carry512(&mut acc[j], &mut carries[j], v);
+        }
+    }
+    let mut vecs = blocks.remainder().chunks_exact(64);
+    for v in &mut vecs {
+        // SAFETY: `v` holds 64 bytes.
+        let v = unsafe { _mm512_loadu_si512(v.as_ptr().cast()) };
+        add_carry512(&mut acc[0], &mut carries[0], v);
+    }
+    let rest = vecs.remainder();
+    if !rest.is_empty() {
+        // SAFETY: the mask selects only the `rest.len()` bytes of `rest`; masked-off
+        // bytes are neither read nor able to fault.
+        let v = unsafe { _mm512_maskz_loadu_epi8(byte_mask(rest.len()), rest.as_ptr().cast()) };
+        add_carry512(&mut acc[1], &mut carries[1], v);
+    }
+    let total = lanes512(&acc) + lanes512(&carries);
+    fold128(total).swap_bytes()
+}
+
+/// AVX-512 fused copy and sum: each vector loaded is stored and added; the tail is a
+/// masked load and a masked store.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) fn copy_and_sum_avx512(dst: &mut [u8], src: &[u8]) -> u16 {
+    let mut acc = [_mm512_setzero_si512(); 2];
+    let mut carries = [_mm512_setzero_si512(); 2];
+    let mut s = src.chunks_exact(128);
+    let mut d = dst.chunks_exact_mut(128);
+    for (db, sb) in (&mut d).zip(&mut s) {
+        for j in 0..2 {
+            // SAFETY: both blocks hold 128 bytes, so bytes 64j..64j+64 are in bounds.
+            let v = unsafe { _mm512_loadu_si512(sb.as_ptr().add(64 * j).cast()) };
+            unsafe { _mm512_storeu_si512(db.as_mut_ptr().add(64 * j).cast(), v) };
+            add_carry512(&mut acc[j], &mut carries[j], v);
+        }
+    }
+    let mut s = s.remainder().chunks_exact(64);
+    let mut d = d.into_remainder().chunks_exact_mut(64);
+    for (db, sb) in (&mut d).zip(&mut s) {
+        // SAFETY: both chunks hold 64 bytes.
+        let v = unsafe { _mm512_loadu_si512(sb.as_ptr().cast()) };
+        unsafe { _mm512_storeu_si512(db.as_mut_ptr().cast(), v) };
+        add_carry512(&mut acc[0], &mut carries[0], v);
+    }
+    let (rest, out) = (s.remainder(), d.into_remainder());
+    if !rest.is_empty() {
+        let m = byte_mask(rest.len());
+        // SAFETY: `rest` and `out` have the same length (the caller checked the slices
+        // are equal in length and both were cut the same way); the mask selects only
+        // those bytes, and masked-off bytes are neither read, written, nor able to fault.
+        let v = unsafe { _mm512_maskz_loadu_epi8(m, rest.as_ptr().cast()) };
+        unsafe { _mm512_mask_storeu_epi8(out.as_mut_ptr().cast(), m, v) };
+        add_carry512(&mut acc[1], &mut carries[1], v);
+    }
+    let total = lanes512(&acc) + lanes512(&carries);
+    fold128(total).swap_bytes()
+}

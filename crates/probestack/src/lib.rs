@@ -1,0 +1,8 @@
+//! probestack: a user-space TCP/IP and UDP/IP stack that measures itself.
+//!
+//! The modules follow the data flow of a frame (see `DESIGN.md` in the project's shared
+//! folder): [`wire`] parses and emits each protocol's bytes, and [`checksum`] computes the
+//! Internet checksum with interchangeable kernels.
+
+pub mod checksum;
+
