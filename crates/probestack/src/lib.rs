@@ -5,4 +5,5 @@
 //! Internet checksum with interchangeable kernels.
 
 pub mod checksum;
+pub mod wire;
 
