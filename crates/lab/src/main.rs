@@ -1,1 +1,114 @@
-fn main() {}
+//! `probestack`: the lab. It reruns the experiments of the five papers behind probestack on
+//! this machine and prints paper vs ours.
+
+mod bench;
+mod experiments;
+mod report;
+mod table;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::bench::Effort;
+
+#[derive(Parser)]
+#[command(
+    name = "probestack",
+    version,
+    about = "A user-space TCP/IP stack that measures itself: the lab"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every experiment that exists and write a report folder (the main job).
+    Report(ReportArgs),
+    /// Run one experiment.
+    #[command(subcommand)]
+    Lab(Lab),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// Fewer samples: finishes in seconds (the default).
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// More samples, longer each.
+    #[arg(long)]
+    full: bool,
+    /// Where to write the report.
+    #[arg(long, default_value = "report")]
+    out: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Lab {
+    /// Checksum kernels vs memcpy, two-pass vs fused copy+checksum, and peers
+    /// (paper 002 Table 8, paper 000 §4.1).
+    Checksum(ChecksumArgs),
+}
+
+#[derive(Args)]
+struct ChecksumArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Fewer, shorter samples.
+    #[arg(long)]
+    quick: bool,
+    /// Sizes in bytes (comma-separated); default 40,64,576,1500,9000,16384,65536,1048576.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Lab(Lab::Checksum(a)) => {
+            let effort = if a.quick { Effort::QUICK } else { Effort::FULL };
+            let sizes = if a.sizes.is_empty() {
+                experiments::checksum::SIZES.to_vec()
+            } else {
+                a.sizes
+            };
+            if let Some(&bad) = sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
+                eprintln!("probestack: size {bad} is out of range (1 to 1 GiB)");
+                return ExitCode::from(2);
+            }
+            let r = experiments::checksum::run(&sizes, effort, |s| {
+                if !a.json {
+                    eprint!("\rmeasuring {s} bytes...        ");
+                    let _ = std::io::stderr().flush();
+                }
+            });
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("results serialise")
+                );
+            } else {
+                eprint!("\r{:40}\r", "");
+                for t in experiments::checksum::tables(&r) {
+                    println!("{}", t.to_text());
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Report(a) => {
+            let effort = if a.full { Effort::FULL } else { Effort::QUICK };
+            match report::run(&a.out, effort) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("probestack: writing the report to {}: {e}", a.out.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

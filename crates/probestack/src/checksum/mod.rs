@@ -79,8 +79,23 @@ impl Kernel {
         Kernel::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    /// Whether this CPU can run the kernel.
+    /// Whether this CPU can run the kernel (detected once, then a load and a bit test).
     pub fn is_available(self) -> bool {
+        static AVAILABLE: AtomicU8 = AtomicU8::new(0);
+        let mut bits = AVAILABLE.load(Ordering::Relaxed);
+        if bits == 0 {
+            bits = 0x80;
+            for (i, k) in Kernel::ALL.into_iter().enumerate() {
+                if k.detect() {
+                    bits |= 1 << i;
+                }
+            }
+            AVAILABLE.store(bits, Ordering::Relaxed);
+        }
+        bits & (1 << self as u8) != 0
+    }
+
+    fn detect(self) -> bool {
         match self {
             Kernel::Rfc1071 | Kernel::Unrolled32 | Kernel::Chains64 => true,
             #[cfg(target_arch = "x86_64")]
@@ -134,11 +149,14 @@ impl fmt::Display for Kernel {
 
 /// Below this many bytes the vector kernels hand over to the scalar chains: the set-up and
 /// horizontal reduction of a vector loop cost more than they save on a short header.
-const VECTOR_MIN_LEN: usize = 128;
+const VECTOR_MIN_LEN: usize = 256;
 
 /// The ones'-complement sum of `data` with the best kernel for this CPU.
 #[inline]
 pub fn sum(data: &[u8]) -> u16 {
+    if data.len() < VECTOR_MIN_LEN {
+        return scalar::sum_short(data);
+    }
     sum_with(Kernel::best(), data)
 }
 
@@ -160,7 +178,7 @@ pub fn sum_with(kernel: Kernel, data: &[u8]) -> u16 {
             // SAFETY: the CPU supports AVX-512F and AVX-512BW, checked just above.
             unsafe { x86::sum_avx512(data) }
         }
-        Kernel::Avx2 | Kernel::Avx512 if kernel.is_available() => scalar::sum_chains64(data),
+        Kernel::Avx2 | Kernel::Avx512 if kernel.is_available() => scalar::sum_short(data),
         Kernel::Avx2 | Kernel::Avx512 => sum_with(Kernel::best(), data),
     }
 }
@@ -173,6 +191,9 @@ pub fn sum_with(kernel: Kernel, data: &[u8]) -> u16 {
 /// If `dst` and `src` differ in length (a caller's bug, as with `copy_from_slice`).
 #[inline]
 pub fn copy_and_sum(dst: &mut [u8], src: &[u8]) -> u16 {
+    if src.len() < VECTOR_MIN_LEN && dst.len() == src.len() {
+        return scalar::copy_and_sum_chains64(dst, src);
+    }
     copy_and_sum_with(Kernel::best(), dst, src)
 }
 

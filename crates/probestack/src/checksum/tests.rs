@@ -10,7 +10,11 @@ use proptest::prelude::*;
 fn oracle(data: &[u8]) -> u16 {
     let mut s: u64 = 0;
     for (i, &b) in data.iter().enumerate() {
-        s += if i % 2 == 0 { (b as u64) << 8 } else { b as u64 };
+        s += if i % 2 == 0 {
+            (b as u64) << 8
+        } else {
+            b as u64
+        };
     }
     while s >> 16 != 0 {
         s = (s & 0xFFFF) + (s >> 16);
@@ -61,7 +65,11 @@ fn every_kernel_every_length_every_alignment() {
                     let oa = (align * 7 + 3) % 64;
                     let dst = &mut out.0[oa..oa + len];
                     dst.fill(0xA5);
-                    assert_eq!(copy_and_sum_with(k, dst, slice), want, "fused {k} len {len}");
+                    assert_eq!(
+                        copy_and_sum_with(k, dst, slice),
+                        want,
+                        "fused {k} len {len}"
+                    );
                     assert_eq!(&out.0[oa..oa + len], data, "fused {k} copy, len {len}");
                 }
             }
@@ -77,7 +85,10 @@ fn fused_copy_leaves_bytes_around_destination_alone() {
             let mut dst = vec![0xEEu8; len + 32];
             copy_and_sum_with(k, &mut dst[16..16 + len], &src[..len]);
             assert!(dst[..16].iter().all(|&b| b == 0xEE), "{k} wrote before");
-            assert!(dst[16 + len..].iter().all(|&b| b == 0xEE), "{k} wrote after");
+            assert!(
+                dst[16 + len..].iter().all(|&b| b == 0xEE),
+                "{k} wrote after"
+            );
         }
     }
 }
@@ -92,8 +103,8 @@ fn rfc1071_section3_example() {
 }
 
 const IPV4_HEADER: [u8; 20] = [
-    0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00,
-    0x01, 0xc0, 0xa8, 0x00, 0xc7,
+    0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01,
+    0xc0, 0xa8, 0x00, 0xc7,
 ];
 
 #[test]
@@ -129,7 +140,9 @@ fn rfc1624_example() {
 fn vpp_vectors() {
     // buf[i] = 0xf0 + ((i * 7) & 0xf); the published results are the checksum field
     // as a little-endian load reads it, i.e. byte-swapped.
-    let buf: Vec<u8> = (0..65536usize).map(|i| 0xf0 + ((i * 7) & 0xf) as u8).collect();
+    let buf: Vec<u8> = (0..65536usize)
+        .map(|i| 0xf0 + ((i * 7) & 0xf) as u8)
+        .collect();
     for (len, want) in [
         (1, 0xff0f),
         (2, 0x080f),
@@ -165,7 +178,17 @@ fn edge_values() {
 fn lengths_around_and_past_64k() {
     let big = random_bytes((1 << 20) + 3, 42);
     let ones = vec![0xFFu8; (1 << 17) + 5];
-    for len in [65533, 65534, 65535, 65536, 65537, 131071, 131072, 131075, 1 << 20] {
+    for len in [
+        65533,
+        65534,
+        65535,
+        65536,
+        65537,
+        131071,
+        131072,
+        131075,
+        1 << 20,
+    ] {
         let want = oracle(&big[..len]);
         let want_ones = oracle(&ones[..len.min(ones.len())]);
         for k in kernels() {
@@ -274,5 +297,18 @@ proptest! {
             let after32 = finish(oracle(&bytes(&c32)));
             prop_assert_eq!(norm(update32(before, old32, new32)), norm(after32));
         }
+    }
+}
+
+#[test]
+fn short_path_matches_for_every_short_length() {
+    let data = random_bytes(VECTOR_MIN_LEN + 8, 5);
+    for len in 0..data.len() {
+        assert_eq!(
+            scalar::sum_short(&data[..len]),
+            oracle(&data[..len]),
+            "len {len}"
+        );
+        assert_eq!(sum(&data[..len]), oracle(&data[..len]), "len {len}");
     }
 }

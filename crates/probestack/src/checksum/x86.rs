@@ -9,17 +9,18 @@ use std::arch::x86_64::*;
 
 use super::scalar::{fold128, tail_total};
 
-/// Adds the lanes of 64-bit accumulators into one 128-bit total.
+/// Adds the lanes of the accumulators into one total. The vectors are added together
+/// first: each lane holds a sum of 32-bit halves far below 2^62, so four of them cannot
+/// overflow a lane.
 #[target_feature(enable = "avx2")]
 fn lanes256(vs: &[__m256i]) -> u128 {
-    let mut t: u128 = 0;
-    for &v in vs {
-        let mut lanes = [0u64; 4];
-        // SAFETY: `lanes` is 32 writable bytes; the store is unaligned.
-        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), v) };
-        t += lanes.iter().map(|&x| x as u128).sum::<u128>();
-    }
-    t
+    let v = vs
+        .iter()
+        .fold(_mm256_setzero_si256(), |a, &v| _mm256_add_epi64(a, v));
+    let mut lanes = [0u64; 4];
+    // SAFETY: `lanes` is 32 writable bytes; the store is unaligned.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), v) };
+    lanes.iter().map(|&x| x as u128).sum()
 }
 
 /// Adds the two 32-bit halves of each 64-bit lane of `v` into `acc`: an `and` and a shift,
@@ -72,17 +73,23 @@ pub(super) fn copy_and_sum_avx2(dst: &mut [u8], src: &[u8]) -> u16 {
     fold128(lanes256(&acc) + tail_total(rest)).swap_bytes()
 }
 
-/// Adds the lanes of 64-bit accumulators and their carry counts into one total.
+/// Reduces accumulator/carry-count pairs to one total: the accumulators are added into
+/// the first with the same carry-catching step the loop uses, the counts (small numbers)
+/// are added plainly, and only then are the eight lanes summed as scalars.
 #[target_feature(enable = "avx512f")]
-fn lanes512(vs: &[__m512i]) -> u128 {
-    let mut t: u128 = 0;
-    for &v in vs {
-        let mut lanes = [0u64; 8];
-        // SAFETY: `lanes` is 64 writable bytes; the store is unaligned.
-        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) };
-        t += lanes.iter().map(|&x| x as u128).sum::<u128>();
+fn total512(acc: &[__m512i], carries: &[__m512i]) -> u128 {
+    let mut a = acc[0];
+    let mut c = carries
+        .iter()
+        .fold(_mm512_setzero_si512(), |s, &v| _mm512_add_epi64(s, v));
+    for &v in &acc[1..] {
+        add_carry512(&mut a, &mut c, v);
     }
-    t
+    let mut lanes = [0u64; 8];
+    // SAFETY: `lanes` is 64 writable bytes; the store is unaligned.
+    unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), a) };
+    let counts = _mm512_reduce_add_epi64(c) as u64;
+    lanes.iter().map(|&x| x as u128).sum::<u128>() + counts as u128
 }
 
 /// One step of the three-operation scheme: add the words, find the lanes that carried
@@ -128,8 +135,7 @@ pub(super) fn sum_avx512(data: &[u8]) -> u16 {
         let v = unsafe { _mm512_maskz_loadu_epi8(byte_mask(rest.len()), rest.as_ptr().cast()) };
         add_carry512(&mut acc[1], &mut carries[1], v);
     }
-    let total = lanes512(&acc) + lanes512(&carries);
-    fold128(total).swap_bytes()
+    fold128(total512(&acc, &carries)).swap_bytes()
 }
 
 /// AVX-512 fused copy and sum: each vector loaded is stored and added; the tail is a
@@ -166,6 +172,5 @@ pub(super) fn copy_and_sum_avx512(dst: &mut [u8], src: &[u8]) -> u16 {
         unsafe { _mm512_mask_storeu_epi8(out.as_mut_ptr().cast(), m, v) };
         add_carry512(&mut acc[1], &mut carries[1], v);
     }
-    let total = lanes512(&acc) + lanes512(&carries);
-    fold128(total).swap_bytes()
+    fold128(total512(&acc, &carries)).swap_bytes()
 }

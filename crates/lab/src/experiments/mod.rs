@@ -1,0 +1,4 @@
+//! The lab's experiments, one module each. Each has a `run` that returns serialisable
+//! results and a `tables` that renders them.
+
+pub mod checksum;

@@ -1,0 +1,55 @@
+//! `probestack report`: runs every experiment that exists, prints its tables, and writes
+//! a report folder: `REPORT.md` (the tables), `data/<experiment>.json` and
+//! `data/<experiment>.csv` (one CSV per table).
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+
+use crate::bench::Effort;
+use crate::experiments;
+use crate::table::Table;
+
+/// Runs the experiments and writes the report folder `out`.
+pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
+    fs::create_dir_all(out.join("data"))?;
+    let mut md = String::from(
+        "# probestack report\n\nThe papers' experiments rerun on this machine. \
+         Written by `cargo run --release -- report`.\n\n",
+    );
+
+    eprintln!("[1/1] checksum: kernels, copy, fused copy+checksum, peers");
+    let r = experiments::checksum::run(&experiments::checksum::SIZES, effort, |s| {
+        eprint!("\r  {s} bytes...        ");
+        let _ = io::stderr().flush();
+    });
+    eprint!("\r{:40}\r", "");
+    let tables = experiments::checksum::tables(&r);
+    write_section(out, &mut md, "checksum", "Checksum", &tables)?;
+    fs::write(
+        out.join("data/checksum.json"),
+        serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
+    )?;
+
+    fs::write(out.join("REPORT.md"), md)?;
+    eprintln!("report written to {}", out.display());
+    Ok(())
+}
+
+/// Prints the tables, appends them to the Markdown, and writes one CSV per table.
+fn write_section(
+    out: &Path,
+    md: &mut String,
+    name: &str,
+    heading: &str,
+    tables: &[Table],
+) -> io::Result<()> {
+    md.push_str(&format!("## {heading}\n\n"));
+    for (i, t) in tables.iter().enumerate() {
+        println!("{}", t.to_text());
+        md.push_str(&t.to_markdown());
+        md.push('\n');
+        fs::write(out.join(format!("data/{name}-{}.csv", i + 1)), t.to_csv())?;
+    }
+    Ok(())
+}
