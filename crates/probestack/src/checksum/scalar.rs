@@ -219,7 +219,7 @@ pub(super) fn header_sum(h: &[u8]) -> u16 {
             + le32(&h[16..]) as u64;
         return fold64(t).swap_bytes();
     }
-    if (20..=60).contains(&h.len()) && h.len() % 4 == 0 {
+    if (20..=60).contains(&h.len()) && h.len().is_multiple_of(4) {
         let t: u64 = h.chunks_exact(4).map(|w| le32(w) as u64).sum();
         return fold64(t).swap_bytes();
     }
