@@ -27,31 +27,54 @@ impl Effort {
     };
 }
 
-/// Median nanoseconds per call of `f`, after a warm-up that also picks how many calls one
-/// sample makes.
-pub fn ns_per_call(effort: Effort, mut f: impl FnMut()) -> f64 {
-    // Warm-up and calibration: double the batch until one batch takes a sample's time.
-    let mut batch: u64 = 1;
-    loop {
-        let t = Instant::now();
-        for _ in 0..batch {
-            f();
+/// A named piece of work that runs `n` times per call (the loop is inside, so the timing
+/// includes no indirect call per iteration).
+pub struct Case<'a> {
+    pub name: String,
+    pub run: Box<dyn FnMut(u64) + 'a>,
+}
+
+impl<'a> Case<'a> {
+    pub fn new(name: impl Into<String>, mut f: impl FnMut() + 'a) -> Case<'a> {
+        Case {
+            name: name.into(),
+            run: Box::new(move |n| {
+                for _ in 0..n {
+                    f();
+                }
+            }),
         }
-        if t.elapsed() >= effort.sample_time || batch >= 1 << 40 {
-            break;
-        }
-        batch *= 2;
     }
-    let mut samples: Vec<f64> = (0..effort.samples.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..batch {
-                f();
+}
+
+/// Median nanoseconds per call of each case, measured round-robin: every round times one
+/// batch of each case in turn, so a slow spell of the machine (another tenant, a frequency
+/// change) hits all cases alike and their ratios stay fair. One warm-up round first, which
+/// also sizes each case's batch to a sample's time.
+pub fn round_robin(effort: Effort, cases: &mut [Case<'_>]) -> Vec<f64> {
+    let batches: Vec<u64> = cases
+        .iter_mut()
+        .map(|c| {
+            let mut batch: u64 = 1;
+            loop {
+                let t = Instant::now();
+                (c.run)(batch);
+                if t.elapsed() >= effort.sample_time || batch >= 1 << 40 {
+                    break batch;
+                }
+                batch *= 2;
             }
-            t.elapsed().as_nanos() as f64 / batch as f64
         })
         .collect();
-    median(&mut samples)
+    let mut samples = vec![Vec::with_capacity(effort.samples); cases.len()];
+    for _ in 0..effort.samples.max(1) {
+        for (i, c) in cases.iter_mut().enumerate() {
+            let t = Instant::now();
+            (c.run)(batches[i]);
+            samples[i].push(t.elapsed().as_nanos() as f64 / batches[i] as f64);
+        }
+    }
+    samples.iter_mut().map(|s| median(s)).collect()
 }
 
 /// The median of `xs` (the mean of the middle two for an even count).
@@ -88,12 +111,23 @@ mod tests {
     }
 
     #[test]
-    fn measures_something_positive() {
+    fn round_robin_gives_one_figure_per_case() {
         let effort = Effort {
             samples: 3,
             sample_time: Duration::from_micros(200),
         };
-        let ns = ns_per_call(effort, || keep(black_box(3u64).pow(black_box(5))));
-        assert!(ns > 0.0 && ns.is_finite());
+        let mut small = 0u64;
+        let mut big = 0u64;
+        let mut cases = [
+            Case::new("small", || small = small.wrapping_add(black_box(1))),
+            Case::new("big", || {
+                for i in 0..200u64 {
+                    big = big.wrapping_add(black_box(i));
+                }
+            }),
+        ];
+        let ns = round_robin(effort, &mut cases);
+        assert_eq!(ns.len(), 2);
+        assert!(ns.iter().all(|x| *x > 0.0 && x.is_finite()));
     }
 }

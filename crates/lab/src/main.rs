@@ -3,6 +3,7 @@
 
 mod bench;
 mod experiments;
+mod machine;
 mod report;
 mod table;
 

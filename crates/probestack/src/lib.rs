@@ -6,4 +6,3 @@
 
 pub mod checksum;
 pub mod wire;
-

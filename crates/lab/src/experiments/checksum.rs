@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use probestack::checksum::{self, Kernel};
 use serde::Serialize;
 
-use crate::bench::{gbps, keep, ns_per_call, Effort};
+use std::hint::black_box;
+
+use crate::bench::{gbps, keep, round_robin, Case, Effort};
+use crate::machine::{self, Machine};
 use crate::table::Table;
 
 /// The sizes of the issue: IP header-ish, small, the 1993 default MTU, Ethernet, jumbo,
@@ -48,6 +51,7 @@ pub struct HeaderRow {
 #[derive(Clone, Debug, Serialize)]
 pub struct Results {
     pub experiment: &'static str,
+    pub machine: Machine,
     pub best_kernel: String,
     pub available_kernels: Vec<String>,
     pub samples: usize,
@@ -91,91 +95,101 @@ pub fn run(sizes: &[usize], effort: Effort, mut progress: impl FnMut(usize)) -> 
     for &size in sizes {
         progress(size);
         let src = pseudo_random(size);
-        let mut dst = vec![0u8; size];
-        let memcpy_ns = ns_per_call(effort, || {
-            dst.copy_from_slice(std::hint::black_box(&src));
-            keep(&dst);
-        });
-        let mut kernel_gbps = BTreeMap::new();
-        let mut fused_kernels = BTreeMap::new();
-        for &k in &kernels {
-            let ns = ns_per_call(effort, || {
-                keep(checksum::sum_with(k, std::hint::black_box(&src)))
-            });
-            kernel_gbps.insert(k.name().to_string(), gbps(size, ns));
-            let ns = ns_per_call(effort, || {
-                keep(checksum::copy_and_sum_with(
-                    k,
-                    &mut dst,
-                    std::hint::black_box(&src),
-                ))
-            });
-            fused_kernels.insert(k.name().to_string(), gbps(size, ns));
-        }
-        let best_ns = ns_per_call(effort, || keep(checksum::sum(std::hint::black_box(&src))));
-        kernel_gbps.insert("best".to_string(), gbps(size, best_ns));
-        let two_pass_ns = ns_per_call(effort, || {
-            dst.copy_from_slice(std::hint::black_box(&src));
-            keep(checksum::sum(&dst));
-        });
-        let fused_ns = ns_per_call(effort, || {
-            keep(checksum::copy_and_sum(&mut dst, std::hint::black_box(&src)))
-        });
-        let mut peers = BTreeMap::new();
-        let ns = ns_per_call(effort, || keep(smoltcp_sum(std::hint::black_box(&src))));
-        peers.insert("smoltcp".to_string(), gbps(size, ns));
-        let ns = ns_per_call(effort, || {
-            keep(internet_checksum_sum(std::hint::black_box(&src)))
-        });
-        peers.insert("internet_checksum".to_string(), gbps(size, ns));
+        let src = &src[..];
+        // Each case that writes has its own destination, so all can be borrowed at once.
+        let mut dsts: Vec<Vec<u8>> = vec![vec![0u8; size]; 3 + kernels.len()];
+        let (d_memcpy, rest) = dsts.split_first_mut().expect("destinations");
+        let (d_two, rest) = rest.split_first_mut().expect("destinations");
+        let (d_fused, d_kernels) = rest.split_first_mut().expect("destinations");
 
+        let mut cases = vec![Case::new("memcpy", || {
+            d_memcpy.copy_from_slice(black_box(src));
+            keep(&*d_memcpy);
+        })];
+        for &k in &kernels {
+            cases.push(Case::new(k.name(), move || {
+                keep(checksum::sum_with(k, black_box(src)))
+            }));
+        }
+        for (&k, d) in kernels.iter().zip(d_kernels.iter_mut()) {
+            cases.push(Case::new(format!("fused_{}", k.name()), move || {
+                keep(checksum::copy_and_sum_with(k, d, black_box(src)))
+            }));
+        }
+        cases.push(Case::new("best", || keep(checksum::sum(black_box(src)))));
+        cases.push(Case::new("two_pass", || {
+            d_two.copy_from_slice(black_box(src));
+            keep(checksum::sum(d_two));
+        }));
+        cases.push(Case::new("fused", || {
+            keep(checksum::copy_and_sum(d_fused, black_box(src)))
+        }));
+        cases.push(Case::new("smoltcp", || keep(smoltcp_sum(black_box(src)))));
+        cases.push(Case::new("internet_checksum", || {
+            keep(internet_checksum_sum(black_box(src)))
+        }));
+        let times = round_robin(effort, &mut cases);
+        let ns: BTreeMap<String, f64> = cases.iter().map(|c| c.name.clone()).zip(times).collect();
+        drop(cases);
+
+        let g = |name: &str| gbps(size, ns[name]);
+        let mut kernel_gbps: BTreeMap<String, f64> = kernels
+            .iter()
+            .map(|k| (k.name().to_string(), g(k.name())))
+            .collect();
+        kernel_gbps.insert("best".to_string(), g("best"));
+        let fused_kernels = kernels
+            .iter()
+            .map(|k| (k.name().to_string(), g(&format!("fused_{}", k.name()))))
+            .collect();
+        let peers = ["smoltcp", "internet_checksum"]
+            .into_iter()
+            .map(|p| (p.to_string(), g(p)))
+            .collect();
         rows.push(Row {
             size,
-            memcpy_gbps: gbps(size, memcpy_ns),
-            memcpy_ns_per_byte: memcpy_ns / size as f64,
+            memcpy_gbps: g("memcpy"),
+            memcpy_ns_per_byte: ns["memcpy"] / size as f64,
             kernels: kernel_gbps,
-            two_pass_copy_checksum_gbps: gbps(size, two_pass_ns),
-            fused_copy_checksum_gbps: gbps(size, fused_ns),
-            fused_ns_per_byte: fused_ns / size as f64,
+            two_pass_copy_checksum_gbps: g("two_pass"),
+            fused_copy_checksum_gbps: g("fused"),
+            fused_ns_per_byte: ns["fused"] / size as f64,
             fused_kernels,
             peers,
         });
     }
 
     let header = pseudo_random(20);
-    let mut peers_ns = BTreeMap::new();
-    peers_ns.insert(
-        "smoltcp".to_string(),
-        ns_per_call(effort, || {
-            keep(smoltcp::wire::checksum::data(std::hint::black_box(&header)))
+    let h = &header[..];
+    let mut cases = vec![
+        Case::new("inline", || {
+            keep(checksum::ipv4_header_checksum(black_box(h)))
         }),
-    );
-    peers_ns.insert(
-        "internet_checksum".to_string(),
-        ns_per_call(effort, || {
-            keep(internet_checksum_sum(std::hint::black_box(&header)))
+        Case::new("general", || keep(checksum::sum(black_box(h)))),
+        Case::new("rfc1071", || {
+            keep(checksum::sum_with(Kernel::Rfc1071, black_box(h)))
         }),
-    );
+        Case::new("smoltcp", || {
+            keep(smoltcp::wire::checksum::data(black_box(h)))
+        }),
+        Case::new("internet_checksum", || {
+            keep(internet_checksum_sum(black_box(h)))
+        }),
+    ];
+    let ns = round_robin(effort, &mut cases);
     let ipv4_header_20 = HeaderRow {
-        inline_ns: ns_per_call(effort, || {
-            keep(checksum::ipv4_header_checksum(std::hint::black_box(
-                &header,
-            )))
-        }),
-        general_ns: ns_per_call(effort, || {
-            keep(checksum::sum(std::hint::black_box(&header)))
-        }),
-        rfc1071_ns: ns_per_call(effort, || {
-            keep(checksum::sum_with(
-                Kernel::Rfc1071,
-                std::hint::black_box(&header),
-            ))
-        }),
-        peers_ns,
+        inline_ns: ns[0],
+        general_ns: ns[1],
+        rfc1071_ns: ns[2],
+        peers_ns: [("smoltcp", ns[3]), ("internet_checksum", ns[4])]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
     };
 
     Results {
         experiment: "checksum",
+        machine: machine::describe(),
         best_kernel: Kernel::best().name().to_string(),
         available_kernels: kernels.iter().map(|k| k.name().to_string()).collect(),
         samples: effort.samples,
@@ -241,6 +255,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
         "median of {} samples after a warm-up; 2-pass = copy then checksum; fused = one pass",
         r.samples
     ));
+    gb.note(format!("machine: {}", r.machine.one_line()));
     gb.note(
         "smoltcp 0.14 wire::checksum::data (64 KiB pieces above 64 KiB); internet-checksum 0.2",
     );
