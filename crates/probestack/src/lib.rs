@@ -5,4 +5,6 @@
 //! Internet checksum with interchangeable kernels.
 
 pub mod checksum;
+pub mod probe;
+pub mod tuning;
 pub mod wire;

@@ -1,0 +1,127 @@
+//! Event counters beside the ledger, in the spirit of `netstat -s`: drops by reason, cache
+//! hits and misses, fragments, retransmissions. Always compiled (a counter is one add),
+//! readable at any time, exported with the ledger.
+
+use std::cell::Cell;
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $c:ident = $name:literal; )*) => {
+        /// One counted event. Names are `layer.event`, drops `layer.drop.reason`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Counter {
+            $( $(#[$doc])* $c, )*
+        }
+
+        impl Counter {
+            pub const ALL: &'static [Counter] = &[$(Counter::$c),*];
+
+            pub const fn name(self) -> &'static str {
+                match self { $(Counter::$c => $name,)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Frames the driver received from the device.
+    DriverFramesIn = "driver.frames_in";
+    /// Frames the driver handed to the device.
+    DriverFramesOut = "driver.frames_out";
+    /// Frames whose CRC-32 frame check sequence failed (dropped as a NIC would).
+    DriverDropBadFcs = "driver.drop.bad_fcs";
+    /// Frames dropped because a device queue was full.
+    DriverDropQueueFull = "driver.drop.queue_full";
+    /// Device notifications (interrupts) handled.
+    DriverNotifications = "driver.notifications";
+    /// Ethernet frames too short or malformed.
+    LinkDropMalformed = "link.drop.malformed";
+    /// Ethernet frames for another station.
+    LinkDropNotForUs = "link.drop.not_for_us";
+    /// Ethernet frames of a type the stack does not carry.
+    LinkDropUnknownType = "link.drop.unknown_ethertype";
+    /// Packet buffers refused because the buffer memory limit was reached.
+    BufDropExhausted = "buf.drop.exhausted";
+    /// Packet buffers taken from the one-behind cache.
+    BufCacheHits = "buf.cache_hits";
+    /// Packet buffers the one-behind cache could not supply.
+    BufCacheMisses = "buf.cache_misses";
+}
+
+/// The counters of one stack.
+#[derive(Debug)]
+pub struct Counters {
+    values: Box<[Cell<u64>]>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters::new()
+    }
+}
+
+impl Counters {
+    pub fn new() -> Counters {
+        Counters {
+            values: (0..Counter::ALL.len()).map(|_| Cell::new(0)).collect(),
+        }
+    }
+
+    /// Adds one.
+    #[inline]
+    pub fn inc(&self, c: Counter) {
+        self.add(c, 1);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, c: Counter, n: u64) {
+        let v = &self.values[c as usize];
+        v.set(v.get().wrapping_add(n));
+    }
+
+    pub fn get(&self, c: Counter) -> u64 {
+        self.values[c as usize].get()
+    }
+
+    /// Every counter and its value, in declaration order.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        Counter::ALL
+            .iter()
+            .map(|&c| (c.name(), self.get(c)))
+            .collect()
+    }
+
+    /// Sets every counter to zero.
+    pub fn reset(&self) {
+        for v in self.values.iter() {
+            v.set(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_snapshots_and_resets() {
+        let c = Counters::new();
+        c.inc(Counter::DriverDropBadFcs);
+        c.add(Counter::DriverFramesIn, 41);
+        c.inc(Counter::DriverFramesIn);
+        assert_eq!(c.get(Counter::DriverFramesIn), 42);
+        let snap = c.snapshot();
+        assert!(snap.contains(&("driver.drop.bad_fcs", 1)));
+        assert_eq!(snap.len(), Counter::ALL.len());
+        c.reset();
+        assert!(c.snapshot().iter().all(|&(_, v)| v == 0));
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let mut n: Vec<_> = Counter::ALL.iter().map(|c| c.name()).collect();
+        n.sort_unstable();
+        n.dedup();
+        assert_eq!(n.len(), Counter::ALL.len());
+    }
+}

@@ -1,0 +1,58 @@
+//! `Tuning`: one switch per optimization from the papers, each selecting a different code
+//! path that really runs (DESIGN.md §3). Two presets anchor the ends: [`Tuning::bsd`], the
+//! 1993 BSD/Ultrix behaviour the papers started from, and [`Tuning::fast`], everything on.
+//!
+//! A switch joins this struct when the code path it selects exists; the design lists the
+//! ones still to come.
+
+use crate::checksum::Kernel;
+
+/// The optimization switches of one stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// The checksum kernel (paper 000 §4.1): `Rfc1071` is the 1993 16-bit loop; the
+    /// others are faster kernels, up to the best the CPU supports.
+    pub checksum: Kernel,
+    /// Packet buffers from a pool of fixed-size blocks with a one-behind cache (paper 002
+    /// §6.4), or, off, from the global allocator for every buffer as a 1993 kernel did for
+    /// each mbuf.
+    pub buffer_cache: bool,
+}
+
+impl Tuning {
+    /// The 1993 baseline: every optimization off.
+    pub fn bsd() -> Tuning {
+        Tuning {
+            checksum: Kernel::Rfc1071,
+            buffer_cache: false,
+        }
+    }
+
+    /// Every optimization on, with the best checksum kernel for this CPU.
+    pub fn fast() -> Tuning {
+        Tuning {
+            checksum: Kernel::best(),
+            buffer_cache: true,
+        }
+    }
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning::fast()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_differ_in_every_switch() {
+        let (b, f) = (Tuning::bsd(), Tuning::fast());
+        assert_ne!(b.checksum, f.checksum);
+        assert_ne!(b.buffer_cache, f.buffer_cache);
+        assert!(f.checksum.is_available());
+        assert_eq!(Tuning::default(), f);
+    }
+}
