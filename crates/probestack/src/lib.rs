@@ -6,5 +6,7 @@
 
 pub mod checksum;
 pub mod probe;
+pub mod rng;
+pub mod time;
 pub mod tuning;
 pub mod wire;

@@ -64,6 +64,11 @@ const OPS: usize = Op::ALL.len();
 #[cfg(feature = "probes")]
 const CELLS: usize = Layer::ALL.len() * OPS * Side::ALL.len();
 
+/// The pseudo-cell of device work: timed so that it is subtracted from the probe around
+/// it and from the host's share of the message, but charged to no layer.
+#[cfg(feature = "probes")]
+const DEVICE_CELL: u16 = u16::MAX;
+
 #[cfg(feature = "probes")]
 #[inline(always)]
 fn cell_index(layer: Layer, side: Side, op: Op) -> u16 {
@@ -95,6 +100,7 @@ struct Bucket {
     counts: Vec<u64>,
     messages: u64,
     wall_ticks: u64,
+    device_ticks: u64,
 }
 
 #[cfg(feature = "probes")]
@@ -105,6 +111,7 @@ impl Bucket {
             counts: vec![0; CELLS],
             messages: 0,
             wall_ticks: 0,
+            device_ticks: 0,
         }
     }
 }
@@ -203,8 +210,12 @@ impl Recorder {
         let mut buckets = self.buckets.borrow_mut();
         let b = buckets.entry(key).or_insert_with(Bucket::new);
         for &(cell, ticks) in self.scratch.borrow().iter() {
-            b.ticks[cell as usize] += ticks;
-            b.counts[cell as usize] += 1;
+            if cell == DEVICE_CELL {
+                b.device_ticks += ticks;
+            } else {
+                b.ticks[cell as usize] += ticks;
+                b.counts[cell as usize] += 1;
+            }
         }
         b.messages += 1;
         b.wall_ticks += wall;
@@ -329,6 +340,28 @@ impl Ledger {
         }
     }
 
+    /// Opens a span of work the device does (a NIC model's CRC, DMA, checksum offload):
+    /// real wall time, but the device's, not the host's (paper 004 §3.2), so it is charged
+    /// to no layer and is subtracted from the probe around it.
+    #[inline(always)]
+    pub fn device_work(&self) -> Probe<'_> {
+        #[cfg(feature = "probes")]
+        if let Some(r) = &self.rec {
+            if r.sampled.get() {
+                r.open_probe(DEVICE_CELL);
+                return Probe {
+                    rec: Some(r),
+                    _ledger: PhantomData,
+                };
+            }
+        }
+        Probe {
+            #[cfg(feature = "probes")]
+            rec: None,
+            _ledger: PhantomData,
+        }
+    }
+
     /// Runs `f` inside a probe.
     #[inline(always)]
     pub fn measure<R>(&self, layer: Layer, side: Side, op: Op, f: impl FnOnce() -> R) -> R {
@@ -367,6 +400,7 @@ impl Ledger {
                     size,
                     messages: b.messages,
                     wall_ns: c.to_ns(b.wall_ticks),
+                    device_ns: c.to_ns(b.device_ticks),
                     cells: (0..CELLS)
                         .filter(|&i| b.counts[i] > 0)
                         .map(|i| {

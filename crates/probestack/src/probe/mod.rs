@@ -47,6 +47,8 @@ pub struct SnapshotBucket {
     pub messages: u64,
     /// Their total wall time, from opening to closing the message.
     pub wall_ns: f64,
+    /// The part of the wall time that was the device's work (a NIC model's), not the host's.
+    pub device_ns: f64,
     pub cells: Vec<SnapshotCell>,
 }
 
@@ -84,9 +86,19 @@ impl SnapshotBucket {
         self.wall_ns / self.messages.max(1) as f64
     }
 
-    /// Wall time per message that no probe covered (probe overhead and unprobed code).
+    /// Device work per message (not the host's).
+    pub fn device_ns_per_message(&self) -> f64 {
+        self.device_ns / self.messages.max(1) as f64
+    }
+
+    /// The host's wall time per message: the wall time less the device's work.
+    pub fn host_ns_per_message(&self) -> f64 {
+        (self.wall_ns - self.device_ns) / self.messages.max(1) as f64
+    }
+
+    /// Host time per message that no probe covered (probe overhead and unprobed code).
     pub fn unaccounted_ns(&self) -> f64 {
-        (self.wall_ns_per_message() - self.accounted_ns()).max(0.0)
+        (self.host_ns_per_message() - self.accounted_ns()).max(0.0)
     }
 
     pub fn by_operation(&self) -> BTreeMap<&'static str, f64> {
@@ -144,10 +156,11 @@ impl Snapshot {
     /// Every bucket added together, for an aggregate over all sizes.
     pub fn merged(&self) -> SnapshotBucket {
         let mut cells: BTreeMap<(Layer, Side, Op), SnapshotCell> = BTreeMap::new();
-        let (mut messages, mut wall_ns) = (0, 0.0);
+        let (mut messages, mut wall_ns, mut device_ns) = (0, 0.0, 0.0);
         for b in &self.buckets {
             messages += b.messages;
             wall_ns += b.wall_ns;
+            device_ns += b.device_ns;
             for c in &b.cells {
                 let e = cells
                     .entry((c.layer, c.side, c.op))
@@ -164,6 +177,7 @@ impl Snapshot {
             size: 0,
             messages,
             wall_ns,
+            device_ns,
             cells: cells.into_values().collect(),
         }
     }
@@ -224,10 +238,11 @@ impl Snapshot {
             }
             let _ = write!(
                 o,
-                "{{\"size\":{},\"messages\":{},\"wall_ns_per_message\":{},\"accounted_ns_per_message\":{},\"unaccounted_ns_per_message\":{},",
+                "{{\"size\":{},\"messages\":{},\"wall_ns_per_message\":{},\"device_ns_per_message\":{},\"accounted_ns_per_message\":{},\"unaccounted_ns_per_message\":{},",
                 b.size,
                 b.messages,
                 json_num(b.wall_ns_per_message()),
+                json_num(b.device_ns_per_message()),
                 json_num(b.accounted_ns()),
                 json_num(b.unaccounted_ns())
             );

@@ -136,6 +136,31 @@ mod with_probes {
     }
 
     #[test]
+    fn device_work_is_nobodys_but_leaves_the_wall_time() {
+        for _ in 0..5 {
+            let l = Ledger::new();
+            l.set_sample_every(1);
+            {
+                let _m = l.message(1);
+                let _d = l.probe(Layer::Driver, Side::Send, Op::DeviceQueue);
+                spin(Duration::from_micros(200));
+                let _nic = l.device_work();
+                spin(Duration::from_micros(800));
+            }
+            let s = l.snapshot();
+            let b = s.bucket(1).unwrap();
+            let driver = b.by_layer()["driver"] / 1e3;
+            let device = b.device_ns_per_message() / 1e3;
+            if (driver - 200.0).abs() < 20.0 && (device - 800.0).abs() < 40.0 {
+                assert!(b.host_ns_per_message() < b.wall_ns_per_message());
+                assert_eq!(b.cells.len(), 1);
+                return;
+            }
+        }
+        panic!("device work was not kept apart in five attempts");
+    }
+
+    #[test]
     fn probes_outside_a_message_record_nothing() {
         let l = Ledger::new();
         l.set_sample_every(1);
