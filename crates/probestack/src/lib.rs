@@ -4,6 +4,7 @@
 //! folder): [`wire`] parses and emits each protocol's bytes, and [`checksum`] computes the
 //! Internet checksum with interchangeable kernels.
 
+pub mod buf;
 pub mod checksum;
 pub mod probe;
 pub mod rng;

@@ -17,6 +17,12 @@ pub struct Tuning {
     /// §6.4), or, off, from the global allocator for every buffer as a 1993 kernel did for
     /// each mbuf.
     pub buffer_cache: bool,
+    /// The IPv4 header checksum summed in line for a 20-byte header (paper 002 §6.1), or,
+    /// off, by the general checksum routine with its loop set-up.
+    pub inline_ip_header_checksum: bool,
+    /// Consult the reassembly queue only for fragments; off, search it for every datagram
+    /// received, as paper 001 §7.6 observed of Ultrix.
+    pub defrag_check_only_fragments: bool,
 }
 
 impl Tuning {
@@ -25,6 +31,8 @@ impl Tuning {
         Tuning {
             checksum: Kernel::Rfc1071,
             buffer_cache: false,
+            inline_ip_header_checksum: false,
+            defrag_check_only_fragments: false,
         }
     }
 
@@ -33,6 +41,8 @@ impl Tuning {
         Tuning {
             checksum: Kernel::best(),
             buffer_cache: true,
+            inline_ip_header_checksum: true,
+            defrag_check_only_fragments: true,
         }
     }
 }
@@ -52,6 +62,8 @@ mod tests {
         let (b, f) = (Tuning::bsd(), Tuning::fast());
         assert_ne!(b.checksum, f.checksum);
         assert_ne!(b.buffer_cache, f.buffer_cache);
+        assert_ne!(b.inline_ip_header_checksum, f.inline_ip_header_checksum);
+        assert_ne!(b.defrag_check_only_fragments, f.defrag_check_only_fragments);
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

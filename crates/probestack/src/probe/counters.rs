@@ -45,6 +45,69 @@ counters! {
     BufCacheHits = "buf.cache_hits";
     /// Packet buffers the one-behind cache could not supply.
     BufCacheMisses = "buf.cache_misses";
+    /// ARP packets malformed or for another protocol.
+    ArpDropMalformed = "arp.drop.malformed";
+    ArpRequestsIn = "arp.requests_in";
+    ArpRepliesIn = "arp.replies_in";
+    ArpRequestsOut = "arp.requests_out";
+    ArpRepliesOut = "arp.replies_out";
+    /// Packets dropped because their next hop never answered ARP.
+    ArpDropUnresolved = "arp.drop.unresolved";
+    /// Packets pushed out of a full queue waiting for ARP.
+    ArpDropQueueFull = "arp.drop.queue_full";
+    /// IPv4 datagrams received (before validation).
+    IpPacketsIn = "ip.packets_in";
+    /// IPv4 datagrams with a bad version, header length, total length or option.
+    IpDropMalformed = "ip.drop.malformed";
+    /// IPv4 datagrams whose header checksum failed.
+    IpDropBadChecksum = "ip.drop.bad_checksum";
+    /// IPv4 datagrams for an address that is not ours (a host does not forward).
+    IpDropNotForUs = "ip.drop.not_for_us";
+    /// IPv4 datagrams for a protocol nobody handles.
+    IpDropUnknownProtocol = "ip.drop.unknown_protocol";
+    /// Datagrams handed to the transports or ICMP.
+    IpDelivered = "ip.delivered";
+    /// Datagrams sent (each fragment counts once in `ip.fragments_out`).
+    IpPacketsOut = "ip.packets_out";
+    IpDropNoRoute = "ip.drop.no_route";
+    /// Sends refused: don't-fragment set and larger than the MTU.
+    IpDropNeedFrag = "ip.drop.need_frag";
+    /// Fragments made on output.
+    IpFragmentsOut = "ip.fragments_out";
+    /// Fragments received.
+    IpFragmentsIn = "ip.fragments_in";
+    /// Datagrams reassembled from fragments.
+    IpReassembled = "ip.reassembled";
+    /// Fragments dropped as overlapping, or for a datagram an overlap poisoned.
+    IpDropFragOverlap = "ip.drop.frag_overlap";
+    /// Fragments dropped as malformed (a middle fragment not a multiple of 8, too long).
+    IpDropFragMalformed = "ip.drop.frag_malformed";
+    /// Fragments refused, or datagrams evicted, at the reassembly memory cap.
+    IpDropFragMemory = "ip.drop.frag_memory";
+    /// Datagrams whose reassembly timed out.
+    IpReassemblyTimeout = "ip.reassembly_timeouts";
+    /// Duplicate fragments ignored.
+    IpFragDuplicates = "ip.frag_duplicates";
+    /// Lookups of the defrag queue for a datagram that was not a fragment (paper 001 §7.6).
+    IpDefragLookups = "ip.defrag_lookups";
+    IcmpIn = "icmp.in";
+    IcmpOut = "icmp.out";
+    IcmpDropMalformed = "icmp.drop.malformed";
+    IcmpDropBadChecksum = "icmp.drop.bad_checksum";
+    IcmpEchoRequestsIn = "icmp.echo_requests_in";
+    IcmpEchoRepliesIn = "icmp.echo_replies_in";
+    /// Destination unreachable and time exceeded messages received.
+    IcmpErrorsIn = "icmp.errors_in";
+    /// Destination unreachable and time exceeded messages sent.
+    IcmpErrorsOut = "icmp.errors_out";
+    /// ICMP errors not sent because of the rate limit.
+    IcmpErrorsRateLimited = "icmp.errors_rate_limited";
+    /// Echo replies dropped because nobody collected the earlier ones.
+    IcmpDropEchoQueueFull = "icmp.drop.echo_queue_full";
+    /// Sends refused because no packet buffer could be had.
+    StackDropNoBuffer = "stack.drop.no_buffer";
+    /// Frames a device refused on transmit.
+    StackDropDeviceRefused = "stack.drop.device_refused";
 }
 
 /// The counters of one stack.

@@ -175,7 +175,7 @@ impl Recorder {
                 x ^= x >> 7;
                 x ^= x << 17;
                 self.rng.set(x);
-                x % n as u64 == 0
+                x.is_multiple_of(n as u64)
             }
         }
     }

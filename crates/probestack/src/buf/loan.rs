@@ -1,0 +1,450 @@
+//! External buffers: [`ExtBuf`], a shared read-only block and a byte range in it, and
+//! [`Loan`], the application's handle on memory it loaned to the stack (paper 004 §3.1).
+
+use std::fmt;
+use std::ops::{Bound, Deref, RangeBounds};
+use std::sync::Arc;
+
+use super::packet::{PacketBuf, NO_POOL};
+use super::BufError;
+
+/// A range of bytes in a block shared through an `Arc`.
+///
+/// Cloning and slicing cost one reference-count increment and copy no data, so TCP can
+/// keep a slice for retransmission while the device sends another, on another thread if
+/// need be. The bytes are read-only: nothing reachable from an `ExtBuf` writes to them,
+/// which is what makes loaned memory safe to share (see [`Loan`]).
+#[derive(Clone)]
+pub struct ExtBuf {
+    block: Arc<Vec<u8>>,
+    start: usize,
+    end: usize,
+}
+
+impl ExtBuf {
+    /// An external buffer over all of `data`, which the stack hands over (a zero-copy
+    /// receive) or which nobody needs back. `Vec<u8>` and `Box<[u8]>` move in without a
+    /// copy.
+    pub fn new(data: impl Into<Vec<u8>>) -> ExtBuf {
+        let block = Arc::new(data.into());
+        let end = block.len();
+        ExtBuf {
+            block,
+            start: 0,
+            end,
+        }
+    }
+
+    /// The bytes.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        &self.block[self.start..self.end]
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// A new `ExtBuf` over `range` of this one's bytes (offsets relative to this one),
+    /// sharing the block.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<ExtBuf, BufError> {
+        let (s, e) = resolve(range, self.len())?;
+        Ok(ExtBuf {
+            block: Arc::clone(&self.block),
+            start: self.start + s,
+            end: self.start + e,
+        })
+    }
+
+    /// Takes the first `n` bytes off as a new `ExtBuf` sharing the block; `self` keeps
+    /// the rest.
+    pub fn split_to(&mut self, n: usize) -> Result<ExtBuf, BufError> {
+        let have = self.len();
+        if n > have {
+            return Err(BufError::TooShort { need: n, have });
+        }
+        let front = ExtBuf {
+            block: Arc::clone(&self.block),
+            start: self.start,
+            end: self.start + n,
+        };
+        self.start += n;
+        Ok(front)
+    }
+
+    /// Drops `n` bytes from the front of the range.
+    #[inline]
+    pub fn trim_front(&mut self, n: usize) -> Result<(), BufError> {
+        let have = self.len();
+        if n > have {
+            return Err(BufError::TooShort { need: n, have });
+        }
+        self.start += n;
+        Ok(())
+    }
+
+    /// Drops `n` bytes from the back of the range.
+    #[inline]
+    pub fn trim_back(&mut self, n: usize) -> Result<(), BufError> {
+        let have = self.len();
+        if n > have {
+            return Err(BufError::TooShort { need: n, have });
+        }
+        self.end -= n;
+        Ok(())
+    }
+
+    /// Whether two external buffers share one block (one is a clone or slice of the
+    /// other, or both come from one loan).
+    pub fn same_block(&self, other: &ExtBuf) -> bool {
+        Arc::ptr_eq(&self.block, &other.block)
+    }
+
+    /// The block as a writable [`PacketBuf`] (window = this range), without a copy, if this
+    /// is the only reference to it; otherwise `self` back. Loaned memory never converts:
+    /// its [`Loan`] holds a reference until it is reclaimed. A block that came from a pool
+    /// can be freed into one again this way (after a zero-copy receive, say).
+    pub fn try_into_packet(self) -> Result<PacketBuf, ExtBuf> {
+        let ExtBuf { block, start, end } = self;
+        match Arc::try_unwrap(block) {
+            Ok(vec) => Ok(PacketBuf::from_block(
+                vec.into_boxed_slice(),
+                start,
+                end,
+                NO_POOL,
+            )),
+            Err(block) => Err(ExtBuf { block, start, end }),
+        }
+    }
+}
+
+/// The bounds of `range` within `0..len`, or an error naming them.
+fn resolve(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize), BufError> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end || end > len {
+        return Err(BufError::OutOfRange { start, end, len });
+    }
+    Ok((start, end))
+}
+
+/// A received block handed over whole: the window becomes the range, no copy. If the
+/// buffer came from a pool, [`super::Pool::detach`] it first, or that pool keeps counting
+/// it as outstanding.
+impl From<PacketBuf> for ExtBuf {
+    fn from(buf: PacketBuf) -> ExtBuf {
+        let (block, start, end) = buf.into_parts();
+        ExtBuf {
+            block: Arc::new(block.into_vec()),
+            start,
+            end,
+        }
+    }
+}
+
+impl From<Vec<u8>> for ExtBuf {
+    fn from(data: Vec<u8>) -> ExtBuf {
+        ExtBuf::new(data)
+    }
+}
+
+impl From<Box<[u8]>> for ExtBuf {
+    fn from(data: Box<[u8]>) -> ExtBuf {
+        ExtBuf::new(data)
+    }
+}
+
+impl Deref for ExtBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for ExtBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl fmt::Debug for ExtBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExtBuf")
+            .field("range", &(self.start..self.end))
+            .field("block_len", &self.block.len())
+            .finish()
+    }
+}
+
+/// Memory the application loaned to the stack for a zero-copy send, as the application
+/// holds it.
+///
+/// The application moves a `Vec<u8>` or `Box<[u8]>` in (no copy), gives the stack
+/// [`ExtBuf`]s into it ([`Loan::ext`], [`Loan::slice`]), and keeps the `Loan`. The stack
+/// cannot write to the memory, and the application cannot have it back while the stack
+/// holds any `ExtBuf` into it: [`Loan::is_complete`] says when none is left (TCP dropped
+/// the last slice once the data was acknowledged) and [`Loan::try_reclaim`] returns the
+/// memory only then. Paper 004 §3.1 gets the same guarantee from the MMU, by marking the
+/// pages of a pending send copy-on-write until the receiver acknowledges; here the type
+/// system and a reference count give it, at no cost per page.
+pub struct Loan {
+    block: Arc<Vec<u8>>,
+}
+
+impl Loan {
+    /// Loans `data` (a `Vec<u8>` or `Box<[u8]>` moves in without a copy).
+    pub fn new(data: impl Into<Vec<u8>>) -> Loan {
+        Loan {
+            block: Arc::new(data.into()),
+        }
+    }
+
+    /// The loaned bytes, for the application to read while they are out.
+    pub fn data(&self) -> &[u8] {
+        &self.block
+    }
+
+    pub fn len(&self) -> usize {
+        self.block.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.block.is_empty()
+    }
+
+    /// An external buffer over all of the loaned bytes, for the stack.
+    pub fn ext(&self) -> ExtBuf {
+        ExtBuf {
+            block: Arc::clone(&self.block),
+            start: 0,
+            end: self.block.len(),
+        }
+    }
+
+    /// An external buffer over `range` of the loaned bytes, for the stack.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<ExtBuf, BufError> {
+        let (start, end) = resolve(range, self.block.len())?;
+        Ok(ExtBuf {
+            block: Arc::clone(&self.block),
+            start,
+            end,
+        })
+    }
+
+    /// How many `ExtBuf`s into the loan exist now, wherever they are.
+    pub fn outstanding(&self) -> usize {
+        Arc::strong_count(&self.block) - 1
+    }
+
+    /// Whether the stack holds no reference to the loaned memory any more. Once true it
+    /// stays true until this `Loan` hands out another `ExtBuf`, and
+    /// [`Loan::try_reclaim`] will succeed.
+    pub fn is_complete(&self) -> bool {
+        self.outstanding() == 0
+    }
+
+    /// The memory back, as it was loaned (the same allocation, unchanged), if the stack
+    /// holds no reference to it; otherwise the loan back.
+    pub fn try_reclaim(self) -> Result<Vec<u8>, Loan> {
+        Arc::try_unwrap(self.block).map_err(|block| Loan { block })
+    }
+}
+
+impl fmt::Debug for Loan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loan")
+            .field("len", &self.len())
+            .field("outstanding", &self.outstanding())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + 3) as u8).collect()
+    }
+
+    #[test]
+    fn a_loan_completes_only_when_every_clone_and_slice_is_gone() {
+        let data = bytes(10_000);
+        let addr = data.as_ptr() as usize;
+        let loan = Loan::new(data);
+        assert!(loan.is_complete(), "nothing handed out yet");
+        let whole = loan.ext();
+        let copy = whole.clone();
+        let mut part = loan.slice(100..5000).unwrap();
+        let front = part.split_to(10).unwrap();
+        let sub = part.slice(..=9).unwrap();
+        assert_eq!(loan.outstanding(), 5);
+        let mut held = vec![whole, copy, part, front, sub];
+        while let Some(e) = held.pop() {
+            assert!(!loan.is_complete());
+            drop(e);
+        }
+        assert!(loan.is_complete());
+        let back = loan.try_reclaim().unwrap();
+        assert_eq!(back, bytes(10_000));
+        assert_eq!(
+            back.as_ptr() as usize,
+            addr,
+            "the same allocation, not a copy"
+        );
+    }
+
+    #[test]
+    fn reclaim_refuses_while_the_stack_holds_a_slice_on_another_thread() {
+        let loan = Loan::new(bytes(4096).into_boxed_slice());
+        let slice = loan.slice(1000..2460).unwrap();
+        let (to_stack, stack_rx) = std::sync::mpsc::channel::<ExtBuf>();
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
+        let stack = std::thread::spawn(move || {
+            let seg = stack_rx.recv().unwrap();
+            let sum: u32 = seg.iter().map(|&b| b as u32).sum();
+            done.recv().unwrap(); // hold the slice until told ("acknowledged")
+            drop(seg);
+            sum
+        });
+        to_stack.send(slice).unwrap();
+        let loan = loan.try_reclaim().unwrap_err();
+        assert!(!loan.is_complete());
+        done_tx.send(()).unwrap();
+        let sum = stack.join().unwrap();
+        assert_eq!(
+            sum,
+            bytes(4096)[1000..2460]
+                .iter()
+                .map(|&b| b as u32)
+                .sum::<u32>()
+        );
+        assert!(loan.is_complete());
+        assert_eq!(loan.try_reclaim().unwrap(), bytes(4096));
+    }
+
+    #[test]
+    fn slices_resolve_every_kind_of_range_and_refuse_bad_ones() {
+        let e = ExtBuf::new(bytes(10));
+        let all = bytes(10);
+        assert_eq!(&*e.slice(..).unwrap(), &all[..]);
+        assert_eq!(&*e.slice(2..).unwrap(), &all[2..]);
+        assert_eq!(&*e.slice(..3).unwrap(), &all[..3]);
+        assert_eq!(&*e.slice(..=3).unwrap(), &all[..=3]);
+        assert_eq!(&*e.slice(2..=9).unwrap(), &all[2..=9]);
+        assert_eq!(&*e.slice(10..).unwrap(), &all[10..]);
+        assert!(e.slice(5..5).unwrap().is_empty());
+        let excl = e.slice((Bound::Excluded(1), Bound::Excluded(4))).unwrap();
+        assert_eq!(&*excl, &all[2..4]);
+        // Slices of slices are relative.
+        let inner = e.slice(3..8).unwrap().slice(1..3).unwrap();
+        assert_eq!(&*inner, &all[4..6]);
+        assert!(inner.same_block(&e));
+
+        let (six, five) = (6, 5);
+        let bad = [
+            e.slice(0..11),
+            e.slice(..=10),
+            e.slice(11..),
+            e.slice(six..five),
+            e.slice(..=usize::MAX),
+            e.slice((Bound::Excluded(usize::MAX), Bound::Unbounded)),
+        ];
+        for r in bad {
+            assert!(
+                matches!(r, Err(BufError::OutOfRange { len: 10, .. })),
+                "{r:?}"
+            );
+        }
+        assert_eq!(
+            e.slice(six..five).unwrap_err(),
+            BufError::OutOfRange {
+                start: 6,
+                end: 5,
+                len: 10
+            }
+        );
+        let loan = Loan::new(vec![1, 2, 3]);
+        assert!(loan.slice(2..4).is_err());
+        assert!(loan.is_complete(), "a refused slice holds nothing");
+    }
+
+    #[test]
+    fn split_and_trims_refuse_past_the_end_and_change_nothing() {
+        let mut e = ExtBuf::new(bytes(8));
+        assert_eq!(
+            e.split_to(9).unwrap_err(),
+            BufError::TooShort { need: 9, have: 8 }
+        );
+        assert_eq!(
+            e.trim_front(9).unwrap_err(),
+            BufError::TooShort { need: 9, have: 8 }
+        );
+        assert_eq!(
+            e.trim_back(9).unwrap_err(),
+            BufError::TooShort { need: 9, have: 8 }
+        );
+        assert_eq!(&*e, &bytes(8)[..]);
+        let head = e.split_to(0).unwrap();
+        assert!(head.is_empty());
+        e.trim_front(1).unwrap();
+        e.trim_back(2).unwrap();
+        assert_eq!(&*e, &bytes(8)[1..6]);
+        let all = e.split_to(5).unwrap();
+        assert!(e.is_empty());
+        assert_eq!(all.as_ref(), &bytes(8)[1..6]);
+    }
+
+    #[test]
+    fn a_received_block_becomes_shared_without_a_copy_and_back() {
+        let mut b = PacketBuf::from_slice(b"..headerpayload", 0).unwrap();
+        b.trim_front(8).unwrap();
+        let addr = b.block_addr();
+        let e = ExtBuf::from(b);
+        assert_eq!(&*e, b"payload");
+        assert_eq!(e.as_ptr() as usize, addr + 8);
+        let keep = e.clone();
+        let e = e.try_into_packet().unwrap_err();
+        drop(keep);
+        let p = e.try_into_packet().unwrap();
+        assert_eq!(p.data(), b"payload");
+        assert_eq!((p.headroom(), p.block_addr()), (8, addr));
+    }
+
+    #[test]
+    fn loaned_memory_never_becomes_writable() {
+        let loan = Loan::new(vec![9; 16]);
+        let e = loan.ext();
+        let e = e.try_into_packet().unwrap_err();
+        assert_eq!(loan.outstanding(), 1);
+        drop(e);
+        assert_eq!(loan.try_reclaim().unwrap(), vec![9; 16]);
+    }
+
+    #[test]
+    fn empty_loans_and_debug() {
+        let loan = Loan::new(Vec::new());
+        assert!(loan.is_empty() && loan.data().is_empty());
+        assert_eq!(loan.len(), 0);
+        let e = loan.ext();
+        assert!(e.is_empty());
+        assert!(format!("{loan:?}").contains("outstanding: 1"));
+        assert!(format!("{e:?}").contains("range: 0..0"));
+        drop(e);
+        assert_eq!(loan.try_reclaim().unwrap(), Vec::<u8>::new());
+    }
+}

@@ -1,0 +1,477 @@
+//! [`PacketBuf`]: one contiguous block with a movable data window, headroom in front of it
+//! and tailroom behind it.
+
+use std::fmt;
+
+use super::BufError;
+
+/// The origin of a buffer no pool counts (made by [`PacketBuf::new`], or detached).
+pub(super) const NO_POOL: u64 = 0;
+
+/// One block of memory and a data window `start..end` inside it.
+///
+/// The bytes before the window are the headroom, the bytes after it the tailroom. Every
+/// operation that moves the window checks the room it needs and returns a [`BufError`]
+/// without changing anything when it is not there; none panics.
+///
+/// A `PacketBuf` is `Send`: two stacks on two threads hand frames over without copying.
+/// It is deliberately not `Clone`: one owner for each block, so a pool never gets the same
+/// block back twice.
+pub struct PacketBuf {
+    block: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// The id of the pool that handed the block out and counts it as outstanding, or
+    /// [`NO_POOL`].
+    origin: u64,
+}
+
+impl PacketBuf {
+    /// A buffer of its own (not from a pool): a zeroed block of exactly
+    /// `headroom + len + tailroom` bytes, with a window of `len` zero bytes after
+    /// `headroom`.
+    pub fn new(len: usize, headroom: usize, tailroom: usize) -> Result<PacketBuf, BufError> {
+        let capacity = headroom
+            .checked_add(len)
+            .and_then(|n| n.checked_add(tailroom))
+            .ok_or(BufError::TooLarge {
+                need: usize::MAX,
+                max: isize::MAX as usize,
+            })?;
+        Ok(PacketBuf {
+            block: zeroed_block(capacity)?,
+            start: headroom,
+            end: headroom + len,
+            origin: NO_POOL,
+        })
+    }
+
+    /// A buffer of its own holding a copy of `data` after `headroom` bytes, with no
+    /// tailroom.
+    pub fn from_slice(data: &[u8], headroom: usize) -> Result<PacketBuf, BufError> {
+        let mut buf = PacketBuf::new(data.len(), headroom, 0)?;
+        buf.data_mut().copy_from_slice(data);
+        Ok(buf)
+    }
+
+    /// The bytes in the window.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        &self.block[self.start..self.end]
+    }
+
+    /// The bytes in the window, to write.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.block[self.start..self.end]
+    }
+
+    /// The number of bytes in the window.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Bytes free in front of the window.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.start
+    }
+
+    /// Bytes free behind the window.
+    #[inline]
+    pub fn tailroom(&self) -> usize {
+        self.block.len() - self.end
+    }
+
+    /// The size of the whole block.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.block.len()
+    }
+
+    /// Grows the window by `n` bytes at the front, taken from the headroom, and returns
+    /// them for the caller to write (a header). Their contents are unspecified: the caller
+    /// writes all of them.
+    #[inline]
+    pub fn prepend(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+        if n > self.start {
+            return Err(BufError::NoHeadroom {
+                need: n,
+                have: self.start,
+            });
+        }
+        self.start -= n;
+        Ok(&mut self.block[self.start..self.start + n])
+    }
+
+    /// Prepends a copy of `bytes`.
+    pub fn prepend_from_slice(&mut self, bytes: &[u8]) -> Result<(), BufError> {
+        self.prepend(bytes.len())?.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Grows the window by `n` bytes at the back, taken from the tailroom, and returns them
+    /// for the caller to write. Their contents are unspecified: the caller writes all of
+    /// them.
+    #[inline]
+    pub fn append(&mut self, n: usize) -> Result<&mut [u8], BufError> {
+        let have = self.tailroom();
+        if n > have {
+            return Err(BufError::NoTailroom { need: n, have });
+        }
+        let old_end = self.end;
+        self.end += n;
+        Ok(&mut self.block[old_end..self.end])
+    }
+
+    /// Appends a copy of `bytes`.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), BufError> {
+        self.append(bytes.len())?.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Drops `n` bytes from the front of the window (a header, once parsed): they become
+    /// headroom.
+    #[inline]
+    pub fn trim_front(&mut self, n: usize) -> Result<(), BufError> {
+        let have = self.len();
+        if n > have {
+            return Err(BufError::TooShort { need: n, have });
+        }
+        self.start += n;
+        Ok(())
+    }
+
+    /// Drops `n` bytes from the back of the window (padding, a trailer): they become
+    /// tailroom.
+    #[inline]
+    pub fn trim_back(&mut self, n: usize) -> Result<(), BufError> {
+        let have = self.len();
+        if n > have {
+            return Err(BufError::TooShort { need: n, have });
+        }
+        self.end -= n;
+        Ok(())
+    }
+
+    /// Empties the window and places it `headroom` bytes into the block.
+    pub fn reset(&mut self, headroom: usize) -> Result<(), BufError> {
+        if headroom > self.block.len() {
+            return Err(BufError::TooLarge {
+                need: headroom,
+                max: self.block.len(),
+            });
+        }
+        self.start = headroom;
+        self.end = headroom;
+        Ok(())
+    }
+
+    /// A buffer over `block` with the window `start..end`, counted by pool `origin`. The
+    /// caller (the pool) guarantees `start <= end <= block.len()`.
+    #[inline]
+    pub(super) fn from_block(block: Box<[u8]>, start: usize, end: usize, origin: u64) -> Self {
+        debug_assert!(start <= end && end <= block.len());
+        PacketBuf {
+            block,
+            start,
+            end,
+            origin,
+        }
+    }
+
+    /// The block and the window, giving up the buffer.
+    #[inline]
+    pub(super) fn into_parts(self) -> (Box<[u8]>, usize, usize) {
+        (self.block, self.start, self.end)
+    }
+
+    #[inline]
+    pub(super) fn origin(&self) -> u64 {
+        self.origin
+    }
+
+    #[inline]
+    pub(super) fn set_origin(&mut self, origin: u64) {
+        self.origin = origin;
+    }
+
+    /// The address of the block: tests use it to tell blocks apart.
+    #[cfg(test)]
+    pub(super) fn block_addr(&self) -> usize {
+        self.block.as_ptr() as usize
+    }
+}
+
+/// A zeroed block of `size` bytes, or a typed error if the allocator cannot provide it.
+fn zeroed_block(size: usize) -> Result<Box<[u8]>, BufError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(size)
+        .map_err(|_| BufError::OutOfMemory { size })?;
+    v.resize(size, 0);
+    Ok(v.into_boxed_slice())
+}
+
+impl AsRef<[u8]> for PacketBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.data()
+    }
+}
+
+impl AsMut<[u8]> for PacketBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.data_mut()
+    }
+}
+
+impl fmt::Debug for PacketBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacketBuf")
+            .field("headroom", &self.headroom())
+            .field("len", &self.len())
+            .field("tailroom", &self.tailroom())
+            .field("pooled", &(self.origin != NO_POOL))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn new_lays_out_headroom_window_tailroom() {
+        let b = PacketBuf::new(10, 20, 30).unwrap();
+        assert_eq!(
+            (b.headroom(), b.len(), b.tailroom(), b.capacity()),
+            (20, 10, 30, 60)
+        );
+        assert_eq!(b.data(), &[0; 10]);
+        assert!(!b.is_empty());
+        let e = PacketBuf::new(0, 0, 0).unwrap();
+        assert!(e.is_empty());
+        assert_eq!(e.capacity(), 0);
+    }
+
+    #[test]
+    fn prepend_exactly_the_headroom_then_one_more_fails() {
+        let mut b = PacketBuf::from_slice(b"payload", 14).unwrap();
+        b.prepend(6).unwrap().copy_from_slice(b"header");
+        b.prepend_from_slice(b"ethernet-hdr").unwrap_err();
+        b.prepend(8).unwrap().copy_from_slice(b"ethernet");
+        assert_eq!(b.headroom(), 0);
+        assert_eq!(b.data(), b"ethernetheaderpayload");
+        assert_eq!(
+            b.prepend(1).unwrap_err(),
+            BufError::NoHeadroom { need: 1, have: 0 }
+        );
+        assert_eq!(b.prepend(0).unwrap(), &mut [] as &mut [u8]);
+        assert_eq!(b.data(), b"ethernetheaderpayload");
+    }
+
+    #[test]
+    fn append_exactly_the_tailroom_then_one_more_fails() {
+        let mut b = PacketBuf::new(0, 4, 5).unwrap();
+        b.extend_from_slice(b"abc").unwrap();
+        assert_eq!(
+            b.extend_from_slice(b"def").unwrap_err(),
+            BufError::NoTailroom { need: 3, have: 2 }
+        );
+        b.append(2).unwrap().copy_from_slice(b"de");
+        assert_eq!(b.tailroom(), 0);
+        assert_eq!(
+            b.append(1).unwrap_err(),
+            BufError::NoTailroom { need: 1, have: 0 }
+        );
+        assert_eq!(b.data(), b"abcde");
+        assert_eq!(
+            b.append(usize::MAX).unwrap_err(),
+            BufError::NoTailroom {
+                need: usize::MAX,
+                have: 0
+            }
+        );
+    }
+
+    #[test]
+    fn trims_move_the_window_and_refuse_past_the_length() {
+        let mut b = PacketBuf::from_slice(b"0123456789", 2).unwrap();
+        b.trim_front(3).unwrap();
+        b.trim_back(2).unwrap();
+        assert_eq!(b.data(), b"34567");
+        assert_eq!((b.headroom(), b.tailroom()), (5, 2));
+        assert_eq!(
+            b.trim_front(6).unwrap_err(),
+            BufError::TooShort { need: 6, have: 5 }
+        );
+        assert_eq!(
+            b.trim_back(usize::MAX).unwrap_err(),
+            BufError::TooShort {
+                need: usize::MAX,
+                have: 5
+            }
+        );
+        assert_eq!(b.data(), b"34567");
+        b.trim_front(5).unwrap();
+        assert!(b.is_empty());
+        b.trim_back(0).unwrap();
+        // What was stripped is headroom again: the header can be rebuilt in place.
+        b.prepend(3).unwrap();
+        assert_eq!(b.data(), b"567");
+    }
+
+    #[test]
+    fn reset_places_an_empty_window() {
+        let mut b = PacketBuf::from_slice(b"abc", 1).unwrap();
+        b.reset(4).unwrap();
+        assert_eq!((b.headroom(), b.len(), b.tailroom()), (4, 0, 0));
+        b.reset(0).unwrap();
+        assert_eq!((b.headroom(), b.len(), b.tailroom()), (0, 0, 4));
+        assert_eq!(
+            b.reset(5).unwrap_err(),
+            BufError::TooLarge { need: 5, max: 4 }
+        );
+        assert_eq!((b.headroom(), b.tailroom()), (0, 4));
+    }
+
+    #[test]
+    fn impossible_sizes_are_errors_not_panics() {
+        assert!(matches!(
+            PacketBuf::new(usize::MAX, 1, 0),
+            Err(BufError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            PacketBuf::new(1, usize::MAX, 1),
+            Err(BufError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            PacketBuf::new(usize::MAX, 0, 0),
+            Err(BufError::OutOfMemory { .. })
+        ));
+    }
+
+    #[test]
+    fn as_ref_and_as_mut_are_the_window() {
+        let mut b = PacketBuf::from_slice(b"xyz", 3).unwrap();
+        b.as_mut()[0] = b'X';
+        assert_eq!(b.as_ref(), b"Xyz");
+        let dbg = format!("{b:?}");
+        assert!(
+            dbg.contains("headroom: 3") && dbg.contains("len: 3"),
+            "{dbg}"
+        );
+    }
+
+    #[test]
+    fn a_buffer_crosses_threads_without_a_copy() {
+        let b = PacketBuf::from_slice(b"frame", 8).unwrap();
+        let addr = b.block_addr();
+        let (b, addr2) = std::thread::spawn(move || {
+            let a = b.block_addr();
+            (b, a)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(addr, addr2);
+        assert_eq!(b.data(), b"frame");
+    }
+
+    /// One operation on a buffer, for the model test.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Prepend(Vec<u8>),
+        Append(Vec<u8>),
+        TrimFront(usize),
+        TrimBack(usize),
+        Reset(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..24).prop_map(Op::Prepend),
+            proptest::collection::vec(any::<u8>(), 0..24).prop_map(Op::Append),
+            (0usize..40).prop_map(Op::TrimFront),
+            (0usize..40).prop_map(Op::TrimBack),
+            (0usize..80).prop_map(Op::Reset),
+        ]
+    }
+
+    proptest! {
+        /// Random operations against a model: (headroom, data, tailroom) as numbers and a
+        /// vector. A refused operation must leave the buffer as it was.
+        #[test]
+        fn operations_match_a_model(
+            head in 0usize..32, init in proptest::collection::vec(any::<u8>(), 0..32),
+            tail in 0usize..32, ops in proptest::collection::vec(op(), 0..40),
+        ) {
+            let mut b = PacketBuf::new(init.len(), head, tail).unwrap();
+            b.data_mut().copy_from_slice(&init);
+            let cap = head + init.len() + tail;
+            let (mut h, mut data) = (head, init.clone());
+            for op in ops {
+                match op {
+                    Op::Prepend(bytes) => {
+                        let r = b.prepend_from_slice(&bytes);
+                        if bytes.len() <= h {
+                            prop_assert!(r.is_ok());
+                            h -= bytes.len();
+                            data.splice(0..0, bytes);
+                        } else {
+                            prop_assert_eq!(r, Err(BufError::NoHeadroom { need: bytes.len(), have: h }));
+                        }
+                    }
+                    Op::Append(bytes) => {
+                        let t = cap - h - data.len();
+                        let r = b.extend_from_slice(&bytes);
+                        if bytes.len() <= t {
+                            prop_assert!(r.is_ok());
+                            data.extend_from_slice(&bytes);
+                        } else {
+                            prop_assert_eq!(r, Err(BufError::NoTailroom { need: bytes.len(), have: t }));
+                        }
+                    }
+                    Op::TrimFront(n) => {
+                        let r = b.trim_front(n);
+                        if n <= data.len() {
+                            prop_assert!(r.is_ok());
+                            h += n;
+                            data.drain(..n);
+                        } else {
+                            prop_assert_eq!(r, Err(BufError::TooShort { need: n, have: data.len() }));
+                        }
+                    }
+                    Op::TrimBack(n) => {
+                        let r = b.trim_back(n);
+                        if n <= data.len() {
+                            prop_assert!(r.is_ok());
+                            data.truncate(data.len() - n);
+                        } else {
+                            prop_assert_eq!(r, Err(BufError::TooShort { need: n, have: data.len() }));
+                        }
+                    }
+                    Op::Reset(n) => {
+                        let r = b.reset(n);
+                        if n <= cap {
+                            prop_assert!(r.is_ok());
+                            h = n;
+                            data.clear();
+                        } else {
+                            prop_assert_eq!(r, Err(BufError::TooLarge { need: n, max: cap }));
+                        }
+                    }
+                }
+                prop_assert_eq!(b.data(), &data[..]);
+                prop_assert_eq!(b.headroom(), h);
+                prop_assert_eq!(b.tailroom(), cap - h - data.len());
+                prop_assert_eq!(b.capacity(), cap);
+            }
+        }
+    }
+}
