@@ -53,6 +53,28 @@ enum Lab {
     /// Checksum kernels vs memcpy, two-pass vs fused copy+checksum, and peers
     /// (paper 002 Table 8, paper 000 §4.1).
     Checksum(ChecksumArgs),
+    /// Two stacks in one process ping each other over the memory link: round-trip times
+    /// and the echoing host's ledger by layer.
+    Ping(PingArgs),
+}
+
+#[derive(Args)]
+struct PingArgs {
+    /// ICMP payload sizes in bytes (comma-separated); default a sweep from 56 to 65507.
+    #[arg(long, value_delimiter = ',')]
+    size: Vec<usize>,
+    /// The link MTU (576 to 65535).
+    #[arg(long, default_value_t = 1500)]
+    mtu: usize,
+    /// Pings per size (after three of warm-up).
+    #[arg(long, default_value_t = 20)]
+    count: usize,
+    /// Write the exchange as seen on A's wire to this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -100,6 +122,35 @@ fn main() -> ExitCode {
                 }
             }
             ExitCode::SUCCESS
+        }
+        Command::Lab(Lab::Ping(a)) => {
+            let sizes = if a.size.is_empty() {
+                experiments::ping::SIZES.to_vec()
+            } else {
+                a.size
+            };
+            match experiments::ping::run(&sizes, a.mtu, a.count.max(1), a.pcap.as_deref()) {
+                Ok(r) if a.json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&r).expect("results serialise")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(r) => {
+                    for t in experiments::ping::tables(&r) {
+                        println!("{}", t.to_text());
+                    }
+                    if let Some(p) = &a.pcap {
+                        println!("capture written to {}", p.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("probestack: {e}");
+                    ExitCode::from(2)
+                }
+            }
         }
         Command::Report(a) => {
             let effort = if a.full { Effort::FULL } else { Effort::QUICK };

@@ -18,7 +18,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
          Written by `cargo run --release -- report`.\n\n",
     );
 
-    eprintln!("[1/1] checksum: kernels, copy, fused copy+checksum, peers");
+    eprintln!("[1/2] checksum: kernels, copy, fused copy+checksum, peers");
     let r = experiments::checksum::run(&experiments::checksum::SIZES, effort, |s| {
         eprint!("\r  {s} bytes...        ");
         let _ = io::stderr().flush();
@@ -28,6 +28,20 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
     write_section(out, &mut md, "checksum", "Checksum", &tables)?;
     fs::write(
         out.join("data/checksum.json"),
+        serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
+    )?;
+
+    eprintln!("[2/2] ping: two stacks over the memory link");
+    let count = if effort.samples > Effort::QUICK.samples {
+        100
+    } else {
+        20
+    };
+    let r = experiments::ping::run(&experiments::ping::SIZES, 1500, count, None)
+        .map_err(io::Error::other)?;
+    write_section(out, &mut md, "ping", "Ping", &experiments::ping::tables(&r))?;
+    fs::write(
+        out.join("data/ping.json"),
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 

@@ -6,8 +6,13 @@
 
 pub mod buf;
 pub mod checksum;
+pub mod driver;
+pub mod ip;
+pub mod link;
 pub mod probe;
 pub mod rng;
+pub mod sim;
+pub mod stack;
 pub mod time;
 pub mod tuning;
 pub mod wire;

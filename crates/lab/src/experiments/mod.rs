@@ -2,3 +2,4 @@
 //! results and a `tables` that renders them.
 
 pub mod checksum;
+pub mod ping;

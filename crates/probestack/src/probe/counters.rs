@@ -33,6 +33,24 @@ counters! {
     DriverDropQueueFull = "driver.drop.queue_full";
     /// Device notifications (interrupts) handled.
     DriverNotifications = "driver.notifications";
+    /// Frames longer than the receiving device's MTU allows (dropped as a NIC would).
+    DriverDropTooLong = "driver.drop.too_long";
+    /// Frames dropped because the device's receive queue was full (the host was slow).
+    DriverDropRxOverrun = "driver.drop.rx_overrun";
+    /// DMA frames without 4 bytes of tailroom for the FCS, copied into a larger buffer.
+    DriverTxBounce = "driver.tx_bounce";
+    /// Faults a memory link's wire injected (fault injection, not real events): frames dropped,
+    DriverFaultDrop = "driver.fault.drop";
+    /// frames duplicated,
+    DriverFaultDuplicate = "driver.fault.duplicate";
+    /// frames delivered after the frame behind them,
+    DriverFaultReorder = "driver.fault.reorder";
+    /// frames given a nonzero latency,
+    DriverFaultDelay = "driver.fault.delay";
+    /// frames with bits flipped after the FCS (the CRC catches them),
+    DriverFaultFlipCaught = "driver.fault.flip_caught";
+    /// frames with bits flipped and the FCS recomputed (they reach the stack corrupted).
+    DriverFaultFlipPassed = "driver.fault.flip_passed";
     /// Ethernet frames too short or malformed.
     LinkDropMalformed = "link.drop.malformed";
     /// Ethernet frames for another station.
@@ -86,8 +104,6 @@ counters! {
     IpDropFragMemory = "ip.drop.frag_memory";
     /// Datagrams whose reassembly timed out.
     IpReassemblyTimeout = "ip.reassembly_timeouts";
-    /// Duplicate fragments ignored.
-    IpFragDuplicates = "ip.frag_duplicates";
     /// Lookups of the defrag queue for a datagram that was not a fragment (paper 001 §7.6).
     IpDefragLookups = "ip.defrag_lookups";
     IcmpIn = "icmp.in";

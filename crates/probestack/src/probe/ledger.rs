@@ -318,6 +318,40 @@ impl Ledger {
         }
     }
 
+    /// Opens a message without a guard, for code that must mutate its owner while the
+    /// message is open (the stack): every `begin_message` needs its `end_message`.
+    #[inline]
+    pub fn begin_message(&self, size: usize) {
+        #[cfg(feature = "probes")]
+        if let Some(r) = &self.rec {
+            r.begin_message(size);
+        }
+        #[cfg(not(feature = "probes"))]
+        let _ = size;
+    }
+
+    /// Closes the message [`begin_message`](Self::begin_message) opened.
+    #[inline]
+    pub fn end_message(&self) {
+        #[cfg(feature = "probes")]
+        if let Some(r) = &self.rec {
+            r.end_message();
+        }
+    }
+
+    /// Sets the open message's size (the receive path learns it late).
+    #[inline]
+    pub fn set_message_size(&self, size: usize) {
+        #[cfg(feature = "probes")]
+        if let Some(r) = &self.rec {
+            if r.sampled.get() {
+                r.message_size.set(size);
+            }
+        }
+        #[cfg(not(feature = "probes"))]
+        let _ = size;
+    }
+
     /// Opens a probe charged to (`layer`, `side`, `op`) until the guard drops. Outside a
     /// sampled message this costs a load and a branch.
     #[inline(always)]

@@ -1,0 +1,204 @@
+//! Devices: where frames leave and enter the stack (the Driver layer of the ledger).
+//!
+//! A [`Device`] moves whole Ethernet frames (header onward; the frame check sequence is
+//! the device's own business). Devices are middleware in the style of smoltcp's `phy`: a
+//! pcap writer or a fault injector wraps any device and is itself a device.
+//!
+//! Notification and batching follow a NIC: the device raises a notification (an interrupt)
+//! after N frames or T microseconds (interrupt coalescing, paper 004 §3.4), and the stack
+//! drains a batch of frames per notification.
+//!
+//! | file | what |
+//! |---|---|
+//! | `memlink.rs` | [`MemoryLink`]: two [`MemoryNic`]s on a wire of memory, with the NIC model (MTU, FCS, PIO or DMA, queues, coalescing) |
+//! | `ring.rs` | the lock-free single-producer, single-consumer ring each direction of the link runs on |
+//! | `crc32.rs` | CRC-32 of IEEE 802.3 (slicing-by-16), the frame check sequence |
+//! | `faults.rs` | [`FaultConfig`]: seeded drops, duplicates, reordering, delay and bit flips on the wire |
+//! | `coalesce.rs` | interrupt coalescing: notify after N frames or T |
+//! | `pcap.rs` | [`PcapWriter`]: captures any device's frames in a file tshark reads |
+
+mod coalesce;
+pub mod crc32;
+pub mod faults;
+pub mod memlink;
+pub mod pcap;
+pub mod ring;
+
+pub use faults::{FaultConfig, FaultConfigError, FaultStats};
+pub use memlink::{ConfigError, MemoryLink, MemoryNic, NicConfig, NicStats};
+pub use pcap::{PcapMode, PcapSink, PcapWriter};
+
+use crate::buf::PacketBuf;
+use crate::probe::Ledger;
+use crate::time::Instant;
+
+/// Who copies a frame between host memory and the device (paper 000 Table 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CopyMode {
+    /// Programmed I/O: the CPU copies each frame into (and out of) device memory, the
+    /// "device copy" of paper 000, charged to the host as `Op::DeviceCopy`.
+    Pio,
+    /// DMA-like hand-off: the device takes the buffer itself; the CPU copies nothing.
+    #[default]
+    Dma,
+}
+
+/// Checksum work the device can take over (paper 004 §3.2). The flags exist from the
+/// start; the stack uses them when its `checksum_offload` switch is on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChecksumOffload {
+    /// Fills in IPv4 header checksums on transmit.
+    pub ipv4_tx: bool,
+    /// Verifies IPv4 header checksums on receive.
+    pub ipv4_rx: bool,
+    /// Completes TCP and UDP checksums from a pseudo-header seed on transmit
+    /// (Linux's CHECKSUM_PARTIAL).
+    pub l4_tx: bool,
+    /// Verifies TCP and UDP checksums on receive, or reports the raw sum.
+    pub l4_rx: bool,
+}
+
+/// What a device is and can do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// The largest IP datagram a frame can carry (the link MTU).
+    pub mtu: usize,
+    /// Whether frames are protected by a CRC on the wire (checksum elision may rely on it,
+    /// papers 000 and 003).
+    pub has_crc: bool,
+    pub copy_mode: CopyMode,
+    pub checksum_offload: ChecksumOffload,
+}
+
+/// What the device says about a received frame's transport checksum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RxChecksum {
+    /// Nothing: the stack verifies it.
+    #[default]
+    None,
+    /// The device verified the IP and transport checksums.
+    Verified,
+    /// The device summed the frame from the IP payload onward; the stack adds the
+    /// pseudo-header and checks.
+    RawSum(u16),
+}
+
+/// A received frame and what the device knows about it.
+#[derive(Debug)]
+pub struct RxFrame {
+    pub frame: PacketBuf,
+    pub checksum: RxChecksum,
+}
+
+/// Transmit offload requests attached to a frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxMeta {
+    /// Fill in the IPv4 header checksum.
+    pub ipv4_checksum: bool,
+    /// Complete the transport checksum: the field at `checksum_offset` within the frame
+    /// holds the pseudo-header sum, and the device sums from `checksum_start` to the end
+    /// (Linux's `csum_start`/`csum_offset`, virtio-net's NEEDS_CSUM).
+    pub l4_checksum: Option<(u16, u16)>,
+}
+
+/// Why a device refused a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceError {
+    /// The transmit queue is full; try again after the next poll.
+    QueueFull,
+    /// The frame is larger than the MTU allows.
+    TooLarge { len: usize, max: usize },
+    /// The link is down (the other end is gone).
+    LinkDown,
+}
+
+impl std::fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceError::QueueFull => write!(f, "transmit queue full"),
+            DeviceError::TooLarge { len, max } => {
+                write!(
+                    f,
+                    "frame of {len} bytes exceeds the device maximum of {max}"
+                )
+            }
+            DeviceError::LinkDown => write!(f, "link down"),
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {}
+
+/// What a device needs from the stack on each call: the time, and the ledger to charge
+/// host work to (and to set device work apart with [`Ledger::device_work`]).
+#[derive(Clone, Copy)]
+pub struct DeviceContext<'a> {
+    pub now: Instant,
+    pub ledger: &'a Ledger,
+}
+
+/// A network device.
+pub trait Device {
+    fn caps(&self) -> DeviceCaps;
+
+    /// Sends one frame (Ethernet header onward). With DMA the device keeps the buffer;
+    /// with PIO it copies the frame and the buffer can be reused.
+    fn transmit(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError>;
+
+    /// Whether `transmit` would accept a frame now (the transmit queue has room and the
+    /// link is up), so that the stack need not build a frame only to lose it to
+    /// [`DeviceError::QueueFull`] (`transmit` consumes the frame even when it refuses it).
+    /// Devices that cannot tell say yes.
+    fn tx_ready(&mut self) -> bool {
+        true
+    }
+
+    /// Whether the device has raised a notification since the last call (an interrupt,
+    /// after its coalescing rule). Clears it.
+    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool;
+
+    /// The next received frame, if any. The stack calls this after a notification, up to
+    /// its batch budget.
+    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame>;
+
+    /// When the device next needs a poll (a coalescing timer, a delayed frame).
+    fn next_deadline(&self) -> Option<Instant>;
+
+    /// Gives a buffer the stack no longer needs back to the device's receive pool, so
+    /// DMA hand-off can reuse it. Devices without a pool drop it.
+    fn recycle(&mut self, _frame: PacketBuf) {}
+}
+
+impl<D: Device + ?Sized> Device for Box<D> {
+    fn caps(&self) -> DeviceCaps {
+        (**self).caps()
+    }
+    fn transmit(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        (**self).transmit(frame, meta, cx)
+    }
+    fn tx_ready(&mut self) -> bool {
+        (**self).tx_ready()
+    }
+    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
+        (**self).take_notification(cx)
+    }
+    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        (**self).receive(cx)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        (**self).next_deadline()
+    }
+    fn recycle(&mut self, frame: PacketBuf) {
+        (**self).recycle(frame)
+    }
+}

@@ -1,0 +1,214 @@
+//! ICMPv4 (RFC 792, RFC 1122 §3.2.2): echo replies, the errors the host sends (port and
+//! protocol unreachable, time exceeded on reassembly), and the rules for when not to send
+//! one, with a token-bucket rate limit (RFC 1812 §4.3.2.8).
+
+use crate::buf::PacketBuf;
+use crate::checksum;
+use crate::probe::{Counter, Layer, Op, Side};
+use crate::stack::{EchoReply, SendError, Stack};
+use crate::time::Instant;
+use crate::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr, TimeExceeded};
+use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
+use crate::wire::{Checksum, Ipv4Address};
+
+impl Stack {
+    /// An ICMP message in `datagram` (whole, header included; `repr` is its header).
+    pub(crate) fn icmp_input(
+        &mut self,
+        iface: usize,
+        repr: &Ipv4Repr,
+        datagram: PacketBuf,
+        now: Instant,
+    ) {
+        self.ledger.counters().inc(Counter::IcmpIn);
+        let message = &datagram.data()[repr.header_len()..];
+        let ok = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Checksum);
+            checksum::verifies(checksum::sum_with(self.tuning.checksum, message))
+        };
+        if !ok {
+            self.ledger.counters().inc(Counter::IcmpDropBadChecksum);
+            return self.free(Layer::Ip, Side::Receive, datagram);
+        }
+        let parsed = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
+            icmpv4::Packet::new_checked(message).and_then(|p| Icmpv4Repr::parse(&p, Checksum::Skip))
+        };
+        let Ok(icmp) = parsed else {
+            self.ledger.counters().inc(Counter::IcmpDropMalformed);
+            return self.free(Layer::Ip, Side::Receive, datagram);
+        };
+        let mut reply_buf = None;
+        match icmp {
+            Icmpv4Repr::EchoRequest {
+                ident,
+                seq_no,
+                data,
+            } => {
+                self.ledger.counters().inc(Counter::IcmpEchoRequestsIn);
+                self.ledger.set_message_size(data.len());
+                // RFC 1122 §3.2.2.6: an echo to a broadcast address may be ignored; it is.
+                if !repr.dst.is_broadcast()
+                    && (iface == super::LOOPBACK || self.is_own_address(repr.dst))
+                {
+                    let reply = Icmpv4Repr::EchoReply {
+                        ident,
+                        seq_no,
+                        data,
+                    };
+                    reply_buf = self.icmp_build(&reply);
+                }
+            }
+            Icmpv4Repr::EchoReply {
+                ident,
+                seq_no,
+                data,
+            } => {
+                self.ledger.counters().inc(Counter::IcmpEchoRepliesIn);
+                self.ledger.set_message_size(data.len());
+                let _p = self
+                    .ledger
+                    .probe(Layer::Ip, Side::Receive, Op::SocketBuffer);
+                if self.echo_replies.len() < self.config.echo_reply_queue {
+                    self.echo_replies.push_back(EchoReply {
+                        from: repr.src,
+                        ident,
+                        seq_no,
+                        data: data.to_vec(),
+                        received_at: now,
+                    });
+                } else {
+                    self.ledger.counters().inc(Counter::IcmpDropEchoQueueFull);
+                }
+            }
+            Icmpv4Repr::DstUnreachable { .. } | Icmpv4Repr::TimeExceeded { .. } => {
+                // The transports will take these (port unreachable, path MTU); counted now.
+                self.ledger.counters().inc(Counter::IcmpErrorsIn);
+            }
+        }
+        let to = repr.src;
+        self.free(Layer::Ip, Side::Receive, datagram);
+        if let Some(buf) = reply_buf {
+            let _ = self.ip_output(to, IpProtocol::Icmp, buf, false, now);
+        }
+    }
+
+    /// An ICMP message in a fresh buffer with headroom for the IP header below.
+    fn icmp_build(&mut self, icmp: &Icmpv4Repr<'_>) -> Option<PacketBuf> {
+        let mut buf = self.alloc(Layer::Ip, Side::Send, icmp.buffer_len()).ok()?;
+        let emitted = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::IpProto);
+            icmp.emit(
+                &mut icmpv4::Packet::new_unchecked(buf.data_mut()),
+                Checksum::Skip,
+            )
+        };
+        if emitted.is_err() {
+            self.free(Layer::Ip, Side::Send, buf);
+            return None;
+        }
+        {
+            let _c = self.ledger.probe(Layer::Ip, Side::Send, Op::Checksum);
+            let field = checksum::finish(checksum::sum_with(self.tuning.checksum, buf.data()));
+            icmpv4::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
+        }
+        self.ledger.counters().inc(Counter::IcmpOut);
+        Some(buf)
+    }
+
+    /// Sends an echo request.
+    pub(crate) fn icmp_send_echo(
+        &mut self,
+        dst: Ipv4Address,
+        ident: u16,
+        seq_no: u16,
+        data: &[u8],
+        now: Instant,
+    ) -> Result<(), SendError> {
+        let req = Icmpv4Repr::EchoRequest {
+            ident,
+            seq_no,
+            data,
+        };
+        if icmpv4::HEADER_LEN + data.len() > super::MAX_PAYLOAD {
+            return Err(SendError::TooLarge {
+                len: data.len(),
+                max: super::MAX_PAYLOAD - icmpv4::HEADER_LEN,
+            });
+        }
+        let buf = self.icmp_build(&req).ok_or(SendError::NoBuffer)?;
+        self.ip_output(dst, IpProtocol::Icmp, buf, false, now)
+    }
+
+    /// RFC 1122 §3.2.2: never send an error about an ICMP error, a datagram to a
+    /// broadcast or multicast address, a fragment other than the first, or a datagram
+    /// whose source is not a unicast host.
+    fn may_send_icmp_error(&self, repr: &Ipv4Repr, invoking: &[u8]) -> bool {
+        if repr.dst.is_broadcast() || repr.dst.is_multicast() || repr.frag_offset != 0 {
+            return false;
+        }
+        let src = repr.src;
+        if src.is_unspecified() || src.is_broadcast() || src.is_multicast() || src.is_loopback() {
+            return false;
+        }
+        if repr.protocol == IpProtocol::Icmp {
+            // An error about an error is not allowed; about an echo it is.
+            let body = invoking.get(repr.header_len()..).unwrap_or(&[]);
+            let is_error = !matches!(body.first(), Some(0) | Some(8) | Some(13) | Some(14));
+            if is_error {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends Destination Unreachable about `datagram` (whole, header included), and frees it.
+    pub(crate) fn icmp_dst_unreachable(
+        &mut self,
+        reason: DstUnreachable,
+        next_hop_mtu: u16,
+        repr: &Ipv4Repr,
+        datagram: PacketBuf,
+        now: Instant,
+    ) {
+        let buf = if self.may_send_icmp_error(repr, datagram.data()) && self.icmp_limiter.allow(now)
+        {
+            match Icmpv4Repr::dst_unreachable(reason, next_hop_mtu, datagram.data()) {
+                Ok(m) => self.icmp_build(&m),
+                Err(_) => None,
+            }
+        } else {
+            if self.may_send_icmp_error(repr, datagram.data()) {
+                self.ledger.counters().inc(Counter::IcmpErrorsRateLimited);
+            }
+            None
+        };
+        self.free(Layer::Ip, Side::Receive, datagram);
+        if let Some(b) = buf {
+            self.ledger.counters().inc(Counter::IcmpErrorsOut);
+            let _ = self.ip_output(repr.src, IpProtocol::Icmp, b, false, now);
+        }
+    }
+
+    /// Sends Time Exceeded (fragment reassembly, code 1) quoting the first fragment.
+    pub(crate) fn icmp_time_exceeded_reassembly(&mut self, first: &[u8], now: Instant) {
+        let Ok((repr, _)) = Ipv4Repr::parse_truncated(first, Checksum::Skip) else {
+            return;
+        };
+        // The first fragment has offset 0; the rules apply as to any datagram.
+        if !self.may_send_icmp_error(&repr, first) {
+            return;
+        }
+        if !self.icmp_limiter.allow(now) {
+            self.ledger.counters().inc(Counter::IcmpErrorsRateLimited);
+            return;
+        }
+        let Ok(m) = Icmpv4Repr::time_exceeded(TimeExceeded::FragReassembly, first) else {
+            return;
+        };
+        if let Some(b) = self.icmp_build(&m) {
+            self.ledger.counters().inc(Counter::IcmpErrorsOut);
+            let _ = self.ip_output(repr.src, IpProtocol::Icmp, b, false, now);
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! IPv4 (RFC 791, RFC 1122 §3): input validation, reassembly, dispatch by protocol; output
+//! with route lookup, header, identifier, header checksum, and fragmentation to the MTU.
+//!
+//! - [`route`]: the routing table.
+//! - [`reassembly`]: the defragmentation queue with hole lists.
+//! - `icmp`: echo, errors, rate limiting.
+
+mod icmp;
+pub mod reassembly;
+pub mod route;
+
+use crate::buf::PacketBuf;
+use crate::checksum;
+use crate::driver::RxChecksum;
+use crate::ip::reassembly::{FragKey, Reassembled, ReassemblyError};
+use crate::probe::{Counter, Layer, Op, Side};
+use crate::stack::{SendError, Stack};
+use crate::time::Instant;
+use crate::wire::icmpv4::DstUnreachable;
+use crate::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
+use crate::wire::{Checksum, Ipv4Address};
+
+/// The interface index of datagrams the host sent to itself.
+pub(crate) const LOOPBACK: usize = usize::MAX;
+
+/// The largest IPv4 datagram (RFC 791: the total length is 16 bits).
+pub const MAX_DATAGRAM: usize = 65535;
+
+/// Largest payload after a 20-byte header.
+pub const MAX_PAYLOAD: usize = MAX_DATAGRAM - ipv4::MIN_HEADER_LEN;
+
+impl Stack {
+    /// Whether `dst` is addressed to this host as received on `iface`: one of its
+    /// addresses (the weak end-system model, RFC 1122 §3.3.4.2), the limited broadcast, or
+    /// the interface's subnet broadcast.
+    fn accepts(&self, iface: usize, dst: Ipv4Address) -> bool {
+        if dst.is_broadcast() || self.is_own_address(dst) {
+            return true;
+        }
+        self.ifaces
+            .get(iface)
+            .is_some_and(|i| dst == i.cidr.broadcast())
+    }
+
+    /// Sums a header with the routine the Tuning asks for: in line (paper 002 §6.1) or the
+    /// general one with the configured kernel.
+    fn ip_header_sum(&self, header: &[u8]) -> u16 {
+        if self.tuning.inline_ip_header_checksum {
+            checksum::header_sum(header)
+        } else {
+            checksum::sum_with(self.tuning.checksum, header)
+        }
+    }
+
+    /// A datagram from the link (Ethernet header already stripped), or from loopback.
+    pub(crate) fn ip_input(
+        &mut self,
+        iface: usize,
+        mut buf: PacketBuf,
+        rx: RxChecksum,
+        now: Instant,
+    ) {
+        self.ledger.counters().inc(Counter::IpPacketsIn);
+        let parsed = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
+            ipv4::Packet::new_checked(buf.data()).and_then(|p| Ipv4Repr::parse(&p, Checksum::Skip))
+        };
+        let Ok(mut repr) = parsed else {
+            self.ledger.counters().inc(Counter::IpDropMalformed);
+            return self.free(Layer::Ip, Side::Receive, buf);
+        };
+        let header_len = repr.header_len();
+        if rx != RxChecksum::Verified && iface != LOOPBACK {
+            let ok = {
+                let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Checksum);
+                checksum::verifies(self.ip_header_sum(&buf.data()[..header_len]))
+            };
+            if !ok {
+                self.ledger.counters().inc(Counter::IpDropBadChecksum);
+                return self.free(Layer::Ip, Side::Receive, buf);
+            }
+        }
+        let accepted = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
+            if !self.accepts(iface, repr.dst) {
+                Err(Counter::IpDropNotForUs)
+            } else {
+                // Drop link-layer padding past the total length.
+                let extra = buf.len().saturating_sub(repr.buffer_len());
+                buf.trim_back(extra).map_err(|_| Counter::IpDropMalformed)
+            }
+        };
+        if let Err(c) = accepted {
+            self.ledger.counters().inc(c);
+            return self.free(Layer::Ip, Side::Receive, buf);
+        }
+
+        let key = FragKey {
+            src: repr.src,
+            dst: repr.dst,
+            protocol: repr.protocol.into(),
+            ident: repr.ident,
+        };
+        if repr.is_fragment() {
+            match self.reassemble(key, &repr, buf, now) {
+                Some((r, b)) => {
+                    repr = r;
+                    buf = b;
+                }
+                None => return,
+            }
+        } else if !self.tuning.defrag_check_only_fragments {
+            // Paper 001 §7.6: Ultrix searched the defrag queue for every datagram.
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
+            self.ledger.counters().inc(Counter::IpDefragLookups);
+            std::hint::black_box(self.reassembler.contains(&key));
+        }
+
+        self.ledger.counters().inc(Counter::IpDelivered);
+        match repr.protocol {
+            IpProtocol::Icmp => self.icmp_input(iface, &repr, buf, now),
+            IpProtocol::Udp => {
+                // No UDP sockets yet: every port is closed (RFC 1122 §4.1.3.1).
+                self.icmp_dst_unreachable(DstUnreachable::PortUnreachable, 0, &repr, buf, now);
+            }
+            IpProtocol::Tcp => {
+                // TCP answers closed ports with RST; until it exists, drop and count.
+                self.ledger.counters().inc(Counter::IpDropUnknownProtocol);
+                self.free(Layer::Ip, Side::Receive, buf);
+            }
+            IpProtocol::Other(_) => {
+                self.ledger.counters().inc(Counter::IpDropUnknownProtocol);
+                self.icmp_dst_unreachable(DstUnreachable::ProtoUnreachable, 0, &repr, buf, now);
+            }
+        }
+    }
+
+    /// Adds a fragment to the reassembly queue; returns the whole datagram (with a header
+    /// rewritten for it) when this fragment completes one.
+    fn reassemble(
+        &mut self,
+        key: FragKey,
+        repr: &Ipv4Repr,
+        buf: PacketBuf,
+        now: Instant,
+    ) -> Option<(Ipv4Repr, PacketBuf)> {
+        self.ledger.counters().inc(Counter::IpFragmentsIn);
+        let result = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
+            let (header, payload) = buf.data().split_at(repr.header_len());
+            self.reassembler.add(
+                key,
+                repr.frag_offset as usize,
+                repr.more_frags,
+                header,
+                payload,
+                now,
+            )
+        };
+        self.free(Layer::Ip, Side::Receive, buf);
+        let Reassembled { header, payload } = match result {
+            Ok(Some(r)) => r,
+            Ok(None) => return None,
+            Err(e) => {
+                let c = match e {
+                    ReassemblyError::Overlap
+                    | ReassemblyError::PoisonedByOverlap
+                    | ReassemblyError::ConflictingEnd => Counter::IpDropFragOverlap,
+                    ReassemblyError::NoMemory => Counter::IpDropFragMemory,
+                    _ => Counter::IpDropFragMalformed,
+                };
+                self.ledger.counters().inc(c);
+                return None;
+            }
+        };
+        self.ledger.counters().inc(Counter::IpReassembled);
+        // The first fragment's header, made the header of the whole datagram.
+        let (mut whole, _) = Ipv4Repr::parse_truncated(&header, Checksum::Skip).ok()?;
+        whole.payload_len = payload.len();
+        whole.more_frags = false;
+        whole.frag_offset = 0;
+        let mut out = self
+            .alloc(Layer::Ip, Side::Receive, whole.buffer_len())
+            .ok()?;
+        let emitted = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
+            let mut p = ipv4::Packet::new_unchecked(out.data_mut());
+            let r = whole.emit(&mut p, Checksum::Skip);
+            if r.is_ok() {
+                p.payload_mut().copy_from_slice(&payload);
+            }
+            r
+        };
+        if emitted.is_err() {
+            self.free(Layer::Ip, Side::Receive, out);
+            self.ledger.counters().inc(Counter::IpDropFragMalformed);
+            return None;
+        }
+        Some((whole, out))
+    }
+
+    /// Sends `payload` (a transport message in a buffer with headroom) to `dst` as
+    /// `protocol`, fragmenting it to the MTU unless `dont_frag`.
+    pub(crate) fn ip_output(
+        &mut self,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        mut payload: PacketBuf,
+        dont_frag: bool,
+        now: Instant,
+    ) -> Result<(), SendError> {
+        if payload.len() > MAX_PAYLOAD {
+            let len = payload.len();
+            self.free(Layer::Ip, Side::Send, payload);
+            return Err(SendError::TooLarge {
+                len,
+                max: MAX_PAYLOAD,
+            });
+        }
+        let route = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::IpProto);
+            if self.is_own_address(dst) {
+                Ok(None)
+            } else {
+                match self.routes.lookup(dst) {
+                    Some(r) if r.interface < self.ifaces.len() => Ok(Some(r)),
+                    _ => Err(()),
+                }
+            }
+        };
+        let Ok(route) = route else {
+            self.ledger.counters().inc(Counter::IpDropNoRoute);
+            self.free(Layer::Ip, Side::Send, payload);
+            return Err(SendError::NoRoute);
+        };
+        let (src, mtu) = match route {
+            Some(r) => (
+                self.ifaces[r.interface].cidr.address,
+                self.ifaces[r.interface].caps.mtu,
+            ),
+            None => (dst, MAX_DATAGRAM),
+        };
+        let repr = Ipv4Repr {
+            src,
+            dst,
+            protocol,
+            ttl: self.config.ttl,
+            dscp: 0,
+            ecn: 0,
+            ident: self.next_ident(),
+            dont_frag,
+            more_frags: false,
+            frag_offset: 0,
+            payload_len: payload.len(),
+            options: Ipv4Options::NONE,
+        };
+        let hop = route.map(|r| (r.interface, r.next_hop));
+        if repr.buffer_len() > mtu {
+            if dont_frag {
+                self.ledger.counters().inc(Counter::IpDropNeedFrag);
+                self.free(Layer::Ip, Side::Send, payload);
+                return Err(SendError::NeedsFragmentation { mtu });
+            }
+            return self.fragment_output(repr, hop, payload, mtu, now);
+        }
+        if !self.prepend_ip_header(&repr, &mut payload) {
+            self.free(Layer::Ip, Side::Send, payload);
+            return Err(SendError::NoBuffer);
+        }
+        self.ledger.counters().inc(Counter::IpPacketsOut);
+        self.ip_to_link(hop, payload, now);
+        Ok(())
+    }
+
+    /// Hands a finished datagram to the link, or to the loopback queue.
+    fn ip_to_link(&mut self, hop: Option<(usize, Ipv4Address)>, datagram: PacketBuf, now: Instant) {
+        match hop {
+            Some((iface, next_hop)) => self.link_output(iface, next_hop, datagram, now),
+            None => self.loopback.push_back(datagram),
+        }
+    }
+
+    /// Writes the header into the buffer's headroom and fills its checksum.
+    fn prepend_ip_header(&self, repr: &Ipv4Repr, buf: &mut PacketBuf) -> bool {
+        let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::IpProto);
+        if buf.prepend(repr.header_len()).is_err() {
+            return false;
+        }
+        let mut p = ipv4::Packet::new_unchecked(buf.data_mut());
+        if repr.emit(&mut p, Checksum::Skip).is_err() {
+            return false;
+        }
+        let _c = self.ledger.probe(Layer::Ip, Side::Send, Op::Checksum);
+        if self.tuning.inline_ip_header_checksum {
+            p.fill_checksum();
+        } else {
+            p.fill_checksum_general(self.tuning.checksum);
+        }
+        true
+    }
+
+    /// RFC 791 §3.2 "Fragmentation": pieces of at most the MTU, each data part but the
+    /// last a multiple of 8 bytes, each with its own header.
+    fn fragment_output(
+        &mut self,
+        repr: Ipv4Repr,
+        hop: Option<(usize, Ipv4Address)>,
+        payload: PacketBuf,
+        mtu: usize,
+        now: Instant,
+    ) -> Result<(), SendError> {
+        let per_fragment = (mtu - repr.header_len()) / 8 * 8;
+        let total = payload.len();
+        let mut offset = 0;
+        let mut result = Ok(());
+        while offset < total {
+            let len = per_fragment.min(total - offset);
+            let Ok(mut frag) = self.alloc(Layer::Ip, Side::Send, len) else {
+                result = Err(SendError::NoBuffer);
+                break;
+            };
+            {
+                let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::BufMisc);
+                frag.data_mut()
+                    .copy_from_slice(&payload.data()[offset..offset + len]);
+            }
+            let piece = Ipv4Repr {
+                more_frags: offset + len < total,
+                frag_offset: offset as u16,
+                payload_len: len,
+                ..repr
+            };
+            if !self.prepend_ip_header(&piece, &mut frag) {
+                self.free(Layer::Ip, Side::Send, frag);
+                result = Err(SendError::NoBuffer);
+                break;
+            }
+            self.ledger.counters().inc(Counter::IpFragmentsOut);
+            self.ip_to_link(hop, frag, now);
+            offset += len;
+        }
+        self.ledger.counters().inc(Counter::IpPacketsOut);
+        self.free(Layer::Ip, Side::Send, payload);
+        result
+    }
+}

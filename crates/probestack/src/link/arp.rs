@@ -1,0 +1,279 @@
+//! The ARP cache (RFC 826, RFC 1122 §2.3.2): resolved entries with a lifetime, static
+//! entries, and for each address being resolved a bounded queue of packets waiting for the
+//! answer (RFC 1122 §2.3.2.2: "SHOULD save (rather than discard) at least one packet").
+//!
+//! The cache holds packets of any type `P` and decides; the link layer sends the requests
+//! and the packets.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::time::{Duration, Instant};
+use crate::wire::ethernet::EthernetAddress;
+use crate::wire::Ipv4Address;
+
+/// Timers and limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArpConfig {
+    /// How long a learned entry lives (Linux's base reachable time is 30 s; BSD used 20 min).
+    pub entry_lifetime: Duration,
+    /// Time between requests for an unanswered address (RFC 1122 §2.3.2.1: at most one
+    /// per second per address).
+    pub request_interval: Duration,
+    /// Requests sent before giving up and dropping the waiting packets.
+    pub max_requests: u32,
+    /// Packets kept per unresolved address; further ones push out the oldest.
+    pub queue_per_address: usize,
+}
+
+impl Default for ArpConfig {
+    fn default() -> Self {
+        ArpConfig {
+            entry_lifetime: Duration::from_secs(60),
+            request_interval: Duration::from_secs(1),
+            max_requests: 3,
+            queue_per_address: 8,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Entry<P> {
+    Resolved {
+        mac: EthernetAddress,
+        /// `None` for a static entry.
+        expires: Option<Instant>,
+    },
+    Pending {
+        waiting: VecDeque<P>,
+        requests_sent: u32,
+        next_request: Instant,
+    },
+}
+
+/// What to do with a packet for an address.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Resolution<P> {
+    /// Send now to this MAC.
+    Resolved(EthernetAddress, P),
+    /// Queued; send an ARP request for the address now.
+    QueuedSendRequest,
+    /// Queued behind a request already sent.
+    Queued,
+    /// Queued, and this older packet was pushed out of the full queue (count a drop).
+    QueuedDropped(P),
+}
+
+/// Work the cache asks of the link layer after its timers run.
+#[derive(Debug, Default)]
+pub struct ArpTimers<P> {
+    /// Addresses to send another request for.
+    pub requests: Vec<Ipv4Address>,
+    /// Packets dropped because their address never answered.
+    pub unresolved: Vec<P>,
+}
+
+/// The cache of one interface.
+#[derive(Debug)]
+pub struct ArpCache<P> {
+    config: ArpConfig,
+    entries: HashMap<Ipv4Address, Entry<P>>,
+}
+
+impl<P> ArpCache<P> {
+    pub fn new(config: ArpConfig) -> ArpCache<P> {
+        ArpCache {
+            config,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// A permanent entry (like `arp -s`); replaces any learned one and releases packets
+    /// waiting for it.
+    pub fn insert_static(&mut self, ip: Ipv4Address, mac: EthernetAddress) -> Vec<P> {
+        self.set(ip, mac, None)
+    }
+
+    /// The MAC for `ip`, if resolved and not expired.
+    pub fn lookup(&self, ip: Ipv4Address, now: Instant) -> Option<EthernetAddress> {
+        match self.entries.get(&ip) {
+            Some(Entry::Resolved { mac, expires }) if expires.is_none_or(|e| now < e) => Some(*mac),
+            _ => None,
+        }
+    }
+
+    /// Resolves `ip` for `packet`: gives it back with the MAC when known, otherwise queues
+    /// it and says whether a request should go out now.
+    pub fn resolve(&mut self, ip: Ipv4Address, packet: P, now: Instant) -> Resolution<P> {
+        if let Some(mac) = self.lookup(ip, now) {
+            return Resolution::Resolved(mac, packet);
+        }
+        let cap = self.config.queue_per_address.max(1);
+        match self.entries.get_mut(&ip) {
+            Some(Entry::Pending { waiting, .. }) => {
+                waiting.push_back(packet);
+                if waiting.len() > cap {
+                    if let Some(old) = waiting.pop_front() {
+                        return Resolution::QueuedDropped(old);
+                    }
+                }
+                Resolution::Queued
+            }
+            _ => {
+                // Absent, or resolved but expired: start resolving.
+                let mut waiting = VecDeque::with_capacity(1);
+                waiting.push_back(packet);
+                self.entries.insert(
+                    ip,
+                    Entry::Pending {
+                        waiting,
+                        requests_sent: 1,
+                        next_request: now + self.config.request_interval,
+                    },
+                );
+                Resolution::QueuedSendRequest
+            }
+        }
+    }
+
+    /// Learns a mapping from an ARP packet (RFC 826 "merge"): updates an existing entry,
+    /// or creates one when `create` (the packet was addressed to us). Returns the packets
+    /// that were waiting for it, to be sent now. Static entries are never overwritten.
+    pub fn learn(
+        &mut self,
+        ip: Ipv4Address,
+        mac: EthernetAddress,
+        create: bool,
+        now: Instant,
+    ) -> Vec<P> {
+        match self.entries.get(&ip) {
+            Some(Entry::Resolved { expires: None, .. }) => Vec::new(),
+            Some(_) => self.set(ip, mac, Some(now + self.config.entry_lifetime)),
+            None if create => self.set(ip, mac, Some(now + self.config.entry_lifetime)),
+            None => Vec::new(),
+        }
+    }
+
+    fn set(&mut self, ip: Ipv4Address, mac: EthernetAddress, expires: Option<Instant>) -> Vec<P> {
+        match self.entries.insert(ip, Entry::Resolved { mac, expires }) {
+            Some(Entry::Pending { waiting, .. }) => waiting.into(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Runs the timers: requests to repeat, packets to give up on, expired entries to
+    /// forget.
+    pub fn poll(&mut self, now: Instant) -> ArpTimers<P> {
+        let mut out = ArpTimers {
+            requests: Vec::new(),
+            unresolved: Vec::new(),
+        };
+        let (interval, max) = (self.config.request_interval, self.config.max_requests);
+        self.entries.retain(|ip, e| match e {
+            Entry::Resolved { expires, .. } => expires.is_none_or(|x| now < x),
+            Entry::Pending {
+                waiting,
+                requests_sent,
+                next_request,
+            } => {
+                if now < *next_request {
+                    return true;
+                }
+                if *requests_sent >= max {
+                    out.unresolved.extend(waiting.drain(..));
+                    return false;
+                }
+                *requests_sent += 1;
+                *next_request = now + interval;
+                out.requests.push(*ip);
+                true
+            }
+        });
+        out
+    }
+
+    /// The earliest time [`poll`](Self::poll) has work.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.entries
+            .values()
+            .filter_map(|e| match e {
+                Entry::Pending { next_request, .. } => Some(*next_request),
+                Entry::Resolved { expires, .. } => *expires,
+            })
+            .min()
+    }
+
+    /// Packets waiting for resolution, over all addresses.
+    pub fn waiting(&self) -> usize {
+        self.entries
+            .values()
+            .map(|e| match e {
+                Entry::Pending { waiting, .. } => waiting.len(),
+                Entry::Resolved { .. } => 0,
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IP: Ipv4Address = Ipv4Address::new(198, 18, 0, 9);
+    const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 9]);
+
+    fn t(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    #[test]
+    fn queues_until_learned_then_releases_in_order() {
+        let mut c: ArpCache<i32> = ArpCache::new(ArpConfig::default());
+        assert_eq!(c.resolve(IP, 1, t(0)), Resolution::QueuedSendRequest);
+        assert_eq!(c.resolve(IP, 2, t(1)), Resolution::Queued);
+        assert_eq!(c.waiting(), 2);
+        // A packet not addressed to us does not create an entry, but updates one.
+        assert_eq!(c.learn(IP, MAC, false, t(2)), vec![1, 2]);
+        assert_eq!(c.resolve(IP, 3, t(3)), Resolution::Resolved(MAC, 3));
+        assert!(c
+            .learn(Ipv4Address::new(198, 18, 0, 10), MAC, false, t(3))
+            .is_empty());
+        assert_eq!(c.lookup(Ipv4Address::new(198, 18, 0, 10), t(3)), None);
+    }
+
+    #[test]
+    fn retries_then_gives_up_and_expires() {
+        let cfg = ArpConfig::default();
+        let mut c = ArpCache::new(cfg);
+        assert_eq!(c.resolve(IP, 7, t(0)), Resolution::QueuedSendRequest);
+        assert_eq!(c.next_deadline(), Some(t(1000)));
+        assert!(c.poll(t(999)).requests.is_empty());
+        assert_eq!(c.poll(t(1000)).requests, vec![IP]);
+        assert_eq!(c.poll(t(2000)).requests, vec![IP]);
+        let last = c.poll(t(3000));
+        assert!(last.requests.is_empty());
+        assert_eq!(last.unresolved, vec![7]);
+        assert_eq!(c.waiting(), 0);
+        // Learned entries expire after their lifetime.
+        c.learn(IP, MAC, true, t(0));
+        assert_eq!(c.lookup(IP, t(59_999)), Some(MAC));
+        assert_eq!(c.lookup(IP, t(60_000)), None);
+        c.poll(t(60_000));
+        assert_eq!(c.next_deadline(), None);
+    }
+
+    #[test]
+    fn queue_is_bounded_and_static_entries_stay() {
+        let mut c = ArpCache::new(ArpConfig {
+            queue_per_address: 2,
+            ..ArpConfig::default()
+        });
+        c.resolve(IP, 1, t(0));
+        c.resolve(IP, 2, t(0));
+        assert_eq!(c.resolve(IP, 3, t(0)), Resolution::QueuedDropped(1));
+        assert_eq!(c.insert_static(IP, MAC), vec![2, 3]);
+        let other = EthernetAddress([2, 0, 0, 0, 0, 0x77]);
+        assert!(c.learn(IP, other, true, t(5)).is_empty());
+        assert_eq!(c.lookup(IP, t(1 << 40)), Some(MAC));
+        assert_eq!(c.next_deadline(), None);
+    }
+}

@@ -1,0 +1,269 @@
+//! The link layer: Ethernet II framing and demultiplexing, and ARP (RFC 826).
+//!
+//! Receive: a frame from the driver is checked for its destination and type, then handed
+//! to IP or ARP with its Ethernet header stripped (the buffer's window moves; nothing is
+//! copied). Send: IP hands down a datagram and the next hop's address; the link resolves
+//! the address (or queues the datagram while it asks), prepends the header into the
+//! buffer's headroom, and gives the frame to the driver.
+
+pub mod arp;
+
+use crate::buf::PacketBuf;
+use crate::driver::{DeviceContext, RxFrame, TxMeta};
+use crate::link::arp::Resolution;
+use crate::probe::{Counter, Layer, Op, Side};
+use crate::stack::Stack;
+use crate::time::Instant;
+use crate::wire::arp::{self as arp_wire, ArpOperation, ArpRepr};
+use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetRepr};
+use crate::wire::Ipv4Address;
+
+impl Stack {
+    /// A frame from interface `iface`'s device.
+    pub(crate) fn link_input(&mut self, iface: usize, rx: RxFrame, now: Instant) {
+        let RxFrame {
+            mut frame,
+            checksum,
+        } = rx;
+        let repr = {
+            let _p = self.ledger.probe(Layer::Link, Side::Receive, Op::LinkProto);
+            let parsed =
+                ethernet::Frame::new_checked(frame.data()).and_then(|f| EthernetRepr::parse(&f));
+            match parsed {
+                Ok(r) => {
+                    let mac = self.ifaces[iface].mac;
+                    if r.destination != mac && !r.destination.is_broadcast() {
+                        Err(Counter::LinkDropNotForUs)
+                    } else {
+                        Ok(r)
+                    }
+                }
+                Err(_) => Err(Counter::LinkDropMalformed),
+            }
+        };
+        let repr = match repr {
+            Ok(r) => r,
+            Err(c) => {
+                self.ledger.counters().inc(c);
+                self.pool.free(frame);
+                return;
+            }
+        };
+        // Strip the header: the window moves, the bytes stay where they are.
+        if frame.trim_front(ethernet::HEADER_LEN).is_err() {
+            self.ledger.counters().inc(Counter::LinkDropMalformed);
+            self.pool.free(frame);
+            return;
+        }
+        match repr.ethertype {
+            EtherType::Ipv4 => self.ip_input(iface, frame, checksum, now),
+            EtherType::Arp => self.arp_input(iface, frame, now),
+            _ => {
+                self.ledger.counters().inc(Counter::LinkDropUnknownType);
+                self.pool.free(frame);
+            }
+        }
+    }
+
+    /// An ARP packet (RFC 826 "Packet Reception").
+    fn arp_input(&mut self, iface: usize, packet: PacketBuf, now: Instant) {
+        let (arp, released, reply) = {
+            let _p = self.ledger.probe(Layer::Link, Side::Receive, Op::Arp);
+            let parsed =
+                arp_wire::Packet::new_checked(packet.data()).and_then(|p| ArpRepr::parse(&p));
+            let Ok(arp) = parsed else {
+                self.ledger.counters().inc(Counter::ArpDropMalformed);
+                drop(_p);
+                return self.free(Layer::Link, Side::Receive, packet);
+            };
+            let ours = self.ifaces[iface].cidr.address;
+            let for_us = arp.target_protocol_addr == ours;
+            match arp.operation {
+                ArpOperation::Request => self.ledger.counters().inc(Counter::ArpRequestsIn),
+                ArpOperation::Reply => self.ledger.counters().inc(Counter::ArpRepliesIn),
+            }
+            // A sender claiming our own address or a non-unicast MAC teaches nothing.
+            let sender_ok = arp.sender_hardware_addr.is_unicast()
+                && !arp.sender_protocol_addr.is_unspecified()
+                && arp.sender_protocol_addr != ours;
+            // "Merge": update an entry we have; create one if we are the target.
+            let released = if sender_ok {
+                self.ifaces[iface].arp.learn(
+                    arp.sender_protocol_addr,
+                    arp.sender_hardware_addr,
+                    for_us,
+                    now,
+                )
+            } else {
+                Vec::new()
+            };
+            let reply =
+                (for_us && sender_ok && arp.operation == ArpOperation::Request).then(|| ArpRepr {
+                    operation: ArpOperation::Reply,
+                    sender_hardware_addr: self.ifaces[iface].mac,
+                    sender_protocol_addr: ours,
+                    target_hardware_addr: arp.sender_hardware_addr,
+                    target_protocol_addr: arp.sender_protocol_addr,
+                });
+            (arp, released, reply)
+        };
+        self.free(Layer::Link, Side::Receive, packet);
+        for p in released {
+            self.link_send_ipv4(iface, arp.sender_hardware_addr, p, now);
+        }
+        if let Some(reply) = reply {
+            if self.send_arp(iface, &reply, arp.sender_hardware_addr, now) {
+                self.ledger.counters().inc(Counter::ArpRepliesOut);
+            }
+        }
+    }
+
+    /// Asks who has `target` on interface `iface`.
+    pub(crate) fn send_arp_request(&mut self, iface: usize, target: Ipv4Address, now: Instant) {
+        let i = &self.ifaces[iface];
+        let req = ArpRepr {
+            operation: ArpOperation::Request,
+            sender_hardware_addr: i.mac,
+            sender_protocol_addr: i.cidr.address,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: target,
+        };
+        if self.send_arp(iface, &req, EthernetAddress::BROADCAST, now) {
+            self.ledger.counters().inc(Counter::ArpRequestsOut);
+        }
+    }
+
+    fn send_arp(&mut self, iface: usize, arp: &ArpRepr, to: EthernetAddress, now: Instant) -> bool {
+        let Ok(mut buf) = self.alloc(Layer::Link, Side::Send, arp.buffer_len()) else {
+            return false;
+        };
+        let emitted = {
+            let _p = self.ledger.probe(Layer::Link, Side::Send, Op::Arp);
+            arp.emit(&mut arp_wire::Packet::new_unchecked(buf.data_mut()))
+        };
+        if emitted.is_err() {
+            self.pool.free(buf);
+            return false;
+        }
+        self.link_send(iface, to, EtherType::Arp, buf, now)
+    }
+
+    /// Sends an IP datagram to `next_hop` on `iface`: now if its MAC is known, else after
+    /// ARP answers.
+    pub(crate) fn link_output(
+        &mut self,
+        iface: usize,
+        next_hop: Ipv4Address,
+        datagram: PacketBuf,
+        now: Instant,
+    ) {
+        let i = &self.ifaces[iface];
+        if next_hop.is_broadcast() || next_hop == i.cidr.broadcast() {
+            self.link_send_ipv4(iface, EthernetAddress::BROADCAST, datagram, now);
+            return;
+        }
+        let resolution = {
+            let _p = self.ledger.probe(Layer::Link, Side::Send, Op::Arp);
+            self.ifaces[iface].arp.resolve(next_hop, datagram, now)
+        };
+        match resolution {
+            Resolution::Resolved(mac, d) => self.link_send_ipv4(iface, mac, d, now),
+            Resolution::QueuedSendRequest => self.send_arp_request(iface, next_hop, now),
+            Resolution::Queued => {}
+            Resolution::QueuedDropped(old) => {
+                self.ledger.counters().inc(Counter::ArpDropQueueFull);
+                self.pool.free(old);
+            }
+        }
+    }
+
+    pub(crate) fn link_send_ipv4(
+        &mut self,
+        iface: usize,
+        to: EthernetAddress,
+        datagram: PacketBuf,
+        now: Instant,
+    ) {
+        self.link_send(iface, to, EtherType::Ipv4, datagram, now);
+    }
+
+    /// Prepends the Ethernet header into the buffer's headroom and transmits.
+    fn link_send(
+        &mut self,
+        iface: usize,
+        to: EthernetAddress,
+        ethertype: EtherType,
+        mut buf: PacketBuf,
+        now: Instant,
+    ) -> bool {
+        {
+            let _p = self.ledger.probe(Layer::Link, Side::Send, Op::LinkProto);
+            let repr = EthernetRepr {
+                source: self.ifaces[iface].mac,
+                destination: to,
+                ethertype,
+            };
+            let ok = match buf.prepend(ethernet::HEADER_LEN) {
+                Ok(h) => repr.emit(&mut ethernet::Frame::new_unchecked(h)).is_ok(),
+                Err(_) => false,
+            };
+            if !ok {
+                self.ledger.counters().inc(Counter::StackDropNoBuffer);
+                self.pool.free(buf);
+                return false;
+            }
+        }
+        self.device_transmit(iface, buf, now)
+    }
+
+    /// Hands a whole frame to the interface's device. A full transmit queue drops the
+    /// frame here, counted, and its buffer goes back to the pool.
+    fn device_transmit(&mut self, iface: usize, frame: PacketBuf, now: Instant) -> bool {
+        let refused = {
+            let _p = self
+                .ledger
+                .probe(Layer::Driver, Side::Send, Op::DeviceQueue);
+            let cx = DeviceContext {
+                now,
+                ledger: &self.ledger,
+            };
+            let dev = &mut self.ifaces[iface].device;
+            if dev.tx_ready() {
+                dev.transmit(frame, TxMeta::default(), &cx)
+                    .err()
+                    .map(|_| None)
+            } else {
+                Some(Some(frame))
+            }
+        };
+        match refused {
+            None => true,
+            Some(kept) => {
+                self.ledger.counters().inc(Counter::StackDropDeviceRefused);
+                if let Some(f) = kept {
+                    self.free(Layer::Driver, Side::Send, f);
+                }
+                false
+            }
+        }
+    }
+
+    /// Gives a buffer back to the pool, charged to the layer that is done with it.
+    pub(crate) fn free(&mut self, layer: Layer, side: Side, buf: PacketBuf) {
+        let _p = self.ledger.probe(layer, side, Op::BufFree);
+        self.pool.free(buf);
+    }
+
+    /// A packet buffer for `len` bytes with headroom for every header below, charged to
+    /// the layer that asks.
+    pub(crate) fn alloc(&mut self, layer: Layer, side: Side, len: usize) -> Result<PacketBuf, ()> {
+        let _p = self.ledger.probe(layer, side, Op::BufAlloc);
+        match self.pool.alloc(len, crate::buf::HEADROOM) {
+            Ok(b) => Ok(b),
+            Err(_) => {
+                self.ledger.counters().inc(Counter::StackDropNoBuffer);
+                Err(())
+            }
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! The `Stack`: interfaces, routes, the IP and link layers' state, the buffer pool and the
+//! ledger of one host (DESIGN.md §2).
+//!
+//! It does no I/O of its own and reads no clock: [`Stack::poll`] is told the time, moves
+//! frames between the devices and the protocol layers, runs the timers that are due, and
+//! returns when it next needs to run. Randomness (IP identifiers, later ISNs and ports)
+//! comes from a seeded [`Rng`], so a run on a virtual clock replays exactly.
+//!
+//! The data flow, one call chain per frame: `poll` → driver batch → [`link`](crate::link)
+//! (Ethernet, ARP) → [`ip`](crate::ip) (validation, reassembly, dispatch) → ICMP or a
+//! transport; and down again for what they send.
+
+use std::collections::VecDeque;
+
+use crate::buf::{Pool, PoolConfig};
+use crate::driver::{Device, DeviceCaps, DeviceContext, RxFrame};
+use crate::ip::reassembly::{Reassembler, ReassemblyConfig};
+use crate::ip::route::{Ipv4Cidr, NextHop, Route, RouteTable};
+use crate::link::arp::{ArpCache, ArpConfig};
+use crate::probe::{Counter, Ledger};
+use crate::rng::Rng;
+use crate::time::{Duration, Instant};
+use crate::tuning::Tuning;
+use crate::wire::ethernet::EthernetAddress;
+use crate::wire::Ipv4Address;
+
+/// How a stack is set up.
+#[derive(Clone, Debug)]
+pub struct StackConfig {
+    pub tuning: Tuning,
+    /// Seed of the stack's random numbers.
+    pub seed: u64,
+    pub arp: ArpConfig,
+    pub reassembly: ReassemblyConfig,
+    /// Frames taken from a device per notification (the batch of interrupt coalescing).
+    pub rx_batch: usize,
+    /// TTL of datagrams the stack sends (RFC 1122 §3.2.1.7 asks for a configurable one;
+    /// 64 is the usual value).
+    pub ttl: u8,
+    /// ICMP errors per second allowed, and the burst (RFC 1812 §4.3.2.8 rate limiting).
+    pub icmp_errors_per_sec: u32,
+    pub icmp_error_burst: u32,
+    /// Echo replies kept for [`Stack::take_echo_reply`] before new ones are dropped.
+    pub echo_reply_queue: usize,
+    /// Cap on packet-buffer memory outstanding.
+    pub buffer_limit_bytes: usize,
+}
+
+impl Default for StackConfig {
+    fn default() -> Self {
+        StackConfig {
+            tuning: Tuning::fast(),
+            seed: 0x5EED,
+            arp: ArpConfig::default(),
+            reassembly: ReassemblyConfig::default(),
+            rx_batch: 64,
+            ttl: 64,
+            icmp_errors_per_sec: 100,
+            icmp_error_burst: 50,
+            echo_reply_queue: 1024,
+            buffer_limit_bytes: 256 << 20,
+        }
+    }
+}
+
+/// An interface's addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InterfaceConfig {
+    pub mac: EthernetAddress,
+    /// The interface address and its subnet; a direct route to the subnet is added.
+    pub cidr: Ipv4Cidr,
+}
+
+/// Why a send failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// No route to the destination.
+    NoRoute,
+    /// Larger than an IPv4 datagram can be.
+    TooLarge { len: usize, max: usize },
+    /// Don't-fragment was set and the datagram is larger than the path MTU.
+    NeedsFragmentation { mtu: usize },
+    /// No packet buffer could be had (the buffer memory limit).
+    NoBuffer,
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::NoRoute => write!(f, "no route to host"),
+            SendError::TooLarge { len, max } => {
+                write!(f, "message of {len} bytes is larger than the maximum {max}")
+            }
+            SendError::NeedsFragmentation { mtu } => {
+                write!(f, "don't-fragment set and larger than the MTU of {mtu}")
+            }
+            SendError::NoBuffer => write!(f, "no buffer space"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// An ICMP echo reply received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EchoReply {
+    pub from: Ipv4Address,
+    pub ident: u16,
+    pub seq_no: u16,
+    pub data: Vec<u8>,
+    pub received_at: Instant,
+}
+
+/// One interface: a device and what the stack keeps for it.
+pub(crate) struct Interface {
+    pub device: Box<dyn Device + Send>,
+    pub caps: DeviceCaps,
+    pub mac: EthernetAddress,
+    pub cidr: Ipv4Cidr,
+    /// IP datagrams (no Ethernet header yet) waiting for their next hop's address.
+    pub arp: ArpCache<crate::buf::PacketBuf>,
+    /// The last batch ran out of budget with frames left: keep draining without waiting
+    /// for another notification (as NAPI stays in polling mode).
+    pub rx_more: bool,
+}
+
+/// A token bucket for ICMP errors.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RateLimiter {
+    tokens: u64,
+    burst: u64,
+    per_sec: u64,
+    last: Instant,
+}
+
+impl RateLimiter {
+    fn new(per_sec: u32, burst: u32) -> RateLimiter {
+        RateLimiter {
+            tokens: burst as u64 * 1_000_000_000,
+            burst: burst as u64 * 1_000_000_000,
+            per_sec: per_sec as u64,
+            last: Instant::ZERO,
+        }
+    }
+
+    /// Takes one token if there is one. Tokens are kept in units of 1/10^9 so that the
+    /// refill is exact in integer arithmetic.
+    pub fn allow(&mut self, now: Instant) -> bool {
+        let dt = (now - self.last).as_nanos();
+        self.last = self.last.max(now);
+        self.tokens = (self.tokens + dt.saturating_mul(self.per_sec)).min(self.burst);
+        if self.tokens >= 1_000_000_000 {
+            self.tokens -= 1_000_000_000;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// One host's TCP/IP stack.
+pub struct Stack {
+    pub(crate) config: StackConfig,
+    pub(crate) tuning: Tuning,
+    pub(crate) ledger: Ledger,
+    pub(crate) pool: Pool,
+    pub(crate) ifaces: Vec<Interface>,
+    pub(crate) routes: RouteTable,
+    pub(crate) next_ident: u16,
+    pub(crate) reassembler: Reassembler,
+    pub(crate) icmp_limiter: RateLimiter,
+    pub(crate) echo_replies: VecDeque<EchoReply>,
+    /// Datagrams sent to one of our own addresses, delivered at the next poll.
+    pub(crate) loopback: VecDeque<crate::buf::PacketBuf>,
+    /// The receive batch, kept between polls so that draining allocates nothing.
+    rx_batch: Vec<RxFrame>,
+    pub(crate) now: Instant,
+}
+
+impl Stack {
+    pub fn new(config: StackConfig) -> Stack {
+        let mut rng = Rng::new(config.seed);
+        let next_ident = rng.next_u32() as u16;
+        let pool = Pool::new(
+            PoolConfig::new(config.tuning.buffer_cache).with_limit(config.buffer_limit_bytes),
+        );
+        Stack {
+            tuning: config.tuning,
+            ledger: Ledger::new(),
+            pool,
+            ifaces: Vec::new(),
+            routes: RouteTable::new(),
+            next_ident,
+            reassembler: Reassembler::new(config.reassembly),
+            icmp_limiter: RateLimiter::new(config.icmp_errors_per_sec, config.icmp_error_burst),
+            echo_replies: VecDeque::new(),
+            loopback: VecDeque::new(),
+            rx_batch: Vec::with_capacity(config.rx_batch),
+            now: Instant::ZERO,
+            config,
+        }
+    }
+
+    /// Adds an interface with its device and a direct route to its subnet; returns its
+    /// index.
+    pub fn add_interface(&mut self, device: Box<dyn Device + Send>, cfg: InterfaceConfig) -> usize {
+        let index = self.ifaces.len();
+        let caps = device.caps();
+        self.ifaces.push(Interface {
+            device,
+            caps,
+            mac: cfg.mac,
+            cidr: cfg.cidr,
+            arp: ArpCache::new(self.config.arp),
+            rx_more: false,
+        });
+        self.routes.add(Route {
+            destination: cfg.cidr.network(),
+            next_hop: NextHop::Direct,
+            interface: index,
+        });
+        index
+    }
+
+    /// The routing table, to add gateways and default routes.
+    pub fn routes_mut(&mut self) -> &mut RouteTable {
+        &mut self.routes
+    }
+
+    pub fn routes(&self) -> &RouteTable {
+        &self.routes
+    }
+
+    /// A permanent ARP entry on an interface.
+    pub fn add_static_arp(&mut self, iface: usize, ip: Ipv4Address, mac: EthernetAddress) {
+        let Some(i) = self.ifaces.get_mut(iface) else {
+            return;
+        };
+        let released = i.arp.insert_static(ip, mac);
+        let now = self.now;
+        for p in released {
+            self.link_send_ipv4(iface, mac, p, now);
+        }
+    }
+
+    /// The interface's device capabilities.
+    pub fn interface_caps(&self, iface: usize) -> Option<DeviceCaps> {
+        self.ifaces.get(iface).map(|i| i.caps)
+    }
+
+    /// The interface's address.
+    pub fn interface_cidr(&self, iface: usize) -> Option<Ipv4Cidr> {
+        self.ifaces.get(iface).map(|i| i.cidr)
+    }
+
+    /// Whether `a` is one of this host's addresses.
+    pub fn is_own_address(&self, a: Ipv4Address) -> bool {
+        self.ifaces.iter().any(|i| i.cidr.address == a)
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    /// Changes the switches between experiments.
+    pub fn set_tuning(&mut self, t: Tuning) {
+        self.tuning = t;
+        self.pool.set_buffer_cache(t.buffer_cache);
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub fn reassembler(&self) -> &Reassembler {
+        &self.reassembler
+    }
+
+    /// Moves frames and runs timers; returns when the stack next needs a poll (`None`:
+    /// only when a device notifies).
+    pub fn poll(&mut self, now: Instant) -> Option<Instant> {
+        self.now = self.now.max(now);
+        let now = self.now;
+
+        for i in 0..self.ifaces.len() {
+            self.drain_device(i, now);
+        }
+        while let Some(p) = self.loopback.pop_front() {
+            self.in_message(p.len(), |s| {
+                s.ip_input(crate::ip::LOOPBACK, p, crate::driver::RxChecksum::None, now)
+            });
+        }
+        self.run_timers(now);
+        self.next_deadline()
+    }
+
+    /// After a notification, takes up to a batch of frames and runs each up the stack.
+    /// A batch that used its whole budget leaves the interface in polling mode, so the
+    /// rest is taken at the next poll without another notification.
+    fn drain_device(&mut self, i: usize, now: Instant) {
+        let mut batch = std::mem::take(&mut self.rx_batch);
+        let budget = self.config.rx_batch.max(1);
+        {
+            let cx = DeviceContext {
+                now,
+                ledger: &self.ledger,
+            };
+            let iface = &mut self.ifaces[i];
+            let notified = iface.device.take_notification(&cx);
+            if notified || iface.rx_more {
+                while batch.len() < budget {
+                    match iface.device.receive(&cx) {
+                        Some(f) => batch.push(f),
+                        None => break,
+                    }
+                }
+                iface.rx_more = batch.len() == budget;
+            }
+        }
+        for rx in batch.drain(..) {
+            self.in_message(rx.frame.len(), |s| s.link_input(i, rx, now));
+        }
+        self.rx_batch = batch;
+    }
+
+    fn run_timers(&mut self, now: Instant) {
+        for i in 0..self.ifaces.len() {
+            let timers = self.ifaces[i].arp.poll(now);
+            for p in timers.unresolved {
+                self.ledger.counters().inc(Counter::ArpDropUnresolved);
+                self.pool.free(p);
+            }
+            for ip in timers.requests {
+                self.send_arp_request(i, ip, now);
+            }
+        }
+        for expired in self.reassembler.expire(now) {
+            self.ledger.counters().inc(Counter::IpReassemblyTimeout);
+            // RFC 1122 §3.3.2: Time Exceeded (code 1) only if the first fragment came.
+            if let Some(first) = expired.first_fragment {
+                self.icmp_time_exceeded_reassembly(&first, now);
+            }
+        }
+    }
+
+    /// When the stack next needs a poll, as things stand (what [`poll`](Self::poll)
+    /// returned, brought up to date with anything that arrived since).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let mut d: Option<Instant> = None;
+        let mut take = |t: Option<Instant>| {
+            if let Some(t) = t {
+                d = Some(d.map_or(t, |x: Instant| x.min(t)));
+            }
+        };
+        for i in &self.ifaces {
+            take(i.device.next_deadline());
+            take(i.arp.next_deadline());
+        }
+        take(self.reassembler.next_deadline());
+        if !self.loopback.is_empty() || self.ifaces.iter().any(|i| i.rx_more) {
+            take(Some(self.now));
+        }
+        d
+    }
+
+    /// Sends an ICMP echo request (a ping) with `data`.
+    pub fn ping(
+        &mut self,
+        dst: Ipv4Address,
+        ident: u16,
+        seq_no: u16,
+        data: &[u8],
+        now: Instant,
+    ) -> Result<(), SendError> {
+        self.now = self.now.max(now);
+        self.in_message(data.len(), |s| {
+            s.icmp_send_echo(dst, ident, seq_no, data, now)
+        })
+    }
+
+    /// Runs `f` as one message of the ledger (a frame received, a datagram sent).
+    pub(crate) fn in_message<R>(&mut self, size: usize, f: impl FnOnce(&mut Stack) -> R) -> R {
+        self.ledger.begin_message(size);
+        let r = f(self);
+        self.ledger.end_message();
+        r
+    }
+
+    /// The oldest echo reply received and not yet taken.
+    pub fn take_echo_reply(&mut self) -> Option<EchoReply> {
+        self.echo_replies.pop_front()
+    }
+
+    /// A fresh IP identifier (RFC 6864: unique per source, destination and protocol for
+    /// the datagram's lifetime; a counter from a random start).
+    pub(crate) fn next_ident(&mut self) -> u16 {
+        self.next_ident = self.next_ident.wrapping_add(1);
+        self.next_ident
+    }
+
+    /// How long reassembly keeps an incomplete datagram.
+    pub fn reassembly_timeout(&self) -> Duration {
+        self.config.reassembly.timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limiter_allows_a_burst_then_the_rate() {
+        let mut r = RateLimiter::new(10, 3);
+        let t0 = Instant::from_millis(1);
+        assert!(r.allow(t0) && r.allow(t0) && r.allow(t0));
+        assert!(!r.allow(t0));
+        // 100 ms later one token has come back.
+        let t1 = Instant::from_millis(101);
+        assert!(r.allow(t1));
+        assert!(!r.allow(t1));
+    }
+}
