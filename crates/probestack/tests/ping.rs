@@ -268,12 +268,16 @@ fn lone_b(max_bytes: usize) -> (Stack, probestack::driver::MemoryNic, VirtualClo
     (b, raw, VirtualClock::new())
 }
 
-/// A fragment from A to B: `len` bytes at `offset`, more fragments to come.
+/// A fragment of a UDP datagram from A to B: `len` bytes at `offset`, more to come.
 fn fragment_frame(ident: u16, offset: usize, len: usize, fill: u8) -> Vec<u8> {
+    fragment_of(IpProtocol::Udp, ident, offset, len, fill)
+}
+
+fn fragment_of(protocol: IpProtocol, ident: u16, offset: usize, len: usize, fill: u8) -> Vec<u8> {
     let ip = Ipv4Repr {
         src: ADDR_A,
         dst: ADDR_B,
-        protocol: IpProtocol::Icmp,
+        protocol,
         ttl: 64,
         dscp: 0,
         ecn: 0,
@@ -335,7 +339,12 @@ fn a_fragment_flood_stays_within_the_memory_cap() {
     clock.advance(Duration::from_secs(31));
     b.poll(clock.now());
     assert_eq!(b.reassembler().bytes_held(), 0);
-    assert!(b.ledger().counters().get(Counter::IpReassemblyTimeout) > 0);
+    let c = b.ledger().counters();
+    assert!(c.get(Counter::IpReassemblyTimeout) > 0);
+    // Time Exceeded (reassembly) went out for datagrams whose first fragment came, up to
+    // the rate limit's burst.
+    assert!(c.get(Counter::IcmpErrorsOut) > 0);
+    assert!(c.get(Counter::IcmpErrorsOut) + c.get(Counter::IcmpErrorsRateLimited) > 0);
 }
 
 #[test]
@@ -351,4 +360,90 @@ fn overlapping_fragments_are_dropped_and_counted() {
     assert!(c.get(Counter::IpDropFragOverlap) >= 2);
     assert_eq!(c.get(Counter::IpReassembled), 0);
     assert_eq!(b.reassembler().bytes_held(), 0);
+}
+
+#[test]
+fn two_stacks_on_two_threads() {
+    use probestack::time::RealClock;
+    let (nic_a, nic_b) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
+    let cidr = |address| Ipv4Cidr {
+        address,
+        prefix_len: 15,
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_b = stop.clone();
+    // B lives on its own thread: it is built there and polls until told to stop.
+    let b = std::thread::spawn(move || {
+        let mut b = Stack::new(StackConfig::default());
+        b.add_interface(
+            Box::new(nic_b),
+            InterfaceConfig {
+                mac: MAC_B,
+                cidr: cidr(ADDR_B),
+            },
+        );
+        let clock = RealClock::new();
+        while !stop_b.load(std::sync::atomic::Ordering::Relaxed) {
+            b.poll(clock.now());
+            std::thread::yield_now();
+        }
+        b.ledger().counters().get(Counter::IcmpEchoRequestsIn)
+    });
+    let mut a = Stack::new(StackConfig::default());
+    a.add_interface(
+        Box::new(nic_a),
+        InterfaceConfig {
+            mac: MAC_A,
+            cidr: cidr(ADDR_A),
+        },
+    );
+    let clock = RealClock::new();
+    let mut replies = 0;
+    for seq in 0..200u16 {
+        let data = pattern(1000 + seq as usize * 50, seq as u8);
+        a.ping(ADDR_B, 5, seq, &data, clock.now()).unwrap();
+        let start = std::time::Instant::now();
+        // Generous: a loaded machine may deschedule either thread for a while.
+        while start.elapsed() < std::time::Duration::from_secs(10) {
+            a.poll(clock.now());
+            if let Some(r) = a.take_echo_reply() {
+                assert_eq!(r.data, data, "reply {seq} altered");
+                replies += 1;
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let requests_seen_by_b = b.join().unwrap();
+    assert_eq!(replies, 200);
+    assert_eq!(requests_seen_by_b, 200);
+}
+
+#[test]
+fn no_icmp_error_about_an_icmp_error() {
+    let (mut b, mut raw, clock) = lone_b(1 << 20);
+    // An incomplete ICMP datagram whose type byte (0xAA) is not a query: when its
+    // reassembly times out, RFC 1122 §3.2.2 forbids an error about it.
+    inject(
+        &mut raw,
+        &fragment_of(IpProtocol::Icmp, 9, 0, 1480, 0xAA),
+        clock.now(),
+    );
+    b.poll(clock.now());
+    clock.advance(Duration::from_secs(31));
+    b.poll(clock.now());
+    let c = b.ledger().counters();
+    assert_eq!(c.get(Counter::IpReassemblyTimeout), 1);
+    assert_eq!(c.get(Counter::IcmpErrorsOut), 0);
+    // The same with an echo request's type byte (8) does get its Time Exceeded.
+    inject(
+        &mut raw,
+        &fragment_of(IpProtocol::Icmp, 10, 0, 1480, 8),
+        clock.now(),
+    );
+    b.poll(clock.now());
+    clock.advance(Duration::from_secs(31));
+    b.poll(clock.now());
+    assert_eq!(b.ledger().counters().get(Counter::IcmpErrorsOut), 1);
 }
