@@ -36,6 +36,8 @@ pub struct Row {
     pub b_by_layer_us: BTreeMap<&'static str, f64>,
     /// B's host time per ping no probe covered.
     pub b_unaccounted_us: f64,
+    /// B's NIC model's work per ping (CRC, wire): real time, but the device's.
+    pub b_device_us: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -132,6 +134,7 @@ pub fn run(
             },
             b_by_layer_us,
             b_unaccounted_us: merged.unaccounted_ns() * per_ping / 1e3,
+            b_device_us: merged.device_ns_per_message() * per_ping / 1e3,
         });
     }
     Ok(Results {
@@ -154,6 +157,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
             "link µs",
             "driver µs",
             "unacc. µs",
+            "B NIC µs",
         ],
     );
     for row in &r.rows {
@@ -169,10 +173,12 @@ pub fn tables(r: &Results) -> Vec<Table> {
             l("link"),
             l("driver"),
             format!("{:.2}", row.b_unaccounted_us),
+            format!("{:.2}", row.b_device_us),
         ]);
     }
     t.note("frames: frames B received per ping (fragments of the request, plus ARP once)");
     t.note("B's columns: B's processing per ping from its ledger (every message probed), echo request in and reply out");
+    t.note("B NIC: the work of B's NIC model (CRC-32, the wire) during B's messages: device time, not host time");
     vec![t]
 }
 
