@@ -56,6 +56,25 @@ enum Lab {
     /// Two stacks in one process ping each other over the memory link: round-trip times
     /// and the echoing host's ledger by layer.
     Ping(PingArgs),
+    /// What the ledger's probes cost: throughput of a probe-free build against default
+    /// sampling and every message probed.
+    Overhead(OverheadArgs),
+}
+
+#[derive(Args)]
+struct OverheadArgs {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Rounds whose median is reported (after one warm-up round).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Wall time of one run of one variant, in milliseconds.
+    #[arg(long, default_value_t = 400)]
+    millis: u64,
+    /// Internal: run one workload in this process and print its rate as JSON.
+    #[arg(long, hide = true)]
+    worker: Option<String>,
 }
 
 #[derive(Args)]
@@ -149,6 +168,45 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("probestack: {e}");
                     ExitCode::from(2)
+                }
+            }
+        }
+        Command::Lab(Lab::Overhead(a)) => {
+            if let Some(w) = &a.worker {
+                return match experiments::overhead::run_workload(w, 0, a.millis) {
+                    Ok(rate) => {
+                        println!("{{\"rate\":{rate}}}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("probestack: {e}");
+                        ExitCode::from(2)
+                    }
+                };
+            }
+            let json = a.json;
+            let r = experiments::overhead::run(a.rounds.max(1), a.millis.max(10), |s| {
+                if !json {
+                    eprintln!("  {s}");
+                }
+            });
+            match r {
+                Ok(r) if json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&r).expect("results serialise")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(r) => {
+                    for t in experiments::overhead::tables(&r) {
+                        println!("{}", t.to_text());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("probestack: {e}");
+                    ExitCode::FAILURE
                 }
             }
         }

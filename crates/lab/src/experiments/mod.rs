@@ -2,4 +2,5 @@
 //! results and a `tables` that renders them.
 
 pub mod checksum;
+pub mod overhead;
 pub mod ping;

@@ -1,0 +1,237 @@
+//! `probestack lab overhead`: what the ledger's probes cost, measured in one run.
+//!
+//! The same workload runs in four builds and settings, round-robin, each figure the median
+//! of several rounds after a warm-up round:
+//!
+//! - **probe-free**: a second copy of this tool built with `--no-default-features`, so
+//!   every probe compiles to nothing (the driver builds it into `target/noprobes` and runs
+//!   it as a worker process; the worker times only the workload, not its own start-up);
+//! - **never sampled**: probes compiled in, sampling off (the cost of the branch alone);
+//! - **sampled**: the default, one message in [`DEFAULT_SAMPLE_EVERY`] probed;
+//! - **every message**: N = 1.
+//!
+//! Ratios are throughput with probes / throughput without. The workloads are the ones
+//! that exist: ICMP echo of 64 bytes between two stacks in one thread today; the UDP
+//! 64-byte and TCP bulk workloads join when UDP and TCP land.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant as WallInstant;
+
+use probestack::probe::DEFAULT_SAMPLE_EVERY;
+use probestack::sim::{HostConfig, Pair, ADDR_B};
+use probestack::time::{Clock, RealClock};
+use serde::Serialize;
+
+use crate::bench::median;
+use crate::table::Table;
+
+/// The workloads, by name.
+pub const WORKLOADS: [&str; 1] = ["icmp_echo_64"];
+
+/// Runs `name` for about `millis` of wall time with probes sampling one message in
+/// `sample_every` (ignored in a probe-free build); returns messages per second.
+pub fn run_workload(name: &str, sample_every: u32, millis: u64) -> Result<f64, String> {
+    match name {
+        "icmp_echo_64" => Ok(icmp_echo(64, sample_every, millis)),
+        other => Err(format!(
+            "unknown workload {other}; known: {}",
+            WORKLOADS.join(", ")
+        )),
+    }
+}
+
+/// Ping-pong of `size`-byte ICMP echoes between two stacks on one thread: round trips per
+/// second (each round trip is two messages on each host).
+fn icmp_echo(size: usize, sample_every: u32, millis: u64) -> f64 {
+    let host = HostConfig::with_mtu(1500);
+    let mut pair = Pair::new(host.clone(), host).expect("memory link");
+    pair.a.ledger().set_sample_every(sample_every);
+    pair.b.ledger().set_sample_every(sample_every);
+    let clock = RealClock::new();
+    let data = vec![0x5Au8; size];
+    let mut seq: u16 = 0;
+    let mut round_trip = |pair: &mut Pair| {
+        seq = seq.wrapping_add(1);
+        let _ = pair.a.ping(ADDR_B, 7, seq, &data, clock.now());
+        for _ in 0..1000 {
+            let now = clock.now();
+            pair.a.poll(now);
+            pair.b.poll(now);
+            if pair.a.take_echo_reply().is_some() {
+                return;
+            }
+        }
+    };
+    // Warm up: ARP, caches, pools.
+    for _ in 0..1000 {
+        round_trip(&mut pair);
+    }
+    let start = WallInstant::now();
+    let mut n: u64 = 0;
+    while start.elapsed().as_millis() < millis as u128 {
+        for _ in 0..256 {
+            round_trip(&mut pair);
+        }
+        n += 256;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadRow {
+    pub workload: String,
+    /// Round trips (or messages) per second, medians.
+    pub probe_free_rate: f64,
+    pub never_sampled_rate: f64,
+    pub sampled_rate: f64,
+    pub every_message_rate: f64,
+    /// Throughput with probes / without: default sampling.
+    pub sampled_ratio: f64,
+    /// Throughput with probes / without: every message probed.
+    pub every_message_ratio: f64,
+    /// Throughput with probes compiled in but never sampled / without.
+    pub never_sampled_ratio: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Results {
+    pub experiment: &'static str,
+    pub sample_every_default: u32,
+    pub rounds: usize,
+    pub workloads: Vec<WorkloadRow>,
+}
+
+/// The workspace root, from this crate's manifest directory at build time.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Builds the probe-free copy of the tool; returns its path.
+fn build_probe_free() -> Result<PathBuf, String> {
+    let root = workspace_root();
+    let target = root.join("target/noprobes");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "--no-default-features",
+            "-p",
+            "probestack-lab",
+        ])
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .map_err(|e| format!("running cargo to build the probe-free variant: {e}"))?;
+    if !status.success() {
+        return Err("building the probe-free variant failed".into());
+    }
+    Ok(target.join("release/probestack"))
+}
+
+fn worker_rate(binary: &Path, workload: &str, millis: u64) -> Result<f64, String> {
+    let out = Command::new(binary)
+        .args(["lab", "overhead", "--worker", workload, "--millis"])
+        .arg(millis.to_string())
+        .output()
+        .map_err(|e| format!("running {}: {e}", binary.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the probe-free worker failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value =
+        serde_json::from_str(text.trim()).map_err(|e| format!("worker output {text:?}: {e}"))?;
+    v["rate"]
+        .as_f64()
+        .ok_or_else(|| format!("worker output {text:?} has no rate"))
+}
+
+/// Runs the comparison: `rounds` rounds (plus one warm-up) of `millis` per variant.
+pub fn run(rounds: usize, millis: u64, mut progress: impl FnMut(&str)) -> Result<Results, String> {
+    if !probestack::probe::Ledger::enabled() {
+        return Err("this build has no probes; run `lab overhead` from a default build".into());
+    }
+    progress("building the probe-free variant (target/noprobes)");
+    let free = build_probe_free()?;
+    let mut rows = Vec::new();
+    for w in WORKLOADS {
+        let mut rates: [Vec<f64>; 4] = Default::default();
+        for round in 0..=rounds {
+            progress(&format!("{w}: round {round} of {rounds}"));
+            let r = [
+                worker_rate(&free, w, millis)?,
+                run_workload(w, 0, millis)?,
+                run_workload(w, DEFAULT_SAMPLE_EVERY, millis)?,
+                run_workload(w, 1, millis)?,
+            ];
+            if round > 0 {
+                for (v, x) in rates.iter_mut().zip(r) {
+                    v.push(x);
+                }
+            }
+        }
+        let [free_r, never, sampled, every] = rates.map(|mut v| median(&mut v));
+        rows.push(WorkloadRow {
+            workload: w.to_string(),
+            probe_free_rate: free_r,
+            never_sampled_rate: never,
+            sampled_rate: sampled,
+            every_message_rate: every,
+            sampled_ratio: sampled / free_r,
+            every_message_ratio: every / free_r,
+            never_sampled_ratio: never / free_r,
+        });
+    }
+    Ok(Results {
+        experiment: "overhead",
+        sample_every_default: DEFAULT_SAMPLE_EVERY,
+        rounds,
+        workloads: rows,
+    })
+}
+
+pub fn tables(r: &Results) -> Vec<Table> {
+    let mut t = Table::new(
+        "What the probes cost: throughput with probes / probe-free build",
+        &[
+            "workload",
+            "probe-free /s",
+            "never sampled",
+            &format!("1 in {}", r.sample_every_default),
+            "every message",
+        ],
+    );
+    for w in &r.workloads {
+        t.row(vec![
+            w.workload.clone(),
+            format!("{:.0}", w.probe_free_rate),
+            format!("{:.3}", w.never_sampled_ratio),
+            format!("{:.3}", w.sampled_ratio),
+            format!("{:.3}", w.every_message_ratio),
+        ]);
+    }
+    t.note(format!(
+        "medians of {} rounds after a warm-up round, variants measured round-robin; 1.000 = no cost",
+        r.rounds
+    ));
+    vec![t]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workload_runs_in_every_setting() {
+        for n in [0, 1, DEFAULT_SAMPLE_EVERY] {
+            let rate = run_workload("icmp_echo_64", n, 20).unwrap();
+            assert!(rate > 0.0);
+        }
+        assert!(run_workload("nope", 1, 1).is_err());
+    }
+}
