@@ -38,6 +38,10 @@ pub struct Row {
     pub b_unaccounted_us: f64,
     /// B's NIC model's work per ping (CRC, wire): real time, but the device's.
     pub b_device_us: f64,
+    /// The probes' own measured cost per ping on B (every message is probed here).
+    pub b_probe_overhead_us: f64,
+    /// The share of B's processing (host time less the probes' cost) the probes account for.
+    pub b_accounted_share: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -135,6 +139,8 @@ pub fn run(
             b_by_layer_us,
             b_unaccounted_us: merged.unaccounted_ns() * per_ping / 1e3,
             b_device_us: merged.device_ns_per_message() * per_ping / 1e3,
+            b_probe_overhead_us: merged.probe_overhead_ns * per_ping / 1e3,
+            b_accounted_share: merged.accounted_share(),
         });
     }
     Ok(Results {
@@ -157,6 +163,8 @@ pub fn tables(r: &Results) -> Vec<Table> {
             "link µs",
             "driver µs",
             "unacc. µs",
+            "probes µs",
+            "accounted",
             "B NIC µs",
         ],
     );
@@ -173,11 +181,14 @@ pub fn tables(r: &Results) -> Vec<Table> {
             l("link"),
             l("driver"),
             format!("{:.2}", row.b_unaccounted_us),
+            format!("{:.2}", row.b_probe_overhead_us),
+            format!("{:.0}%", row.b_accounted_share * 100.0),
             format!("{:.2}", row.b_device_us),
         ]);
     }
     t.note("frames: frames B received per ping (fragments of the request, plus ARP once)");
     t.note("B's columns: B's processing per ping from its ledger (every message probed), echo request in and reply out");
+    t.note("probes: the probes' own measured cost (every message probed); accounted: probed time / (B's host time less that cost)");
     t.note("B NIC: the work of B's NIC model (CRC-32, the wire) during B's messages: device time, not host time");
     vec![t]
 }

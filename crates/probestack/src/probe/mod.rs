@@ -49,6 +49,10 @@ pub struct SnapshotBucket {
     pub wall_ns: f64,
     /// The part of the wall time that was the device's work (a NIC model's), not the host's.
     pub device_ns: f64,
+    /// Probes closed in these messages.
+    pub probes: u64,
+    /// The probes' own cost per message: probes per message times the measured cost of one.
+    pub probe_overhead_ns: f64,
     pub cells: Vec<SnapshotCell>,
 }
 
@@ -59,6 +63,8 @@ pub struct Snapshot {
     /// "tsc", "monotonic", or "none" without probes.
     pub clock: &'static str,
     pub ns_per_tick: f64,
+    /// The measured cost of one probe to the code around it, in nanoseconds.
+    pub probe_overhead_ns: f64,
     pub sample_every: u32,
     pub messages_seen: u64,
     pub buckets: Vec<SnapshotBucket>,
@@ -96,9 +102,25 @@ impl SnapshotBucket {
         (self.wall_ns - self.device_ns) / self.messages.max(1) as f64
     }
 
-    /// Host time per message that no probe covered (probe overhead and unprobed code).
+    /// Host time per message that no probe covered (unprobed code), the probes' own cost
+    /// set apart.
     pub fn unaccounted_ns(&self) -> f64 {
-        (self.host_ns_per_message() - self.accounted_ns()).max(0.0)
+        (self.host_ns_per_message() - self.accounted_ns() - self.probe_overhead_ns).max(0.0)
+    }
+
+    /// The stack's own processing per message: host time less the probes' cost.
+    pub fn stack_ns_per_message(&self) -> f64 {
+        (self.host_ns_per_message() - self.probe_overhead_ns).max(0.0)
+    }
+
+    /// The share of the stack's processing the probes account for.
+    pub fn accounted_share(&self) -> f64 {
+        let s = self.stack_ns_per_message();
+        if s > 0.0 {
+            (self.accounted_ns() / s).min(1.0)
+        } else {
+            0.0
+        }
     }
 
     pub fn by_operation(&self) -> BTreeMap<&'static str, f64> {
@@ -156,11 +178,12 @@ impl Snapshot {
     /// Every bucket added together, for an aggregate over all sizes.
     pub fn merged(&self) -> SnapshotBucket {
         let mut cells: BTreeMap<(Layer, Side, Op), SnapshotCell> = BTreeMap::new();
-        let (mut messages, mut wall_ns, mut device_ns) = (0, 0.0, 0.0);
+        let (mut messages, mut wall_ns, mut device_ns, mut probes) = (0, 0.0, 0.0, 0);
         for b in &self.buckets {
             messages += b.messages;
             wall_ns += b.wall_ns;
             device_ns += b.device_ns;
+            probes += b.probes;
             for c in &b.cells {
                 let e = cells
                     .entry((c.layer, c.side, c.op))
@@ -178,6 +201,8 @@ impl Snapshot {
             messages,
             wall_ns,
             device_ns,
+            probes,
+            probe_overhead_ns: probes as f64 * self.probe_overhead_ns / messages.max(1) as f64,
             cells: cells.into_values().collect(),
         }
     }
@@ -220,10 +245,11 @@ impl Snapshot {
         let mut o = String::new();
         let _ = write!(
             o,
-            "{{\"probes_enabled\":{},\"clock\":\"{}\",\"ns_per_tick\":{},\"sample_every\":{},\"messages_seen\":{},",
+            "{{\"probes_enabled\":{},\"clock\":\"{}\",\"ns_per_tick\":{},\"probe_overhead_ns\":{},\"sample_every\":{},\"messages_seen\":{},",
             self.probes_enabled,
             self.clock,
             json_num(self.ns_per_tick),
+            json_num(self.probe_overhead_ns),
             self.sample_every,
             self.messages_seen
         );
@@ -238,11 +264,13 @@ impl Snapshot {
             }
             let _ = write!(
                 o,
-                "{{\"size\":{},\"messages\":{},\"wall_ns_per_message\":{},\"device_ns_per_message\":{},\"accounted_ns_per_message\":{},\"unaccounted_ns_per_message\":{},",
+                "{{\"size\":{},\"messages\":{},\"wall_ns_per_message\":{},\"device_ns_per_message\":{},\"probe_overhead_ns_per_message\":{},\"accounted_share\":{},\"accounted_ns_per_message\":{},\"unaccounted_ns_per_message\":{},",
                 b.size,
                 b.messages,
                 json_num(b.wall_ns_per_message()),
                 json_num(b.device_ns_per_message()),
+                json_num(b.probe_overhead_ns),
+                json_num(b.accounted_share()),
                 json_num(b.accounted_ns()),
                 json_num(b.unaccounted_ns())
             );
