@@ -203,6 +203,10 @@ mod with_probes {
             assert!(b.by_data_touching()["data_touching"] > 0.0);
             assert!(b.unaccounted_ns() >= 0.0);
         }
+        // The probes' own cost was measured, and three probes per message were counted.
+        assert!(s.probe_overhead_ns > 0.0 && s.probe_overhead_ns < 10_000.0);
+        assert_eq!(s.buckets[0].probes, 30);
+        assert!(s.buckets[0].probe_overhead_ns > 0.0);
         let m = s.merged();
         assert_eq!(m.messages, 20);
         assert_eq!(m.cells.len(), 3);
