@@ -19,8 +19,10 @@ use crate::ip::route::{Ipv4Cidr, NextHop, Route, RouteTable};
 use crate::link::arp::{ArpCache, ArpConfig};
 use crate::probe::{Counter, Ledger};
 use crate::rng::Rng;
+use crate::socket::udp::UdpSockets;
 use crate::time::{Duration, Instant};
 use crate::tuning::Tuning;
+use crate::udp::pcb::PcbTable;
 use crate::wire::ethernet::EthernetAddress;
 use crate::wire::Ipv4Address;
 
@@ -163,6 +165,7 @@ pub struct Stack {
     pub(crate) config: StackConfig,
     pub(crate) tuning: Tuning,
     pub(crate) ledger: Ledger,
+    pub(crate) rng: Rng,
     pub(crate) pool: Pool,
     pub(crate) ifaces: Vec<Interface>,
     pub(crate) routes: RouteTable,
@@ -170,6 +173,9 @@ pub struct Stack {
     pub(crate) reassembler: Reassembler,
     pub(crate) icmp_limiter: RateLimiter,
     pub(crate) echo_replies: VecDeque<EchoReply>,
+    /// UDP's PCBs; each holds the index of its socket.
+    pub(crate) udp_pcbs: PcbTable<usize>,
+    pub(crate) udp_sockets: UdpSockets,
     /// Datagrams sent to one of our own addresses, delivered at the next poll.
     pub(crate) loopback: VecDeque<crate::buf::PacketBuf>,
     /// The receive batch, kept between polls so that draining allocates nothing.
@@ -187,6 +193,7 @@ impl Stack {
         Stack {
             tuning: config.tuning,
             ledger: Ledger::new(),
+            rng,
             pool,
             ifaces: Vec::new(),
             routes: RouteTable::new(),
@@ -194,6 +201,8 @@ impl Stack {
             reassembler: Reassembler::new(config.reassembly),
             icmp_limiter: RateLimiter::new(config.icmp_errors_per_sec, config.icmp_error_burst),
             echo_replies: VecDeque::new(),
+            udp_pcbs: PcbTable::new(config.tuning.pcb_config()),
+            udp_sockets: UdpSockets::default(),
             loopback: VecDeque::new(),
             rx_batch: Vec::with_capacity(config.rx_batch),
             now: Instant::ZERO,
@@ -270,6 +279,7 @@ impl Stack {
     pub fn set_tuning(&mut self, t: Tuning) {
         self.tuning = t;
         self.pool.set_buffer_cache(t.buffer_cache);
+        self.udp_pcbs.set_config(t.pcb_config());
     }
 
     pub fn pool(&self) -> &Pool {

@@ -6,6 +6,7 @@
 //! ones still to come.
 
 use crate::checksum::Kernel;
+use crate::udp::pcb::{PcbConfig, PcbLookup};
 
 /// The optimization switches of one stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +24,19 @@ pub struct Tuning {
     /// Consult the reassembly queue only for fragments; off, search it for every datagram
     /// received, as paper 001 §7.6 observed of Ultrix.
     pub defrag_check_only_fragments: bool,
+    /// UDP's protocol-specific send and receive paths (paper 002 §7.1): copy and checksum
+    /// in one pass, and on receive the data verified while it is copied out; off, the
+    /// generic socket paths (copy, then checksum in a second pass).
+    pub udp_fast_path: bool,
+    /// sendto on an unconnected socket sends to the address given (paper 002 §6.2); off,
+    /// it connects the PCB for the datagram and disconnects it after, as 4.3BSD did.
+    pub sendto_without_connect: bool,
+    /// How UDP finds a datagram's PCB (paper 002 §6.3.5): linear best-match scan,
+    /// early exit with move-to-front, or hashed.
+    pub pcb_lookup: PcbLookup,
+    /// The one-behind receive and send PCB caches (paper 002 §6.3.1-6.3.4).
+    pub pcb_recv_cache: bool,
+    pub pcb_send_cache: bool,
 }
 
 impl Tuning {
@@ -33,6 +47,11 @@ impl Tuning {
             buffer_cache: false,
             inline_ip_header_checksum: false,
             defrag_check_only_fragments: false,
+            udp_fast_path: false,
+            sendto_without_connect: false,
+            pcb_lookup: PcbLookup::Linear,
+            pcb_recv_cache: false,
+            pcb_send_cache: false,
         }
     }
 
@@ -43,6 +62,22 @@ impl Tuning {
             buffer_cache: true,
             inline_ip_header_checksum: true,
             defrag_check_only_fragments: true,
+            udp_fast_path: true,
+            sendto_without_connect: true,
+            pcb_lookup: PcbLookup::Hashed,
+            pcb_recv_cache: true,
+            pcb_send_cache: true,
+        }
+    }
+}
+
+impl Tuning {
+    /// The PCB table settings these switches select.
+    pub fn pcb_config(&self) -> PcbConfig {
+        PcbConfig {
+            lookup: self.pcb_lookup,
+            recv_cache: self.pcb_recv_cache,
+            send_cache: self.pcb_send_cache,
         }
     }
 }
@@ -64,6 +99,9 @@ mod tests {
         assert_ne!(b.buffer_cache, f.buffer_cache);
         assert_ne!(b.inline_ip_header_checksum, f.inline_ip_header_checksum);
         assert_ne!(b.defrag_check_only_fragments, f.defrag_check_only_fragments);
+        assert_ne!(b.udp_fast_path, f.udp_fast_path);
+        assert_ne!(b.sendto_without_connect, f.sendto_without_connect);
+        assert_ne!(b.pcb_config(), f.pcb_config());
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

@@ -10,11 +10,15 @@
 //!    anywhere in the frame or its FCS, after the FCS was computed, as noise on a cable
 //!    would. CRC-32 detects every one- and two-bit error in a frame of any length Ethernet
 //!    allows, so the receiving MAC drops the frame as a bad FCS. Otherwise,
-//! 4. **flip bits and recompute the CRC** ([`FaultConfig::flip_passed`]): one or two bits
-//!    after the Ethernet header, then a fresh FCS, as corruption in a router's memory would
-//!    be (the router received a good frame and sends a good frame of bad data). The frame
+//! 4. **flip a bit and recompute the CRC** ([`FaultConfig::flip_passed`]): one bit after
+//!    the Ethernet header, then a fresh FCS, as corruption in a router's memory would be
+//!    (the router received a good frame and sends a good frame of bad data). The frame
 //!    passes the MAC and reaches the stack corrupted: only an end-to-end checksum can
-//!    catch it, the case for keeping one (papers 000 and 003);
+//!    catch it, the case for keeping one (papers 000 and 003). One bit, because the
+//!    Internet checksum detects every single-bit error; two flips in the same bit column
+//!    of two 16-bit words, one 0 to 1 and one 1 to 0, cancel in a ones'-complement sum,
+//!    the checksum's known blind spot, and would make "nothing corrupted gets through"
+//!    untestable;
 //! 5. **reorder** it ([`FaultConfig::reorder`]): hold it back and deliver it right after
 //!    the next frame that gets this far. A held frame waits at most
 //!    [`FaultConfig::reorder_hold`] after it was sent; then it goes on alone (it was
@@ -275,7 +279,7 @@ impl Wire {
                 0
             };
             if let Some((payload, trailer)) = data.split_at_mut_checked(body) {
-                if flip_bits(&mut self.rng, payload, from) {
+                if flip_one_bit(&mut self.rng, payload, from) {
                     trailer.copy_from_slice(&fcs(payload));
                     self.stats.flipped_passed += 1;
                     counters.inc(Counter::DriverFaultFlipPassed);
@@ -348,6 +352,19 @@ fn copy_frame(frame: &PacketBuf) -> Option<PacketBuf> {
     let mut c = PacketBuf::new(frame.len(), frame.headroom(), frame.tailroom()).ok()?;
     c.data_mut().copy_from_slice(frame.data());
     Some(c)
+}
+
+/// Flips one bit of `bytes[from..]`. False if there are no bits there.
+fn flip_one_bit(rng: &mut Rng, bytes: &mut [u8], from: usize) -> bool {
+    let Some(region) = bytes.get_mut(from..) else {
+        return false;
+    };
+    let bits = (region.len() as u64).saturating_mul(8);
+    if bits == 0 {
+        return false;
+    }
+    flip(region, rng.below(bits));
+    true
 }
 
 /// Flips one or two distinct bits of `bytes[from..]`. False if there are no bits there.

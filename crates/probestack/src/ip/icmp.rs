@@ -81,8 +81,19 @@ impl Stack {
                     self.ledger.counters().inc(Counter::IcmpDropEchoQueueFull);
                 }
             }
+            Icmpv4Repr::DstUnreachable {
+                reason: DstUnreachable::PortUnreachable,
+                ..
+            } => {
+                self.ledger.counters().inc(Counter::IcmpErrorsIn);
+                if let Some((quoted, transport)) = icmp.invoking_header() {
+                    if quoted.protocol == IpProtocol::Udp && self.is_own_address(quoted.src) {
+                        self.udp_port_unreachable(&quoted, transport);
+                    }
+                }
+            }
             Icmpv4Repr::DstUnreachable { .. } | Icmpv4Repr::TimeExceeded { .. } => {
-                // The transports will take these (port unreachable, path MTU); counted now.
+                // TCP will take these (path MTU, unreachable hosts); counted now.
                 self.ledger.counters().inc(Counter::IcmpErrorsIn);
             }
         }

@@ -119,10 +119,7 @@ impl Stack {
         self.ledger.counters().inc(Counter::IpDelivered);
         match repr.protocol {
             IpProtocol::Icmp => self.icmp_input(iface, &repr, buf, now),
-            IpProtocol::Udp => {
-                // No UDP sockets yet: every port is closed (RFC 1122 §4.1.3.1).
-                self.icmp_dst_unreachable(DstUnreachable::PortUnreachable, 0, &repr, buf, now);
-            }
+            IpProtocol::Udp => self.udp_input(&repr, buf, rx, now),
             IpProtocol::Tcp => {
                 // TCP answers closed ports with RST; until it exists, drop and count.
                 self.ledger.counters().inc(Counter::IpDropUnknownProtocol);
@@ -197,6 +194,15 @@ impl Stack {
             return None;
         }
         Some((whole, out))
+    }
+
+    /// The source address a datagram to `dst` leaves with: the outgoing interface's.
+    pub(crate) fn source_address_for(&self, dst: Ipv4Address) -> Option<Ipv4Address> {
+        if self.is_own_address(dst) {
+            return Some(dst);
+        }
+        let r = self.routes.lookup(dst)?;
+        self.ifaces.get(r.interface).map(|i| i.cidr.address)
     }
 
     /// Sends `payload` (a transport message in a buffer with headroom) to `dst` as

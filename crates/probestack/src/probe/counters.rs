@@ -120,6 +120,35 @@ counters! {
     IcmpErrorsRateLimited = "icmp.errors_rate_limited";
     /// Echo replies dropped because nobody collected the earlier ones.
     IcmpDropEchoQueueFull = "icmp.drop.echo_queue_full";
+    /// UDP datagrams received and sent.
+    UdpDatagramsIn = "udp.datagrams_in";
+    UdpDatagramsOut = "udp.datagrams_out";
+    /// UDP datagrams too short, with a bad length, or to port 0.
+    UdpDropMalformed = "udp.drop.malformed";
+    /// UDP datagrams whose checksum failed (at input, or while copied out).
+    UdpDropBadChecksum = "udp.drop.bad_checksum";
+    /// UDP datagrams for a port nobody listens on (a port unreachable goes back).
+    UdpDropNoSocket = "udp.drop.no_socket";
+    /// The same, to a broadcast address (no ICMP goes back).
+    UdpDropNoSocketBroadcast = "udp.drop.no_socket_broadcast";
+    /// UDP datagrams dropped because the socket's receive buffer was full.
+    UdpDropFullSocket = "udp.drop.socket_full";
+    /// UDP datagrams received with no checksum (a zero field).
+    UdpNoChecksumIn = "udp.no_checksum_in";
+    /// Connected sockets told their peer's port is unreachable.
+    UdpConnectionRefused = "udp.connection_refused";
+    /// UDP PCB lookups for received datagrams (paper 002 §6.3).
+    UdpPcbLookups = "udp.pcb_lookups";
+    /// PCBs (or hash buckets) the lookup strategy examined; cache checks not included.
+    UdpPcbExamined = "udp.pcb_examined";
+    /// Lookups answered by the one-behind receive cache (paper 002 §6.3.1),
+    UdpPcbRecvCacheHits = "udp.pcb_recv_cache_hits";
+    /// and those it could not answer.
+    UdpPcbRecvCacheMisses = "udp.pcb_recv_cache_misses";
+    /// Lookups answered by the one-behind send cache (paper 002 §6.3.2),
+    UdpPcbSendCacheHits = "udp.pcb_send_cache_hits";
+    /// and those it could not answer (counted only after a receive-cache miss).
+    UdpPcbSendCacheMisses = "udp.pcb_send_cache_misses";
     /// Sends refused because no packet buffer could be had.
     StackDropNoBuffer = "stack.drop.no_buffer";
     /// Frames a device refused on transmit.

@@ -1,0 +1,500 @@
+//! UDP sockets, BSD-shaped: open, bind, connect, send, send-to, send-message (gather),
+//! receive (with the sender and a truncation flag), close. The stack is non-blocking by
+//! nature (sans-IO): a receive with nothing queued returns [`UdpError::WouldBlock`]; a
+//! blocking adapter waits on the stack's poll outside the core.
+//!
+//! The socket layer's own work is charged to `Layer::Socket`: argument checks, the copy
+//! in and out of the application's buffers, and the receive queue.
+
+use std::collections::VecDeque;
+
+use crate::buf::PacketBuf;
+use crate::checksum;
+use crate::probe::{Counter, Layer, Op, Side};
+use crate::stack::{SendError, Stack};
+use crate::udp::pcb::{PcbError, PcbId};
+use crate::wire::Ipv4Address;
+
+/// A UDP socket of a stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UdpHandle {
+    pub(crate) index: usize,
+    pub(crate) generation: u32,
+}
+
+/// What went wrong, as a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpError {
+    /// Nothing to receive now (the socket is non-blocking).
+    WouldBlock,
+    /// Another socket has this exact binding.
+    AddrInUse,
+    /// The local address is not one of the host's.
+    AddrNotAvailable,
+    /// `send` on a socket that is not connected, or a destination of port 0 / address 0.
+    NotConnected,
+    /// Already bound (bind twice).
+    AlreadyBound,
+    /// No ephemeral port is free.
+    NoPortsLeft,
+    /// The datagram is larger than UDP over IPv4 can carry (65,507 bytes).
+    MessageTooBig { max: usize },
+    /// An ICMP port unreachable came back for this connected socket (RFC 1122 §4.1.3.3).
+    ConnectionRefused,
+    /// No route to the destination.
+    NoRoute,
+    /// No packet buffer could be had.
+    NoBuffer,
+    /// The handle is closed or belongs to no socket.
+    BadHandle,
+}
+
+impl std::fmt::Display for UdpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UdpError::WouldBlock => write!(f, "operation would block"),
+            UdpError::AddrInUse => write!(f, "address in use"),
+            UdpError::AddrNotAvailable => write!(f, "address not available"),
+            UdpError::NotConnected => write!(f, "not connected"),
+            UdpError::AlreadyBound => write!(f, "already bound"),
+            UdpError::NoPortsLeft => write!(f, "no ephemeral port free"),
+            UdpError::MessageTooBig { max } => write!(f, "message too big (at most {max} bytes)"),
+            UdpError::ConnectionRefused => write!(f, "connection refused"),
+            UdpError::NoRoute => write!(f, "no route to host"),
+            UdpError::NoBuffer => write!(f, "no buffer space"),
+            UdpError::BadHandle => write!(f, "bad socket handle"),
+        }
+    }
+}
+
+impl std::error::Error for UdpError {}
+
+/// The largest UDP payload over IPv4: 65,535 − 20 − 8.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// A datagram received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpRecv {
+    /// Bytes copied into the buffer.
+    pub len: usize,
+    /// The datagram's full length (more than `len` when truncated).
+    pub datagram_len: usize,
+    pub from: (Ipv4Address, u16),
+    /// The buffer was too small: the rest of the datagram was discarded (MSG_TRUNC).
+    pub truncated: bool,
+}
+
+/// A datagram waiting in a socket's receive queue.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub from: (Ipv4Address, u16),
+    /// The payload (the buffer's window).
+    pub payload: PacketBuf,
+    /// On the protocol-specific receive path (paper 002 §7.1): the sum of the
+    /// pseudo-header and UDP header, to be completed with the payload's sum while it is
+    /// copied out. `None` when the whole checksum was verified at input, or there is none.
+    pub verify_on_copy: Option<u16>,
+}
+
+/// One UDP socket's state.
+#[derive(Debug)]
+pub(crate) struct UdpSocket {
+    pub pcb: Option<PcbId>,
+    pub local: Option<(Ipv4Address, u16)>,
+    pub remote: Option<(Ipv4Address, u16)>,
+    pub rx: VecDeque<Queued>,
+    pub rx_bytes: usize,
+    pub rx_limit: usize,
+    /// Paper 000's per-socket option: send without a checksum on any route.
+    pub no_checksum: bool,
+    /// An error to report on the next call (ICMP port unreachable on a connected socket).
+    pub error: Option<UdpError>,
+}
+
+/// The default receive buffer limit (bytes of payload queued).
+pub const DEFAULT_RX_LIMIT: usize = 256 * 1024;
+
+pub(crate) struct Slot {
+    generation: u32,
+    socket: Option<UdpSocket>,
+}
+
+/// The stack's UDP sockets.
+#[derive(Default)]
+pub(crate) struct UdpSockets {
+    slots: Vec<Slot>,
+}
+
+impl UdpSockets {
+    pub fn get(&self, h: UdpHandle) -> Option<&UdpSocket> {
+        self.slots
+            .get(h.index)
+            .filter(|s| s.generation == h.generation)
+            .and_then(|s| s.socket.as_ref())
+    }
+
+    pub fn get_mut(&mut self, h: UdpHandle) -> Option<&mut UdpSocket> {
+        self.slots
+            .get_mut(h.index)
+            .filter(|s| s.generation == h.generation)
+            .and_then(|s| s.socket.as_mut())
+    }
+
+    pub fn handle_of(&self, index: usize) -> Option<UdpHandle> {
+        self.slots
+            .get(index)
+            .filter(|s| s.socket.is_some())
+            .map(|s| UdpHandle {
+                index,
+                generation: s.generation,
+            })
+    }
+
+    fn open(&mut self) -> UdpHandle {
+        let socket = UdpSocket {
+            pcb: None,
+            local: None,
+            remote: None,
+            rx: VecDeque::new(),
+            rx_bytes: 0,
+            rx_limit: DEFAULT_RX_LIMIT,
+            no_checksum: false,
+            error: None,
+        };
+        if let Some(index) = self.slots.iter().position(|s| s.socket.is_none()) {
+            let slot = &mut self.slots[index];
+            slot.socket = Some(socket);
+            return UdpHandle {
+                index,
+                generation: slot.generation,
+            };
+        }
+        self.slots.push(Slot {
+            generation: 0,
+            socket: Some(socket),
+        });
+        UdpHandle {
+            index: self.slots.len() - 1,
+            generation: 0,
+        }
+    }
+
+    fn close(&mut self, h: UdpHandle) -> Option<UdpSocket> {
+        let slot = self
+            .slots
+            .get_mut(h.index)
+            .filter(|s| s.generation == h.generation)?;
+        let s = slot.socket.take();
+        slot.generation = slot.generation.wrapping_add(1);
+        s
+    }
+}
+
+/// RFC 6335 §6: the dynamic port range.
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 49152..=65535;
+
+impl Stack {
+    /// A new, unbound UDP socket.
+    pub fn udp_open(&mut self) -> UdpHandle {
+        self.udp_sockets.open()
+    }
+
+    /// Binds to `addr` (0.0.0.0 for any of the host's addresses) and `port` (0 for an
+    /// ephemeral one).
+    pub fn udp_bind(&mut self, h: UdpHandle, addr: Ipv4Address, port: u16) -> Result<(), UdpError> {
+        let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::ArgCheck);
+        let s = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
+        if s.pcb.is_some() {
+            return Err(UdpError::AlreadyBound);
+        }
+        if !addr.is_unspecified() && !self.is_own_address(addr) {
+            return Err(UdpError::AddrNotAvailable);
+        }
+        drop(_p);
+        self.udp_attach(h, addr, port)
+    }
+
+    /// Inserts the socket's PCB, choosing an ephemeral port for port 0.
+    fn udp_attach(&mut self, h: UdpHandle, addr: Ipv4Address, port: u16) -> Result<(), UdpError> {
+        let port = if port == 0 {
+            self.udp_ephemeral_port(addr)?
+        } else {
+            port
+        };
+        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+        let id = self
+            .udp_pcbs
+            .insert((addr, port), None, h.index)
+            .map_err(|e| match e {
+                PcbError::AddrInUse => UdpError::AddrInUse,
+                _ => UdpError::AddrNotAvailable,
+            })?;
+        let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
+        s.pcb = Some(id);
+        s.local = Some((addr, port));
+        Ok(())
+    }
+
+    /// A free port from the dynamic range, starting at a random point (RFC 6056 §3.3.1's
+    /// simple randomisation).
+    fn udp_ephemeral_port(&mut self, addr: Ipv4Address) -> Result<u16, UdpError> {
+        let span = (*EPHEMERAL.end() - *EPHEMERAL.start()) as u64 + 1;
+        let start = self.rng.below(span);
+        for i in 0..span {
+            let port = *EPHEMERAL.start() + ((start + i) % span) as u16;
+            let taken = self.udp_pcbs.iter().any(|(_, b, _)| {
+                b.local.1 == port
+                    && (b.local.0 == addr || b.local.0.is_unspecified() || addr.is_unspecified())
+            });
+            if !taken {
+                return Ok(port);
+            }
+        }
+        Err(UdpError::NoPortsLeft)
+    }
+
+    /// Connects to `addr:port`: datagrams from elsewhere no longer reach the socket, and
+    /// `send` goes there. An unbound socket is bound to an ephemeral port first.
+    pub fn udp_connect(
+        &mut self,
+        h: UdpHandle,
+        addr: Ipv4Address,
+        port: u16,
+    ) -> Result<(), UdpError> {
+        if addr.is_unspecified() || port == 0 {
+            return Err(UdpError::NotConnected);
+        }
+        let s = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
+        if s.pcb.is_none() {
+            self.udp_attach(h, Ipv4Address::UNSPECIFIED, 0)?;
+        }
+        let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
+        let id = s.pcb.ok_or(UdpError::BadHandle)?;
+        s.remote = Some((addr, port));
+        s.error = None;
+        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+        self.udp_pcbs
+            .connect(id, (addr, port))
+            .map_err(|_| UdpError::AddrInUse)
+    }
+
+    /// Dissolves the association made by [`udp_connect`](Self::udp_connect).
+    pub fn udp_disconnect(&mut self, h: UdpHandle) -> Result<(), UdpError> {
+        let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
+        s.remote = None;
+        s.error = None;
+        if let Some(id) = s.pcb {
+            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+            let _ = self.udp_pcbs.disconnect(id);
+        }
+        Ok(())
+    }
+
+    /// Closes the socket; queued datagrams are freed.
+    pub fn udp_close(&mut self, h: UdpHandle) -> Result<(), UdpError> {
+        let s = self.udp_sockets.close(h).ok_or(UdpError::BadHandle)?;
+        if let Some(id) = s.pcb {
+            self.udp_pcbs.remove(id);
+        }
+        for q in s.rx {
+            self.pool.free(q.payload);
+        }
+        Ok(())
+    }
+
+    /// The socket's local address and port, once bound.
+    pub fn udp_local_addr(&self, h: UdpHandle) -> Option<(Ipv4Address, u16)> {
+        self.udp_sockets.get(h).and_then(|s| s.local)
+    }
+
+    /// Paper 000's per-socket option: send with no checksum (a zero field) on any route.
+    pub fn udp_set_no_checksum(&mut self, h: UdpHandle, on: bool) -> Result<(), UdpError> {
+        self.udp_sockets
+            .get_mut(h)
+            .ok_or(UdpError::BadHandle)?
+            .no_checksum = on;
+        Ok(())
+    }
+
+    /// The receive buffer limit: payload bytes queued before arriving datagrams are dropped.
+    pub fn udp_set_recv_buffer(&mut self, h: UdpHandle, bytes: usize) -> Result<(), UdpError> {
+        self.udp_sockets
+            .get_mut(h)
+            .ok_or(UdpError::BadHandle)?
+            .rx_limit = bytes;
+        Ok(())
+    }
+
+    /// Datagrams waiting to be received.
+    pub fn udp_queued(&self, h: UdpHandle) -> usize {
+        self.udp_sockets.get(h).map_or(0, |s| s.rx.len())
+    }
+
+    /// Sends `data` to the connected peer.
+    pub fn udp_send(&mut self, h: UdpHandle, data: &[u8]) -> Result<usize, UdpError> {
+        self.udp_send_msg(h, &[data], None)
+    }
+
+    /// Sends `data` to `addr:port`.
+    pub fn udp_send_to(
+        &mut self,
+        h: UdpHandle,
+        data: &[u8],
+        addr: Ipv4Address,
+        port: u16,
+    ) -> Result<usize, UdpError> {
+        self.udp_send_msg(h, &[data], Some((addr, port)))
+    }
+
+    /// Sends one datagram gathered from `parts` (sendmsg), to `to` or the connected peer.
+    pub fn udp_send_msg(
+        &mut self,
+        h: UdpHandle,
+        parts: &[&[u8]],
+        to: Option<(Ipv4Address, u16)>,
+    ) -> Result<usize, UdpError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.in_message(len, |s| s.udp_sosend(h, parts, len, to))
+    }
+
+    /// The socket layer's send: checks, then the copy into a packet buffer (two paths).
+    fn udp_sosend(
+        &mut self,
+        h: UdpHandle,
+        parts: &[&[u8]],
+        len: usize,
+        to: Option<(Ipv4Address, u16)>,
+    ) -> Result<usize, UdpError> {
+        let (dst, connected) = {
+            let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::ArgCheck);
+            if len > MAX_UDP_PAYLOAD {
+                return Err(UdpError::MessageTooBig {
+                    max: MAX_UDP_PAYLOAD,
+                });
+            }
+            let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
+            if let Some(e) = s.error.take() {
+                return Err(e);
+            }
+            match (to, s.remote) {
+                (Some(d), _) => (d, false),
+                (None, Some(r)) => (r, true),
+                (None, None) => return Err(UdpError::NotConnected),
+            }
+        };
+        if dst.0.is_unspecified() || dst.1 == 0 {
+            return Err(UdpError::NotConnected);
+        }
+        if self.udp_sockets.get(h).is_some_and(|s| s.pcb.is_none()) {
+            self.udp_attach(h, Ipv4Address::UNSPECIFIED, 0)?;
+        }
+        let Ok(mut buf) = self.alloc(
+            Layer::Socket,
+            Side::Send,
+            crate::wire::udp::HEADER_LEN + len,
+        ) else {
+            return Err(UdpError::NoBuffer);
+        };
+        // The copy in: on the protocol-specific path it sums as it copies (paper 002 §7).
+        let payload_sum = {
+            let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
+            let mut at = crate::wire::udp::HEADER_LEN;
+            let mut acc = checksum::Accumulator::new();
+            let fused = self.tuning.udp_fast_path;
+            for part in parts {
+                let dst = &mut buf.data_mut()[at..at + part.len()];
+                if fused {
+                    acc.add_sum(
+                        checksum::copy_and_sum_with(self.tuning.checksum, dst, part),
+                        part.len(),
+                    );
+                } else {
+                    dst.copy_from_slice(part);
+                }
+                at += part.len();
+            }
+            fused.then(|| acc.sum())
+        };
+        let r = self.udp_output(h, dst, buf, payload_sum, connected);
+        r.map(|()| len)
+    }
+
+    /// Receives one datagram into `buf` (recvfrom / recvmsg). A datagram longer than the
+    /// buffer is truncated and the rest discarded (`truncated` says so).
+    ///
+    /// On the protocol-specific path the data's checksum is verified while it is copied
+    /// out (paper 002 §7.1): a datagram that fails is dropped and counted, and the call
+    /// goes on to the next one (or reports `WouldBlock`). The bytes of the bad datagram may
+    /// already have been written into `buf`.
+    pub fn udp_recv_from(&mut self, h: UdpHandle, buf: &mut [u8]) -> Result<UdpRecv, UdpError> {
+        loop {
+            let q = {
+                let _p = self
+                    .ledger
+                    .probe(Layer::Socket, Side::Receive, Op::SocketBuffer);
+                let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
+                if let Some(e) = s.error.take() {
+                    return Err(e);
+                }
+                let Some(q) = s.rx.pop_front() else {
+                    return Err(UdpError::WouldBlock);
+                };
+                s.rx_bytes -= q.payload.len();
+                q
+            };
+            let datagram_len = q.payload.len();
+            let n = datagram_len.min(buf.len());
+            let ok = {
+                let _p = self
+                    .ledger
+                    .probe(Layer::Socket, Side::Receive, Op::UserCopy);
+                match q.verify_on_copy {
+                    None => {
+                        buf[..n].copy_from_slice(&q.payload.data()[..n]);
+                        true
+                    }
+                    Some(head) => {
+                        let copied = checksum::copy_and_sum_with(
+                            self.tuning.checksum,
+                            &mut buf[..n],
+                            &q.payload.data()[..n],
+                        );
+                        // A truncated read still verifies the whole datagram.
+                        let rest = checksum::sum_with(self.tuning.checksum, &q.payload.data()[n..]);
+                        let mut acc = checksum::Accumulator::with_seed(head);
+                        acc.add_sum(copied, n);
+                        acc.add_sum(rest, datagram_len - n);
+                        checksum::verifies(acc.sum())
+                    }
+                }
+            };
+            let from = q.from;
+            self.free(Layer::Socket, Side::Receive, q.payload);
+            if !ok {
+                self.ledger.counters().inc(Counter::UdpDropBadChecksum);
+                continue;
+            }
+            return Ok(UdpRecv {
+                len: n,
+                datagram_len,
+                from,
+                truncated: n < datagram_len,
+            });
+        }
+    }
+}
+
+impl From<SendError> for UdpError {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::NoRoute => UdpError::NoRoute,
+            SendError::TooLarge { .. } => UdpError::MessageTooBig {
+                max: MAX_UDP_PAYLOAD,
+            },
+            SendError::NeedsFragmentation { .. } => UdpError::MessageTooBig {
+                max: MAX_UDP_PAYLOAD,
+            },
+            SendError::NoBuffer => UdpError::NoBuffer,
+        }
+    }
+}

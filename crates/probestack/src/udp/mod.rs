@@ -1,0 +1,262 @@
+//! UDP (RFC 768): input (header checks, the checksum, demultiplexing to a socket) and
+//! output (header, checksum, down to IP), each with the generic path of 4.3BSD and the
+//! protocol-specific path of paper 002 §7, chosen by `Tuning::udp_fast_path`.
+//!
+//! - generic send: the socket layer copies the data into a buffer; UDP checksums the
+//!   datagram in a second pass; with `sendto_without_connect` off, an unconnected sendto
+//!   connects the PCB for the datagram and disconnects it after (paper 002 §6.2);
+//! - protocol-specific send: the copy sums as it goes (one pass over the data);
+//! - generic receive: the whole checksum is verified at input;
+//! - protocol-specific receive: only the header is summed at input, and the data is
+//!   verified while it is copied out to the application (paper 002 §7.1).
+//!
+//! [`pcb`] finds the socket a datagram belongs to, with the lookups of paper 002 §6.3.
+
+pub mod pcb;
+
+use crate::buf::PacketBuf;
+use crate::checksum;
+use crate::driver::RxChecksum;
+use crate::probe::{Counter, Layer, Op, Side};
+use crate::socket::udp::{Queued, UdpError, UdpHandle};
+use crate::stack::Stack;
+use crate::time::Instant;
+use crate::wire::icmpv4::DstUnreachable;
+use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
+use crate::wire::udp::{self as udp_wire, UdpRepr};
+use crate::wire::{Checksum, Ipv4Address};
+
+impl Stack {
+    /// The sum of the pseudo-header and the whole datagram with the configured kernel.
+    fn udp_full_sum(&self, src: Ipv4Address, dst: Ipv4Address, datagram: &[u8]) -> u16 {
+        let seed =
+            checksum::pseudo_header_v4(src.0, dst.0, udp_wire::PROTOCOL, datagram.len() as u16);
+        let mut acc = checksum::Accumulator::with_seed(seed);
+        acc.add_with(self.tuning.checksum, datagram);
+        acc.sum()
+    }
+
+    /// A UDP datagram in `datagram` (the whole IP datagram; `repr` its header).
+    pub(crate) fn udp_input(
+        &mut self,
+        repr: &Ipv4Repr,
+        mut datagram: PacketBuf,
+        rx: RxChecksum,
+        now: Instant,
+    ) {
+        let hl = repr.header_len();
+        let parsed = {
+            let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::UdpProto);
+            udp_wire::Packet::new_checked(&datagram.data()[hl..]).and_then(|p| {
+                let r = UdpRepr::parse(&p, repr.src, repr.dst, Checksum::Skip)?;
+                Ok((r, p.len() as usize, p.checksum()))
+            })
+        };
+        let Ok((udp, udp_len, field)) = parsed else {
+            self.ledger.counters().inc(Counter::UdpDropMalformed);
+            return self.free(Layer::Udp, Side::Receive, datagram);
+        };
+        self.ledger.counters().inc(Counter::UdpDatagramsIn);
+        self.ledger.set_message_size(udp_len - udp_wire::HEADER_LEN);
+
+        // RFC 768: a zero field means the sender computed no checksum.
+        let mut verify_on_copy = None;
+        if field != 0 && rx != RxChecksum::Verified {
+            let message = &datagram.data()[hl..hl + udp_len];
+            if self.tuning.udp_fast_path {
+                // Paper 002 §7.1: sum only the header now; the data is summed as it is
+                // copied out to the application.
+                let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
+                let seed = checksum::pseudo_header_v4(
+                    repr.src.0,
+                    repr.dst.0,
+                    udp_wire::PROTOCOL,
+                    udp_len as u16,
+                );
+                verify_on_copy = Some(checksum::combine(
+                    seed,
+                    checksum::header_sum(&message[..udp_wire::HEADER_LEN]),
+                ));
+            } else {
+                let ok = {
+                    let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
+                    checksum::verifies(self.udp_full_sum(repr.src, repr.dst, message))
+                };
+                if !ok {
+                    self.ledger.counters().inc(Counter::UdpDropBadChecksum);
+                    return self.free(Layer::Udp, Side::Receive, datagram);
+                }
+            }
+        } else if field == 0 {
+            self.ledger.counters().inc(Counter::UdpNoChecksumIn);
+        }
+
+        let found = {
+            let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Demux);
+            self.udp_pcbs
+                .lookup(repr.src, udp.src_port, repr.dst, udp.dst_port)
+                .map(|(_, &mut index)| index)
+        };
+        let handle = found.and_then(|i| self.udp_sockets.handle_of(i));
+        let Some(handle) = handle else {
+            if repr.dst.is_broadcast() || !self.is_own_address(repr.dst) {
+                self.ledger
+                    .counters()
+                    .inc(Counter::UdpDropNoSocketBroadcast);
+                return self.free(Layer::Udp, Side::Receive, datagram);
+            }
+            self.ledger.counters().inc(Counter::UdpDropNoSocket);
+            // RFC 1122 §4.1.3.1: port unreachable.
+            self.icmp_dst_unreachable(DstUnreachable::PortUnreachable, 0, repr, datagram, now);
+            return;
+        };
+
+        let payload_len = udp_len - udp_wire::HEADER_LEN;
+        let trimmed = datagram
+            .trim_front(hl + udp_wire::HEADER_LEN)
+            .and_then(|()| datagram.trim_back(datagram.len() - payload_len));
+        if trimmed.is_err() {
+            self.ledger.counters().inc(Counter::UdpDropMalformed);
+            return self.free(Layer::Udp, Side::Receive, datagram);
+        }
+        let _p = self
+            .ledger
+            .probe(Layer::Socket, Side::Receive, Op::SocketBuffer);
+        let Some(s) = self.udp_sockets.get_mut(handle) else {
+            drop(_p);
+            return self.free(Layer::Udp, Side::Receive, datagram);
+        };
+        if s.rx_bytes + payload_len > s.rx_limit {
+            self.ledger.counters().inc(Counter::UdpDropFullSocket);
+            drop(_p);
+            return self.free(Layer::Socket, Side::Receive, datagram);
+        }
+        s.rx_bytes += payload_len;
+        s.rx.push_back(Queued {
+            from: (repr.src, udp.src_port),
+            payload: datagram,
+            verify_on_copy,
+        });
+    }
+
+    /// UDP output: the header, the checksum, and down to IP. `buf` holds room for the
+    /// header and the payload after it; `payload_sum` is the payload's sum when the socket
+    /// layer summed it while copying (the protocol-specific path).
+    pub(crate) fn udp_output(
+        &mut self,
+        h: UdpHandle,
+        dst: (Ipv4Address, u16),
+        mut buf: PacketBuf,
+        payload_sum: Option<u16>,
+        connected: bool,
+    ) -> Result<(), UdpError> {
+        let Some(s) = self.udp_sockets.get(h) else {
+            self.free(Layer::Udp, Side::Send, buf);
+            return Err(UdpError::BadHandle);
+        };
+        let (Some(id), Some(local), no_checksum) = (s.pcb, s.local, s.no_checksum) else {
+            self.free(Layer::Udp, Side::Send, buf);
+            return Err(UdpError::BadHandle);
+        };
+        // 4.3BSD's sendto connected the PCB for the one datagram and disconnected it after
+        // (paper 002 §6.2); `sendto_without_connect` sends to the address given.
+        let pseudo_connect = !connected && !self.tuning.sendto_without_connect;
+        if pseudo_connect {
+            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+            if self.udp_pcbs.connect(id, dst).is_err() {
+                drop(_p);
+                self.free(Layer::Udp, Side::Send, buf);
+                return Err(UdpError::AddrInUse);
+            }
+        }
+        let src = if local.0.is_unspecified() {
+            self.source_address_for(dst.0)
+        } else {
+            Some(local.0)
+        };
+        let result = match src {
+            None => {
+                self.free(Layer::Udp, Side::Send, buf);
+                self.ledger.counters().inc(Counter::IpDropNoRoute);
+                Err(UdpError::NoRoute)
+            }
+            Some(src) => {
+                let payload_len = buf.len() - udp_wire::HEADER_LEN;
+                let emitted = {
+                    let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
+                    let repr = UdpRepr {
+                        src_port: local.1,
+                        dst_port: dst.1,
+                    };
+                    repr.emit_header(
+                        &mut udp_wire::Packet::new_unchecked(buf.data_mut()),
+                        payload_len,
+                    )
+                };
+                if emitted.is_err() {
+                    self.free(Layer::Udp, Side::Send, buf);
+                    Err(UdpError::MessageTooBig {
+                        max: crate::socket::udp::MAX_UDP_PAYLOAD,
+                    })
+                } else {
+                    if !no_checksum {
+                        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::Checksum);
+                        let sum = match payload_sum {
+                            // Header and pseudo-header now; the payload was summed while copied.
+                            Some(p) => {
+                                let seed = checksum::pseudo_header_v4(
+                                    src.0,
+                                    dst.0 .0,
+                                    udp_wire::PROTOCOL,
+                                    buf.len() as u16,
+                                );
+                                let mut acc = checksum::Accumulator::with_seed(seed);
+                                acc.add_sum(
+                                    checksum::header_sum(&buf.data()[..udp_wire::HEADER_LEN]),
+                                    udp_wire::HEADER_LEN,
+                                );
+                                acc.add_sum(p, payload_len);
+                                acc.sum()
+                            }
+                            // The generic path: a second pass over the whole datagram.
+                            None => self.udp_full_sum(src, dst.0, buf.data()),
+                        };
+                        let field = checksum::udp_field(checksum::finish(sum));
+                        udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
+                    }
+                    self.ledger.counters().inc(Counter::UdpDatagramsOut);
+                    self.ip_output(dst.0, IpProtocol::Udp, buf, false, self.now)
+                        .map_err(UdpError::from)
+                }
+            }
+        };
+        if pseudo_connect {
+            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+            let _ = self.udp_pcbs.disconnect(id);
+        }
+        self.udp_pcbs.note_sent(id);
+        result
+    }
+
+    /// An ICMP port unreachable about a datagram we sent: a connected socket learns its
+    /// peer refused (RFC 1122 §4.1.3.3); unconnected sockets are not told (as BSD).
+    pub(crate) fn udp_port_unreachable(&mut self, quoted: &Ipv4Repr, transport: &[u8]) {
+        if transport.len() < 4 {
+            return;
+        }
+        let sport = u16::from_be_bytes([transport[0], transport[1]]);
+        let dport = u16::from_be_bytes([transport[2], transport[3]]);
+        let peer = (quoted.dst, dport);
+        let found = self
+            .udp_pcbs
+            .iter()
+            .find(|(_, b, _)| b.local.1 == sport && b.foreign == Some(peer))
+            .map(|(_, _, &i)| i);
+        if let Some(h) = found.and_then(|i| self.udp_sockets.handle_of(i)) {
+            if let Some(s) = self.udp_sockets.get_mut(h) {
+                s.error = Some(UdpError::ConnectionRefused);
+                self.ledger.counters().inc(Counter::UdpConnectionRefused);
+            }
+        }
+    }
+}

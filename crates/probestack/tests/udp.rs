@@ -1,0 +1,264 @@
+//! UDP sockets between two stacks on the memory link: every size up to 65,507 bytes across
+//! MTUs, both send and both receive paths, corruption caught, the socket API's errors, and
+//! delivery to the most specific socket.
+
+use probestack::driver::FaultConfig;
+use probestack::probe::Counter;
+use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B};
+use probestack::socket::udp::{UdpError, UdpHandle, MAX_UDP_PAYLOAD};
+use probestack::time::Duration;
+use probestack::tuning::Tuning;
+use probestack::wire::Ipv4Address;
+
+fn pair_with(mtu: usize, ta: Tuning, tb: Tuning) -> Pair {
+    let mut a = HostConfig::with_mtu(mtu);
+    let mut b = HostConfig::with_mtu(mtu);
+    a.stack.tuning = ta;
+    b.stack.tuning = tb;
+    Pair::new(a, b).unwrap()
+}
+
+/// A payload that says what it should be: a 4-byte sequence number, then bytes derived
+/// from it, so a receiver can tell an intact datagram from a corrupted one.
+fn payload(seq: u32, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seq) as u8)
+        .collect();
+    if len >= 4 {
+        v[..4].copy_from_slice(&seq.to_be_bytes());
+    }
+    v
+}
+
+fn intact(d: &[u8]) -> bool {
+    d.len() < 4 || payload(u32::from_be_bytes([d[0], d[1], d[2], d[3]]), d.len()) == d
+}
+
+fn recv_one(p: &mut Pair, h: UdpHandle) -> Option<(Vec<u8>, (Ipv4Address, u16))> {
+    let mut buf = vec![0u8; 70_000];
+    let mut got = None;
+    p.run_until(Duration::from_secs(2), |p| {
+        match p.b.udp_recv_from(h, &mut buf) {
+            Ok(r) => {
+                got = Some((buf[..r.len].to_vec(), r.from));
+                true
+            }
+            Err(UdpError::WouldBlock) => false,
+            Err(e) => panic!("recv: {e}"),
+        }
+    });
+    got
+}
+
+#[test]
+fn every_size_every_mtu_every_path() {
+    let sizes = [
+        0,
+        1,
+        59,
+        64,
+        509,
+        512,
+        1472,
+        1473,
+        8000,
+        30000,
+        MAX_UDP_PAYLOAD,
+    ];
+    let tunings = [
+        (Tuning::fast(), Tuning::fast()),
+        (Tuning::bsd(), Tuning::bsd()),
+        (Tuning::fast(), Tuning::bsd()),
+        (Tuning::bsd(), Tuning::fast()),
+    ];
+    for mtu in [576, 1500, 9000, 65535] {
+        for (ta, tb) in tunings {
+            let mut p = pair_with(mtu, ta, tb);
+            let rx = p.b.udp_open();
+            p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+            let tx = p.a.udp_open();
+            for (i, &size) in sizes.iter().enumerate() {
+                let data = payload(i as u32, size);
+                assert_eq!(p.a.udp_send_to(tx, &data, ADDR_B, 9).unwrap(), size);
+                let (got, from) =
+                    recv_one(&mut p, rx).unwrap_or_else(|| panic!("mtu {mtu} size {size} lost"));
+                assert_eq!(got, data, "mtu {mtu} size {size}");
+                assert_eq!(from, (ADDR_A, p.a.udp_local_addr(tx).unwrap().1));
+            }
+        }
+    }
+}
+
+#[test]
+fn scatter_gather_connect_and_truncation() {
+    let mut p = pair_with(1500, Tuning::fast(), Tuning::fast());
+    let rx = p.b.udp_open();
+    p.b.udp_bind(rx, ADDR_B, 7000).unwrap();
+    let tx = p.a.udp_open();
+    p.a.udp_connect(tx, ADDR_B, 7000).unwrap();
+    // sendmsg: one datagram from three pieces of odd lengths.
+    let parts: [&[u8]; 3] = [b"abc", b"defgh", b"ij"];
+    assert_eq!(p.a.udp_send_msg(tx, &parts, None).unwrap(), 10);
+    assert_eq!(recv_one(&mut p, rx).unwrap().0, b"abcdefghij");
+    // A short buffer truncates and says so.
+    p.a.udp_send(tx, &payload(1, 1000)).unwrap();
+    p.run_for(Duration::from_millis(1));
+    let mut small = [0u8; 100];
+    let r = p.b.udp_recv_from(rx, &mut small).unwrap();
+    assert!(r.truncated && r.len == 100 && r.datagram_len == 1000);
+    assert_eq!(&small[..], &payload(1, 1000)[..100]);
+    assert_eq!(p.b.udp_recv_from(rx, &mut small), Err(UdpError::WouldBlock));
+}
+
+#[test]
+fn socket_errors_are_values() {
+    let mut p = pair_with(1500, Tuning::fast(), Tuning::fast());
+    let a = p.b.udp_open();
+    let b = p.b.udp_open();
+    p.b.udp_bind(a, ADDR_B, 53).unwrap();
+    assert_eq!(p.b.udp_bind(b, ADDR_B, 53), Err(UdpError::AddrInUse));
+    assert_eq!(p.b.udp_bind(a, ADDR_B, 54), Err(UdpError::AlreadyBound));
+    assert_eq!(
+        p.b.udp_bind(b, Ipv4Address::new(198, 18, 9, 9), 53),
+        Err(UdpError::AddrNotAvailable)
+    );
+    assert_eq!(p.b.udp_send(a, b"x"), Err(UdpError::NotConnected));
+    assert_eq!(
+        p.b.udp_send_to(a, &vec![0; MAX_UDP_PAYLOAD + 1], ADDR_A, 1),
+        Err(UdpError::MessageTooBig {
+            max: MAX_UDP_PAYLOAD
+        })
+    );
+    p.b.udp_close(a).unwrap();
+    assert_eq!(
+        p.b.udp_send_to(a, b"x", ADDR_A, 1),
+        Err(UdpError::BadHandle)
+    );
+    // Ephemeral ports come from 49152-65535 and differ.
+    let (x, y) = (p.a.udp_open(), p.a.udp_open());
+    p.a.udp_bind(x, Ipv4Address::UNSPECIFIED, 0).unwrap();
+    p.a.udp_bind(y, Ipv4Address::UNSPECIFIED, 0).unwrap();
+    let (px, py) = (
+        p.a.udp_local_addr(x).unwrap().1,
+        p.a.udp_local_addr(y).unwrap().1,
+    );
+    assert!(px >= 49152 && py >= 49152 && px != py);
+}
+
+#[test]
+fn a_closed_port_refuses_a_connected_socket() {
+    for t in [Tuning::fast(), Tuning::bsd()] {
+        let mut p = pair_with(1500, t, t);
+        let tx = p.a.udp_open();
+        p.a.udp_connect(tx, ADDR_B, 4444).unwrap();
+        p.a.udp_send(tx, b"anyone?").unwrap();
+        p.run_for(Duration::from_millis(5));
+        assert_eq!(p.b.ledger().counters().get(Counter::UdpDropNoSocket), 1);
+        assert_eq!(p.a.udp_send(tx, b"again"), Err(UdpError::ConnectionRefused));
+        // The error is reported once.
+        assert!(p.a.udp_send(tx, b"again").is_ok());
+    }
+}
+
+#[test]
+fn the_most_specific_socket_gets_the_datagram() {
+    for t in [Tuning::fast(), Tuning::bsd()] {
+        let mut p = pair_with(1500, t, t);
+        let wildcard = p.b.udp_open();
+        p.b.udp_bind(wildcard, Ipv4Address::UNSPECIFIED, 5000)
+            .unwrap();
+        let connected = p.b.udp_open();
+        p.b.udp_bind(connected, ADDR_B, 5000).unwrap();
+        p.b.udp_connect(connected, ADDR_A, 6000).unwrap();
+        let from_6000 = p.a.udp_open();
+        p.a.udp_bind(from_6000, Ipv4Address::UNSPECIFIED, 6000)
+            .unwrap();
+        let from_6001 = p.a.udp_open();
+        p.a.udp_bind(from_6001, Ipv4Address::UNSPECIFIED, 6001)
+            .unwrap();
+        for round in 0..3 {
+            // Alternate, so a one-behind cache holding the wildcard socket is tested.
+            p.a.udp_send_to(from_6001, b"to the wildcard", ADDR_B, 5000)
+                .unwrap();
+            p.a.udp_send_to(from_6000, b"to the connected", ADDR_B, 5000)
+                .unwrap();
+            p.run_for(Duration::from_millis(2));
+            let mut buf = [0u8; 64];
+            let r = p.b.udp_recv_from(connected, &mut buf).unwrap();
+            assert_eq!(&buf[..r.len], b"to the connected", "round {round}");
+            let r = p.b.udp_recv_from(wildcard, &mut buf).unwrap();
+            assert_eq!(&buf[..r.len], b"to the wildcard", "round {round}");
+            assert_eq!(p.b.udp_queued(wildcard) + p.b.udp_queued(connected), 0);
+        }
+    }
+}
+
+#[test]
+fn a_full_receive_buffer_drops_and_counts() {
+    let mut p = pair_with(1500, Tuning::fast(), Tuning::fast());
+    let rx = p.b.udp_open();
+    p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+    p.b.udp_set_recv_buffer(rx, 1000).unwrap();
+    let tx = p.a.udp_open();
+    for i in 0..5 {
+        p.a.udp_send_to(tx, &payload(i, 400), ADDR_B, 9).unwrap();
+    }
+    p.run_for(Duration::from_millis(5));
+    assert_eq!(p.b.udp_queued(rx), 2);
+    assert_eq!(p.b.ledger().counters().get(Counter::UdpDropFullSocket), 3);
+}
+
+/// Bit flips with the CRC recomputed (corruption inside a router) get past the link; the
+/// UDP checksum must catch every one, on both receive paths.
+#[test]
+fn corrupted_datagrams_are_caught_on_both_receive_paths() {
+    for t in [Tuning::fast(), Tuning::bsd()] {
+        let mut a = HostConfig::with_mtu(1500);
+        let mut b = HostConfig::with_mtu(1500);
+        a.stack.tuning = t;
+        b.stack.tuning = t;
+        b.nic.rx_faults = FaultConfig {
+            flip_passed: 0.05,
+            ..FaultConfig::seeded(11)
+        };
+        let mut p = Pair::new(a, b).unwrap();
+        let rx = p.b.udp_open();
+        p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+        p.b.udp_set_recv_buffer(rx, 64 << 20).unwrap();
+        let tx = p.a.udp_open();
+        for i in 0..2000 {
+            p.a.udp_send_to(tx, &payload(i, 600), ADDR_B, 9).unwrap();
+            p.run_for(Duration::from_micros(20));
+        }
+        p.run_for(Duration::from_millis(10));
+        let mut buf = [0u8; 2000];
+        let (mut good, mut bad) = (0, 0);
+        while let Ok(r) = p.b.udp_recv_from(rx, &mut buf) {
+            if intact(&buf[..r.len]) && r.len == 600 {
+                good += 1;
+            } else {
+                bad += 1;
+            }
+        }
+        let c = p.b.ledger().counters();
+        let caught = c.get(Counter::UdpDropBadChecksum)
+            + c.get(Counter::IpDropBadChecksum)
+            + c.get(Counter::UdpDropMalformed)
+            + c.get(Counter::IpDropMalformed);
+        assert_eq!(bad, 0, "corrupted datagrams delivered ({t:?})");
+        assert!(caught > 50, "only {caught} corruptions caught");
+        assert!(good > 1800, "only {good} delivered");
+    }
+}
+
+#[test]
+fn the_no_checksum_option_sends_zero_and_is_accepted() {
+    let mut p = pair_with(1500, Tuning::fast(), Tuning::fast());
+    let rx = p.b.udp_open();
+    p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+    let tx = p.a.udp_open();
+    p.a.udp_set_no_checksum(tx, true).unwrap();
+    p.a.udp_send_to(tx, &payload(3, 300), ADDR_B, 9).unwrap();
+    assert_eq!(recv_one(&mut p, rx).unwrap().0, payload(3, 300));
+    assert_eq!(p.b.ledger().counters().get(Counter::UdpNoChecksumIn), 1);
+}
