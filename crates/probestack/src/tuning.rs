@@ -37,6 +37,10 @@ pub struct Tuning {
     /// The one-behind receive and send PCB caches (paper 002 §6.3.1-6.3.4).
     pub pcb_recv_cache: bool,
     pub pcb_send_cache: bool,
+    /// Checksum elision (papers 000 and 003): skip the transport checksum when the route's
+    /// next hop is the destination and the interface's link has a CRC. UDP sends a zero
+    /// field; TCP negotiates RFC 1146's alternate checksum.
+    pub checksum_elision: bool,
 }
 
 impl Tuning {
@@ -52,6 +56,7 @@ impl Tuning {
             pcb_lookup: PcbLookup::Linear,
             pcb_recv_cache: false,
             pcb_send_cache: false,
+            checksum_elision: false,
         }
     }
 
@@ -67,6 +72,7 @@ impl Tuning {
             pcb_lookup: PcbLookup::Hashed,
             pcb_recv_cache: true,
             pcb_send_cache: true,
+            checksum_elision: true,
         }
     }
 }
@@ -102,6 +108,7 @@ mod tests {
         assert_ne!(b.udp_fast_path, f.udp_fast_path);
         assert_ne!(b.sendto_without_connect, f.sendto_without_connect);
         assert_ne!(b.pcb_config(), f.pcb_config());
+        assert_ne!(b.checksum_elision, f.checksum_elision);
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

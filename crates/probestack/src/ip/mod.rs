@@ -196,6 +196,23 @@ impl Stack {
         Some((whole, out))
     }
 
+    /// Whether a transport may leave its checksum out for `dst` (papers 000 and 003): the
+    /// `checksum_elision` switch is on, the route's next hop is the destination itself,
+    /// and the outgoing link protects frames with a CRC. Datagrams to this host itself
+    /// never leave memory and qualify too.
+    pub(crate) fn checksum_elidable(&self, dst: Ipv4Address) -> bool {
+        if !self.tuning.checksum_elision {
+            return false;
+        }
+        if self.is_own_address(dst) {
+            return true;
+        }
+        self.routes.lookup(dst).is_some_and(|r| {
+            r.next_hop_is_destination
+                && self.ifaces.get(r.interface).is_some_and(|i| i.caps.has_crc)
+        })
+    }
+
     /// The source address a datagram to `dst` leaves with: the outgoing interface's.
     pub(crate) fn source_address_for(&self, dst: Ipv4Address) -> Option<Ipv4Address> {
         if self.is_own_address(dst) {

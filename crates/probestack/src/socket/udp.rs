@@ -13,6 +13,7 @@ use crate::checksum;
 use crate::probe::{Counter, Layer, Op, Side};
 use crate::stack::{SendError, Stack};
 use crate::udp::pcb::{PcbError, PcbId};
+use crate::udp::UdpChecksum;
 use crate::wire::Ipv4Address;
 
 /// A UDP socket of a stack.
@@ -365,7 +366,7 @@ impl Stack {
         len: usize,
         to: Option<(Ipv4Address, u16)>,
     ) -> Result<usize, UdpError> {
-        let (dst, connected) = {
+        let (dst, connected, no_checksum) = {
             let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::ArgCheck);
             if len > MAX_UDP_PAYLOAD {
                 return Err(UdpError::MessageTooBig {
@@ -376,9 +377,10 @@ impl Stack {
             if let Some(e) = s.error.take() {
                 return Err(e);
             }
+            let no_checksum = s.no_checksum;
             match (to, s.remote) {
-                (Some(d), _) => (d, false),
-                (None, Some(r)) => (r, true),
+                (Some(d), _) => (d, false, no_checksum),
+                (None, Some(r)) => (r, true, no_checksum),
                 (None, None) => return Err(UdpError::NotConnected),
             }
         };
@@ -395,12 +397,18 @@ impl Stack {
         ) else {
             return Err(UdpError::NoBuffer);
         };
+        // Paper 000: no checksum when the socket asks, or when the next hop is the
+        // destination on a link with a CRC and elision is on; then there is nothing to sum.
+        let elide = {
+            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
+            no_checksum || self.checksum_elidable(dst.0)
+        };
         // The copy in: on the protocol-specific path it sums as it copies (paper 002 §7).
-        let payload_sum = {
+        let plan = {
             let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
             let mut at = crate::wire::udp::HEADER_LEN;
             let mut acc = checksum::Accumulator::new();
-            let fused = self.tuning.udp_fast_path;
+            let fused = self.tuning.udp_fast_path && !elide;
             for part in parts {
                 let dst = &mut buf.data_mut()[at..at + part.len()];
                 if fused {
@@ -413,9 +421,15 @@ impl Stack {
                 }
                 at += part.len();
             }
-            fused.then(|| acc.sum())
+            if elide {
+                UdpChecksum::Elided
+            } else if fused {
+                UdpChecksum::PayloadSummed(acc.sum())
+            } else {
+                UdpChecksum::SecondPass
+            }
         };
-        let r = self.udp_output(h, dst, buf, payload_sum, connected);
+        let r = self.udp_output(h, dst, buf, plan, connected);
         r.map(|()| len)
     }
 

@@ -26,6 +26,17 @@ use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
 use crate::wire::udp::{self as udp_wire, UdpRepr};
 use crate::wire::{Checksum, Ipv4Address};
 
+/// How a datagram being sent gets its checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UdpChecksum {
+    /// None: a zero field (the socket's no-checksum option, or checksum elision).
+    Elided,
+    /// The socket layer summed the payload while copying it (the protocol-specific path).
+    PayloadSummed(u16),
+    /// UDP output sums the whole datagram in a second pass (the generic path).
+    SecondPass,
+}
+
 impl Stack {
     /// The sum of the pseudo-header and the whole datagram with the configured kernel.
     fn udp_full_sum(&self, src: Ipv4Address, dst: Ipv4Address, datagram: &[u8]) -> u16 {
@@ -140,21 +151,20 @@ impl Stack {
     }
 
     /// UDP output: the header, the checksum, and down to IP. `buf` holds room for the
-    /// header and the payload after it; `payload_sum` is the payload's sum when the socket
-    /// layer summed it while copying (the protocol-specific path).
+    /// header and the payload after it; `plan` says how the checksum is done.
     pub(crate) fn udp_output(
         &mut self,
         h: UdpHandle,
         dst: (Ipv4Address, u16),
         mut buf: PacketBuf,
-        payload_sum: Option<u16>,
+        plan: UdpChecksum,
         connected: bool,
     ) -> Result<(), UdpError> {
         let Some(s) = self.udp_sockets.get(h) else {
             self.free(Layer::Udp, Side::Send, buf);
             return Err(UdpError::BadHandle);
         };
-        let (Some(id), Some(local), no_checksum) = (s.pcb, s.local, s.no_checksum) else {
+        let (Some(id), Some(local)) = (s.pcb, s.local) else {
             self.free(Layer::Udp, Side::Send, buf);
             return Err(UdpError::BadHandle);
         };
@@ -199,11 +209,11 @@ impl Stack {
                         max: crate::socket::udp::MAX_UDP_PAYLOAD,
                     })
                 } else {
-                    if !no_checksum {
+                    if plan != UdpChecksum::Elided {
                         let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::Checksum);
-                        let sum = match payload_sum {
+                        let sum = match plan {
                             // Header and pseudo-header now; the payload was summed while copied.
-                            Some(p) => {
+                            UdpChecksum::PayloadSummed(p) => {
                                 let seed = checksum::pseudo_header_v4(
                                     src.0,
                                     dst.0 .0,
@@ -219,7 +229,7 @@ impl Stack {
                                 acc.sum()
                             }
                             // The generic path: a second pass over the whole datagram.
-                            None => self.udp_full_sum(src, dst.0, buf.data()),
+                            _ => self.udp_full_sum(src, dst.0, buf.data()),
                         };
                         let field = checksum::udp_field(checksum::finish(sum));
                         udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
