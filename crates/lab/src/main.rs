@@ -56,6 +56,9 @@ enum Lab {
     /// Two stacks in one process ping each other over the memory link: round-trip times
     /// and the echoing host's ledger by layer.
     Ping(PingArgs),
+    /// Paper 000's experiment: UDP echo at 40 sizes from 1 to 8192 bytes over an FDDI-sized
+    /// MTU, the echoing host's time by operation and by layer.
+    Echo(EchoArgs),
     /// What the ledger's probes cost: throughput of a probe-free build against default
     /// sampling and every message probed.
     Overhead(OverheadArgs),
@@ -75,6 +78,16 @@ struct OverheadArgs {
     /// Internal: run one workload in this process and print its rate as JSON.
     #[arg(long, hide = true)]
     worker: Option<String>,
+}
+
+#[derive(Args)]
+struct EchoArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Eight sizes and 20 repetitions instead of 40 sizes and 100.
+    #[arg(long)]
+    quick: bool,
 }
 
 #[derive(Args)]
@@ -168,6 +181,37 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("probestack: {e}");
                     ExitCode::from(2)
+                }
+            }
+        }
+        Command::Lab(Lab::Echo(a)) => {
+            let (sizes, reps) = if a.quick {
+                (experiments::echo::quick_sizes(), 20)
+            } else {
+                (experiments::echo::sizes(), 100)
+            };
+            let json = a.json;
+            match experiments::echo::run(&sizes, reps, |t| {
+                if !json {
+                    eprintln!("  echo: tuning {t}");
+                }
+            }) {
+                Ok(r) if json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&r).expect("results serialise")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(r) => {
+                    for t in experiments::echo::tables(&r) {
+                        println!("{}", t.to_text());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("probestack: {e}");
+                    ExitCode::FAILURE
                 }
             }
         }

@@ -18,7 +18,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
          Written by `cargo run --release -- report`.\n\n",
     );
 
-    eprintln!("[1/2] checksum: kernels, copy, fused copy+checksum, peers");
+    eprintln!("[1/3] checksum: kernels, copy, fused copy+checksum, peers");
     let r = experiments::checksum::run(&experiments::checksum::SIZES, effort, |s| {
         eprint!("\r  {s} bytes...        ");
         let _ = io::stderr().flush();
@@ -31,7 +31,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 
-    eprintln!("[2/2] ping: two stacks over the memory link");
+    eprintln!("[2/3] ping: two stacks over the memory link");
     let count = if effort.samples > Effort::QUICK.samples {
         100
     } else {
@@ -42,6 +42,19 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
     write_section(out, &mut md, "ping", "Ping", &experiments::ping::tables(&r))?;
     fs::write(
         out.join("data/ping.json"),
+        serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
+    )?;
+
+    eprintln!("[3/3] echo: paper 000's UDP echo on B");
+    let (sizes, reps) = if effort.samples > Effort::QUICK.samples {
+        (experiments::echo::sizes(), 100)
+    } else {
+        (experiments::echo::quick_sizes(), 20)
+    };
+    let r = experiments::echo::run(&sizes, reps, |_| {}).map_err(io::Error::other)?;
+    write_section(out, &mut md, "echo", "Echo (paper 000)", &experiments::echo::tables(&r))?;
+    fs::write(
+        out.join("data/echo.json"),
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 

@@ -2,5 +2,6 @@
 //! results and a `tables` that renders them.
 
 pub mod checksum;
+pub mod echo;
 pub mod overhead;
 pub mod ping;
