@@ -59,6 +59,9 @@ enum Lab {
     /// Paper 000's experiment: UDP echo at 40 sizes from 1 to 8192 bytes over an FDDI-sized
     /// MTU, the echoing host's time by operation and by layer.
     Echo(EchoArgs),
+    /// Paper 002's experiment: sendto to a discard server, a per-routine profile, the
+    /// optimizations one at a time, and PCB cache hit rates.
+    Discard(DiscardArgs),
     /// What the ledger's probes cost: throughput of a probe-free build against default
     /// sampling and every message probed.
     Overhead(OverheadArgs),
@@ -78,6 +81,19 @@ struct OverheadArgs {
     /// Internal: run one workload in this process and print its rate as JSON.
     #[arg(long, hide = true)]
     worker: Option<String>,
+}
+
+#[derive(Args)]
+struct DiscardArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// 20,000 datagrams per size and configuration instead of the paper's 200,000.
+    #[arg(long)]
+    quick: bool,
+    /// Runs per figure (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
 }
 
 #[derive(Args)]
@@ -181,6 +197,33 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("probestack: {e}");
                     ExitCode::from(2)
+                }
+            }
+        }
+        Command::Lab(Lab::Discard(a)) => {
+            let n = if a.quick { 20_000 } else { 200_000 };
+            let json = a.json;
+            match experiments::discard::run(n, a.runs, |s| {
+                if !json {
+                    eprintln!("  discard: {s}");
+                }
+            }) {
+                Ok(r) if json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&r).expect("results serialise")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(r) => {
+                    for t in experiments::discard::tables(&r) {
+                        println!("{}", t.to_text());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("probestack: {e}");
+                    ExitCode::FAILURE
                 }
             }
         }

@@ -52,7 +52,13 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
         (experiments::echo::quick_sizes(), 20)
     };
     let r = experiments::echo::run(&sizes, reps, |_| {}).map_err(io::Error::other)?;
-    write_section(out, &mut md, "echo", "Echo (paper 000)", &experiments::echo::tables(&r))?;
+    write_section(
+        out,
+        &mut md,
+        "echo",
+        "Echo (paper 000)",
+        &experiments::echo::tables(&r),
+    )?;
     fs::write(
         out.join("data/echo.json"),
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,

@@ -2,6 +2,7 @@
 //! results and a `tables` that renders them.
 
 pub mod checksum;
+pub mod discard;
 pub mod echo;
 pub mod overhead;
 pub mod ping;

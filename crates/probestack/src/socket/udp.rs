@@ -326,6 +326,11 @@ impl Stack {
         Ok(())
     }
 
+    /// The UDP PCB table's lookup and cache statistics.
+    pub fn udp_pcb_stats(&self) -> crate::udp::pcb::PcbStats {
+        self.udp_pcbs.stats()
+    }
+
     /// Datagrams waiting to be received.
     pub fn udp_queued(&self, h: UdpHandle) -> usize {
         self.udp_sockets.get(h).map_or(0, |s| s.rx.len())
