@@ -17,7 +17,7 @@ use crate::driver::{Device, DeviceCaps, DeviceContext, RxFrame};
 use crate::ip::reassembly::{Reassembler, ReassemblyConfig};
 use crate::ip::route::{Ipv4Cidr, NextHop, Route, RouteTable};
 use crate::link::arp::{ArpCache, ArpConfig};
-use crate::probe::{Counter, Ledger};
+use crate::probe::{Counter, Layer, Ledger, Op, Side};
 use crate::rng::Rng;
 use crate::socket::udp::UdpSockets;
 use crate::time::{Duration, Instant};
@@ -305,6 +305,7 @@ impl Stack {
             });
         }
         self.run_timers(now);
+        let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Timer);
         self.next_deadline()
     }
 
@@ -315,6 +316,7 @@ impl Stack {
         let mut batch = std::mem::take(&mut self.rx_batch);
         let budget = self.config.rx_batch.max(1);
         {
+            let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Notify);
             let cx = DeviceContext {
                 now,
                 ledger: &self.ledger,
@@ -339,7 +341,10 @@ impl Stack {
 
     fn run_timers(&mut self, now: Instant) {
         for i in 0..self.ifaces.len() {
-            let timers = self.ifaces[i].arp.poll(now);
+            let timers = {
+                let _p = self.ledger.probe(Layer::Link, Side::Send, Op::Timer);
+                self.ifaces[i].arp.poll(now)
+            };
             for p in timers.unresolved {
                 self.ledger.counters().inc(Counter::ArpDropUnresolved);
                 self.pool.free(p);
@@ -348,7 +353,11 @@ impl Stack {
                 self.send_arp_request(i, ip, now);
             }
         }
-        for expired in self.reassembler.expire(now) {
+        let expired = {
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Timer);
+            self.reassembler.expire(now)
+        };
+        for expired in expired {
             self.ledger.counters().inc(Counter::IpReassemblyTimeout);
             // RFC 1122 §3.3.2: Time Exceeded (code 1) only if the first fragment came.
             if let Some(first) = expired.first_fragment {
