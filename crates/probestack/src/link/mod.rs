@@ -229,6 +229,9 @@ impl Stack {
             };
             let dev = &mut self.ifaces[iface].device;
             if dev.tx_ready() {
+                // The frame leaves the stack: the pool stops counting it (the device, or
+                // the stack at the other end of a memory link, frees it).
+                let frame = self.pool.detach(frame);
                 dev.transmit(frame, TxMeta::default(), &cx)
                     .err()
                     .map(|_| None)
