@@ -81,6 +81,9 @@ struct OverheadArgs {
     /// Internal: run one workload in this process and print its rate as JSON.
     #[arg(long, hide = true)]
     worker: Option<String>,
+    /// Internal, with --worker: probe one message in N (0: none).
+    #[arg(long, hide = true, default_value_t = 0)]
+    sample_every: u32,
 }
 
 #[derive(Args)]
@@ -260,7 +263,7 @@ fn main() -> ExitCode {
         }
         Command::Lab(Lab::Overhead(a)) => {
             if let Some(w) = &a.worker {
-                return match experiments::overhead::run_workload(w, 0, a.millis) {
+                return match experiments::overhead::run_workload(w, a.sample_every, a.millis) {
                     Ok(rate) => {
                         println!("{{\"rate\":{rate}}}");
                         ExitCode::SUCCESS

@@ -4,15 +4,17 @@
 //! of several rounds after a warm-up round:
 //!
 //! - **probe-free**: a second copy of this tool built with `--no-default-features`, so
-//!   every probe compiles to nothing (the driver builds it into `target/noprobes` and runs
-//!   it as a worker process; the worker times only the workload, not its own start-up);
+//!   every probe compiles to nothing (the driver builds it into `target/noprobes`);
 //! - **never sampled**: probes compiled in, sampling off (the cost of the branch alone);
 //! - **sampled**: the default, one message in [`DEFAULT_SAMPLE_EVERY`] probed;
 //! - **every message**: N = 1.
 //!
-//! Ratios are throughput with probes / throughput without. The workloads are the ones
-//! that exist: ICMP echo of 64 bytes between two stacks in one thread today; the UDP
-//! 64-byte and TCP bulk workloads join when UDP and TCP land.
+//! Every variant runs as a worker process (this tool or the probe-free copy, with
+//! `--worker`), which times only the workload, not its own start-up.
+//!
+//! Ratios are throughput with probes / throughput without. The workloads: 64-byte UDP
+//! datagrams one way, and a 64-byte ICMP echo ping-pong, between two stacks on one
+//! thread; TCP bulk joins when TCP lands.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,13 +29,14 @@ use crate::bench::median;
 use crate::table::Table;
 
 /// The workloads, by name.
-pub const WORKLOADS: [&str; 1] = ["icmp_echo_64"];
+pub const WORKLOADS: [&str; 2] = ["udp_64", "icmp_echo_64"];
 
 /// Runs `name` for about `millis` of wall time with probes sampling one message in
 /// `sample_every` (ignored in a probe-free build); returns messages per second.
 pub fn run_workload(name: &str, sample_every: u32, millis: u64) -> Result<f64, String> {
     match name {
         "icmp_echo_64" => Ok(icmp_echo(64, sample_every, millis)),
+        "udp_64" => udp_one_way(64, sample_every, millis),
         other => Err(format!(
             "unknown workload {other}; known: {}",
             WORKLOADS.join(", ")
@@ -76,6 +79,47 @@ fn icmp_echo(size: usize, sample_every: u32, millis: u64) -> f64 {
         n += 256;
     }
     n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// 64-byte UDP datagrams one way from A to B's socket, both stacks on one thread:
+/// datagrams per second.
+fn udp_one_way(size: usize, sample_every: u32, millis: u64) -> Result<f64, String> {
+    let host = HostConfig::with_mtu(1500);
+    let mut pair = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e:?}"))?;
+    pair.a.ledger().set_sample_every(sample_every);
+    pair.b.ledger().set_sample_every(sample_every);
+    let clock = RealClock::new();
+    let rx = pair.b.udp_open();
+    pair.b
+        .udp_bind(rx, probestack::wire::Ipv4Address::UNSPECIFIED, 9)
+        .map_err(|e| e.to_string())?;
+    let tx = pair.a.udp_open();
+    let data = vec![0x5Au8; size];
+    let mut buf = [0u8; 2048];
+    let mut burst = |pair: &mut Pair| -> Result<u64, String> {
+        for _ in 0..32 {
+            pair.a
+                .udp_send_to(tx, &data, ADDR_B, 9)
+                .map_err(|e| e.to_string())?;
+        }
+        let now = clock.now();
+        pair.a.poll(now);
+        pair.b.poll(now);
+        let mut got = 0;
+        while pair.b.udp_recv_from(rx, &mut buf).is_ok() {
+            got += 1;
+        }
+        Ok(got)
+    };
+    for _ in 0..200 {
+        burst(&mut pair)?;
+    }
+    let start = WallInstant::now();
+    let mut n: u64 = 0;
+    while start.elapsed().as_millis() < millis as u128 {
+        n += burst(&mut pair)?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -131,10 +175,17 @@ fn build_probe_free() -> Result<PathBuf, String> {
     Ok(target.join("release/probestack"))
 }
 
-fn worker_rate(binary: &Path, workload: &str, millis: u64) -> Result<f64, String> {
+fn worker_rate(
+    binary: &Path,
+    workload: &str,
+    sample_every: u32,
+    millis: u64,
+) -> Result<f64, String> {
     let out = Command::new(binary)
         .args(["lab", "overhead", "--worker", workload, "--millis"])
         .arg(millis.to_string())
+        .arg("--sample-every")
+        .arg(sample_every.to_string())
         .output()
         .map_err(|e| format!("running {}: {e}", binary.display()))?;
     if !out.status.success() {
@@ -158,16 +209,19 @@ pub fn run(rounds: usize, millis: u64, mut progress: impl FnMut(&str)) -> Result
     }
     progress("building the probe-free variant (target/noprobes)");
     let free = build_probe_free()?;
+    // Every variant runs as a worker process of its build, so that each starts alike
+    // (fresh process, same memory layout story) and only the build and setting differ.
+    let probed = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
     let mut rows = Vec::new();
     for w in WORKLOADS {
         let mut rates: [Vec<f64>; 4] = Default::default();
         for round in 0..=rounds {
             progress(&format!("{w}: round {round} of {rounds}"));
             let r = [
-                worker_rate(&free, w, millis)?,
-                run_workload(w, 0, millis)?,
-                run_workload(w, DEFAULT_SAMPLE_EVERY, millis)?,
-                run_workload(w, 1, millis)?,
+                worker_rate(&free, w, 0, millis)?,
+                worker_rate(&probed, w, 0, millis)?,
+                worker_rate(&probed, w, DEFAULT_SAMPLE_EVERY, millis)?,
+                worker_rate(&probed, w, 1, millis)?,
             ];
             if round > 0 {
                 for (v, x) in rates.iter_mut().zip(r) {
@@ -228,9 +282,11 @@ mod tests {
 
     #[test]
     fn the_workload_runs_in_every_setting() {
-        for n in [0, 1, DEFAULT_SAMPLE_EVERY] {
-            let rate = run_workload("icmp_echo_64", n, 20).unwrap();
-            assert!(rate > 0.0);
+        for w in WORKLOADS {
+            for n in [0, 1, DEFAULT_SAMPLE_EVERY] {
+                let rate = run_workload(w, n, 20).unwrap();
+                assert!(rate > 0.0, "{w}");
+            }
         }
         assert!(run_workload("nope", 1, 1).is_err());
     }
