@@ -351,3 +351,57 @@ fn no_buffer_is_leaked() {
         }
     }
 }
+
+#[test]
+fn blocking_receive_on_another_thread() {
+    use probestack::driver::{MemoryLink, NicConfig};
+    use probestack::ip::route::Ipv4Cidr;
+    use probestack::sim::{MAC_A, MAC_B};
+    use probestack::stack::{InterfaceConfig, Stack, StackConfig};
+    use probestack::time::{Clock, RealClock};
+    let (nic_a, nic_b) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
+    let cidr = |address| Ipv4Cidr {
+        address,
+        prefix_len: 15,
+    };
+    let b = std::thread::spawn(move || {
+        let mut b = Stack::new(StackConfig::default());
+        b.add_interface(
+            Box::new(nic_b),
+            InterfaceConfig {
+                mac: MAC_B,
+                cidr: cidr(ADDR_B),
+            },
+        );
+        let rx = b.udp_open();
+        b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+        let clock = RealClock::new();
+        let mut buf = [0u8; 64];
+        // Nothing comes within 20 ms: a timeout, not a hang.
+        let early = b.udp_recv_from_blocking(rx, &mut buf, &clock, Duration::from_millis(20));
+        assert_eq!(early, Err(UdpError::TimedOut));
+        // Then A sends; a blocking receive waits for it (generous timeout).
+        let r = b
+            .udp_recv_from_blocking(rx, &mut buf, &clock, Duration::from_secs(20))
+            .unwrap();
+        buf[..r.len].to_vec()
+    });
+    let mut a = Stack::new(StackConfig::default());
+    a.add_interface(
+        Box::new(nic_a),
+        InterfaceConfig {
+            mac: MAC_A,
+            cidr: cidr(ADDR_A),
+        },
+    );
+    let tx = a.udp_open();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let clock = RealClock::new();
+    a.udp_send_to(tx, b"wake up", ADDR_B, 9).unwrap();
+    // A keeps polling (ARP) until B's thread is done.
+    while !b.is_finished() {
+        a.poll(clock.now());
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    assert_eq!(b.join().unwrap(), b"wake up");
+}

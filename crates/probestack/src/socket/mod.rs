@@ -1,4 +1,5 @@
 //! The socket layer: the application's interface to the stack (DESIGN.md §1). Each
 //! transport has its sockets here, as handles into the stack.
 
+pub mod blocking;
 pub mod udp;

@@ -48,6 +48,8 @@ pub enum UdpError {
     NoBuffer,
     /// The handle is closed or belongs to no socket.
     BadHandle,
+    /// A blocking call waited its whole timeout.
+    TimedOut,
 }
 
 impl std::fmt::Display for UdpError {
@@ -64,6 +66,7 @@ impl std::fmt::Display for UdpError {
             UdpError::NoRoute => write!(f, "no route to host"),
             UdpError::NoBuffer => write!(f, "no buffer space"),
             UdpError::BadHandle => write!(f, "bad socket handle"),
+            UdpError::TimedOut => write!(f, "timed out"),
         }
     }
 }
@@ -436,6 +439,18 @@ impl Stack {
         };
         let r = self.udp_output(h, dst, buf, plan, connected);
         r.map(|()| len)
+    }
+
+    /// Receives one datagram, waiting up to `timeout` for one to arrive (blocking use; see
+    /// [`crate::socket::blocking`]).
+    pub fn udp_recv_from_blocking(
+        &mut self,
+        h: UdpHandle,
+        buf: &mut [u8],
+        clock: &impl crate::time::Clock,
+        timeout: crate::time::Duration,
+    ) -> Result<UdpRecv, UdpError> {
+        crate::socket::blocking::block_on(self, clock, timeout, |s| s.udp_recv_from(h, buf))
     }
 
     /// Receives one datagram into `buf` (recvfrom / recvmsg). A datagram longer than the

@@ -1,0 +1,47 @@
+//! Blocking use of the non-blocking core: run an operation until it stops reporting
+//! "would block", polling the stack in between. This is the thin adapter DESIGN.md §2 puts
+//! outside the core; it suits a stack on its own thread with a real clock (the memory link
+//! across two threads, or a real device), where frames arrive while it waits.
+
+use crate::socket::udp::UdpError;
+use crate::stack::Stack;
+use crate::time::{Clock, Duration};
+
+/// The longest nap between polls: a frame from another thread wakes nobody, so the waiter
+/// looks again at least this often.
+pub const MAX_NAP: Duration = Duration::from_micros(50);
+
+/// Runs `op` until it returns something other than [`UdpError::WouldBlock`], polling the
+/// stack and sleeping until its next deadline (at most [`MAX_NAP`]) in between. Gives up
+/// with [`UdpError::TimedOut`] after `timeout` of `clock` time.
+pub fn block_on<T>(
+    stack: &mut Stack,
+    clock: &impl Clock,
+    timeout: Duration,
+    mut op: impl FnMut(&mut Stack) -> Result<T, UdpError>,
+) -> Result<T, UdpError> {
+    let deadline = clock.now() + timeout;
+    loop {
+        match op(stack) {
+            Err(UdpError::WouldBlock) => {}
+            r => return r,
+        }
+        let now = clock.now();
+        if now >= deadline {
+            return Err(UdpError::TimedOut);
+        }
+        let next = stack.poll(now);
+        // Something may have arrived: try again before sleeping.
+        match op(stack) {
+            Err(UdpError::WouldBlock) => {}
+            r => return r,
+        }
+        let nap = next
+            .map_or(MAX_NAP, |t| t - now)
+            .min(MAX_NAP)
+            .min(deadline - now);
+        if nap > Duration::ZERO {
+            std::thread::sleep(nap.into());
+        }
+    }
+}
