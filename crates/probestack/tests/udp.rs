@@ -405,3 +405,30 @@ fn blocking_receive_on_another_thread() {
     }
     assert_eq!(b.join().unwrap(), b"wake up");
 }
+
+#[test]
+fn recvmsg_scatters_over_buffers_on_both_paths() {
+    for t in [fast_without_elision(), Tuning::bsd()] {
+        let mut p = pair_with(1500, t, t);
+        let rx = p.b.udp_open();
+        p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+        let tx = p.a.udp_open();
+        let data = payload(9, 1001);
+        for _ in 0..2 {
+            p.a.udp_send_to(tx, &data, ADDR_B, 9).unwrap();
+        }
+        p.run_for(Duration::from_millis(2));
+        // Odd-sized pieces, so the copy-and-verify crosses odd offsets.
+        let (mut x, mut y, mut z) = ([0u8; 3], [0u8; 500], [0u8; 2000]);
+        let r = p.b.udp_recv_msg(rx, &mut [&mut x, &mut y, &mut z]).unwrap();
+        assert_eq!((r.len, r.truncated), (1001, false));
+        let joined: Vec<u8> = x.iter().chain(&y).chain(&z[..498]).copied().collect();
+        assert_eq!(joined, data);
+        // Too small in total: truncated, and still verified as a whole.
+        let (mut x, mut y) = ([0u8; 7], [0u8; 10]);
+        let r = p.b.udp_recv_msg(rx, &mut [&mut x, &mut y]).unwrap();
+        assert_eq!((r.len, r.truncated), (17, true));
+        assert_eq!(p.b.ledger().counters().get(Counter::UdpDropBadChecksum), 0);
+        assert_eq!(p.b.udp_recv(rx, &mut x), Err(UdpError::WouldBlock));
+    }
+}

@@ -461,6 +461,21 @@ impl Stack {
     /// goes on to the next one (or reports `WouldBlock`). The bytes of the bad datagram may
     /// already have been written into `buf`.
     pub fn udp_recv_from(&mut self, h: UdpHandle, buf: &mut [u8]) -> Result<UdpRecv, UdpError> {
+        self.udp_recv_msg(h, &mut [buf])
+    }
+
+    /// Receives one datagram into `buf`, without the sender (recv).
+    pub fn udp_recv(&mut self, h: UdpHandle, buf: &mut [u8]) -> Result<usize, UdpError> {
+        self.udp_recv_msg(h, &mut [buf]).map(|r| r.len)
+    }
+
+    /// Receives one datagram scattered over `bufs` in order (recvmsg); the rest of a
+    /// datagram longer than all of them is discarded and `truncated` says so.
+    pub fn udp_recv_msg(
+        &mut self,
+        h: UdpHandle,
+        bufs: &mut [&mut [u8]],
+    ) -> Result<UdpRecv, UdpError> {
         loop {
             let q = {
                 let _p = self
@@ -476,31 +491,30 @@ impl Stack {
                 s.rx_bytes -= q.payload.len();
                 q
             };
-            let datagram_len = q.payload.len();
-            let n = datagram_len.min(buf.len());
-            let ok = {
+            let data = q.payload.data();
+            let datagram_len = data.len();
+            let (copied, ok) = {
                 let _p = self
                     .ledger
                     .probe(Layer::Socket, Side::Receive, Op::UserCopy);
-                match q.verify_on_copy {
-                    None => {
-                        buf[..n].copy_from_slice(&q.payload.data()[..n]);
-                        true
+                let kernel = self.tuning.checksum;
+                // On the protocol-specific path the copy sums as it goes; a truncated read
+                // still verifies the whole datagram.
+                let mut acc = q.verify_on_copy.map(checksum::Accumulator::with_seed);
+                let mut at = 0;
+                for buf in bufs.iter_mut() {
+                    let n = buf.len().min(datagram_len - at);
+                    let (dst, src) = (&mut buf[..n], &data[at..at + n]);
+                    match acc.as_mut() {
+                        Some(a) => a.add_sum(checksum::copy_and_sum_with(kernel, dst, src), n),
+                        None => dst.copy_from_slice(src),
                     }
-                    Some(head) => {
-                        let copied = checksum::copy_and_sum_with(
-                            self.tuning.checksum,
-                            &mut buf[..n],
-                            &q.payload.data()[..n],
-                        );
-                        // A truncated read still verifies the whole datagram.
-                        let rest = checksum::sum_with(self.tuning.checksum, &q.payload.data()[n..]);
-                        let mut acc = checksum::Accumulator::with_seed(head);
-                        acc.add_sum(copied, n);
-                        acc.add_sum(rest, datagram_len - n);
-                        checksum::verifies(acc.sum())
-                    }
+                    at += n;
                 }
+                if let Some(a) = acc.as_mut() {
+                    a.add_with(kernel, &data[at..]);
+                }
+                (at, acc.is_none_or(|a| checksum::verifies(a.sum())))
             };
             let from = q.from;
             self.free(Layer::Socket, Side::Receive, q.payload);
@@ -509,10 +523,10 @@ impl Stack {
                 continue;
             }
             return Ok(UdpRecv {
-                len: n,
+                len: copied,
                 datagram_len,
                 from,
-                truncated: n < datagram_len,
+                truncated: copied < datagram_len,
             });
         }
     }
