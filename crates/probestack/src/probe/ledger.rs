@@ -126,6 +126,8 @@ struct Recorder {
     clock: ProbeClock,
     sample_every: Cell<u32>,
     rng: Cell<u64>,
+    /// Unprobed messages left before the next probed one.
+    countdown: Cell<u64>,
     bucketing: Cell<Bucketing>,
     /// Open messages (nested ones join the outermost).
     message_depth: Cell<u32>,
@@ -146,6 +148,7 @@ impl Recorder {
             clock,
             sample_every: Cell::new(DEFAULT_SAMPLE_EVERY),
             rng: Cell::new(0x9E37_79B9_7F4A_7C15),
+            countdown: Cell::new(0),
             bucketing: Cell::new(Bucketing::Exact),
             message_depth: Cell::new(0),
             sampled: Cell::new(false),
@@ -183,20 +186,46 @@ impl Recorder {
             .push((f.cell, elapsed.saturating_sub(f.nested)));
     }
 
-    /// Decides whether the next message is probed: 1 in `sample_every`, drawn from a
-    /// xorshift generator so that periodic traffic cannot alias with the sampling.
+    /// Decides whether the next message is probed: 1 in `sample_every`. Rather than a
+    /// random draw per message, a countdown to the next probed message, drawn from the
+    /// geometric distribution when it runs out: the same independent 1-in-N choice per
+    /// message (so periodic traffic cannot alias with it), but an unprobed message costs a
+    /// decrement, not a random number and a division.
+    #[inline]
     fn draw(&self) -> bool {
         match self.sample_every.get() {
             0 => false,
             1 => true,
             n => {
-                let mut x = self.rng.get();
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                self.rng.set(x);
-                x.is_multiple_of(n as u64)
+                let c = self.countdown.get();
+                if c > 0 {
+                    self.countdown.set(c - 1);
+                    false
+                } else {
+                    self.countdown.set(self.gap(n));
+                    true
+                }
             }
+        }
+    }
+
+    /// Messages to skip before the next probed one: geometric with success 1/n, by
+    /// inversion, floor(ln U / ln(1 - 1/n)), U uniform in (0, 1] from a xorshift generator.
+    fn gap(&self, n: u32) -> u64 {
+        if n <= 1 {
+            return 0;
+        }
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        let u = ((x >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        let g = u.ln() / (1.0 - 1.0 / n as f64).ln();
+        if g.is_finite() && g >= 0.0 {
+            g as u64
+        } else {
+            0
         }
     }
 
@@ -305,6 +334,7 @@ impl Ledger {
         #[cfg(feature = "probes")]
         if let Some(r) = &self.rec {
             r.sample_every.set(n);
+            r.countdown.set(r.gap(n));
         }
         #[cfg(not(feature = "probes"))]
         let _ = n;
@@ -315,6 +345,7 @@ impl Ledger {
         #[cfg(feature = "probes")]
         if let Some(r) = &self.rec {
             r.rng.set(seed | 1);
+            r.countdown.set(r.gap(r.sample_every.get()));
         }
         #[cfg(not(feature = "probes"))]
         let _ = seed;

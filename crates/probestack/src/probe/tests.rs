@@ -111,6 +111,31 @@ mod with_probes {
     }
 
     #[test]
+    fn the_gaps_between_probed_messages_are_geometric() {
+        // 1 in 8 over 2000 messages: about 250 probed, the gaps between them averaging 7
+        // skipped messages (geometric), with no periodic pattern.
+        let l = Ledger::new();
+        l.set_sample_every(8);
+        l.set_sample_seed(99);
+        let mut probed_at = Vec::new();
+        for i in 0..2000u64 {
+            let before = l.snapshot().buckets.first().map_or(0, |b| b.messages);
+            {
+                let _m = l.message(1);
+                let _p = l.probe(Layer::Udp, Side::Send, Op::UdpProto);
+            }
+            if l.snapshot().buckets.first().map_or(0, |b| b.messages) > before {
+                probed_at.push(i);
+            }
+        }
+        let gaps: Vec<u64> = probed_at.windows(2).map(|w| w[1] - w[0] - 1).collect();
+        let mean = gaps.iter().sum::<u64>() as f64 / gaps.len().max(1) as f64;
+        assert!((4.0..11.0).contains(&mean), "mean gap {mean}");
+        let distinct: std::collections::BTreeSet<_> = gaps.iter().collect();
+        assert!(distinct.len() > 8, "gaps look periodic: {gaps:?}");
+    }
+
+    #[test]
     fn the_size_can_be_learned_late_and_buckets_round() {
         let l = Ledger::new();
         l.set_sample_every(1);
