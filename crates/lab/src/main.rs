@@ -65,6 +65,19 @@ enum Lab {
     /// What the ledger's probes cost: throughput of a probe-free build against default
     /// sampling and every message probed.
     Overhead(OverheadArgs),
+    /// probestack beside smoltcp and the Linux kernel on the same UDP workloads: one-way
+    /// datagram rates and request/response round-trip times.
+    Peers(PeersArgs),
+}
+
+#[derive(Args)]
+struct PeersArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Shorter runs (still five of them after a warm-up run).
+    #[arg(long)]
+    quick: bool,
 }
 
 #[derive(Args)]
@@ -290,6 +303,37 @@ fn main() -> ExitCode {
                 }
                 Ok(r) => {
                     for t in experiments::overhead::tables(&r) {
+                        println!("{}", t.to_text());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("probestack: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Lab(Lab::Peers(a)) => {
+            let settings = if a.quick {
+                experiments::peers::Settings::QUICK
+            } else {
+                experiments::peers::Settings::FULL
+            };
+            let json = a.json;
+            match experiments::peers::run(settings, |s| {
+                if !json {
+                    eprintln!("  peers: {s}");
+                }
+            }) {
+                Ok(r) if json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&r).expect("results serialise")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(r) => {
+                    for t in experiments::peers::tables(&r) {
                         println!("{}", t.to_text());
                     }
                     ExitCode::SUCCESS

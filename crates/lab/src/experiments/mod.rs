@@ -5,4 +5,5 @@ pub mod checksum;
 pub mod discard;
 pub mod echo;
 pub mod overhead;
+pub mod peers;
 pub mod ping;
