@@ -219,29 +219,12 @@ fn main() -> ExitCode {
         Command::Lab(Lab::Discard(a)) => {
             let n = if a.quick { 20_000 } else { 200_000 };
             let json = a.json;
-            match experiments::discard::run(n, a.runs, |s| {
+            let r = experiments::discard::run(n, a.runs, |s| {
                 if !json {
                     eprintln!("  discard: {s}");
                 }
-            }) {
-                Ok(r) if json => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&r).expect("results serialise")
-                    );
-                    ExitCode::SUCCESS
-                }
-                Ok(r) => {
-                    for t in experiments::discard::tables(&r) {
-                        println!("{}", t.to_text());
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("probestack: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            });
+            finish(r, json, experiments::discard::tables)
         }
         Command::Lab(Lab::Echo(a)) => {
             let (sizes, reps) = if a.quick {
@@ -250,29 +233,12 @@ fn main() -> ExitCode {
                 (experiments::echo::sizes(), 100)
             };
             let json = a.json;
-            match experiments::echo::run(&sizes, reps, |t| {
+            let r = experiments::echo::run(&sizes, reps, |t| {
                 if !json {
                     eprintln!("  echo: tuning {t}");
                 }
-            }) {
-                Ok(r) if json => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&r).expect("results serialise")
-                    );
-                    ExitCode::SUCCESS
-                }
-                Ok(r) => {
-                    for t in experiments::echo::tables(&r) {
-                        println!("{}", t.to_text());
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("probestack: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            });
+            finish(r, json, experiments::echo::tables)
         }
         Command::Lab(Lab::Overhead(a)) => {
             if let Some(w) = &a.worker {
@@ -293,25 +259,7 @@ fn main() -> ExitCode {
                     eprintln!("  {s}");
                 }
             });
-            match r {
-                Ok(r) if json => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&r).expect("results serialise")
-                    );
-                    ExitCode::SUCCESS
-                }
-                Ok(r) => {
-                    for t in experiments::overhead::tables(&r) {
-                        println!("{}", t.to_text());
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("probestack: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            finish(r, json, experiments::overhead::tables)
         }
         Command::Lab(Lab::Peers(a)) => {
             let settings = if a.quick {
@@ -320,29 +268,12 @@ fn main() -> ExitCode {
                 experiments::peers::Settings::FULL
             };
             let json = a.json;
-            match experiments::peers::run(settings, |s| {
+            let r = experiments::peers::run(settings, |s| {
                 if !json {
                     eprintln!("  peers: {s}");
                 }
-            }) {
-                Ok(r) if json => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&r).expect("results serialise")
-                    );
-                    ExitCode::SUCCESS
-                }
-                Ok(r) => {
-                    for t in experiments::peers::tables(&r) {
-                        println!("{}", t.to_text());
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("probestack: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            });
+            finish(r, json, experiments::peers::tables)
         }
         Command::Report(a) => {
             let effort = if a.full { Effort::FULL } else { Effort::QUICK };
@@ -353,6 +284,33 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Prints an experiment's results as JSON or as tables, or its error.
+fn finish<R: serde::Serialize>(
+    r: Result<R, String>,
+    json: bool,
+    tables: fn(&R) -> Vec<table::Table>,
+) -> ExitCode {
+    match r {
+        Ok(r) if json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&r).expect("results serialise")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            for t in tables(&r) {
+                println!("{}", t.to_text());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("probestack: {e}");
+            ExitCode::FAILURE
         }
     }
 }
