@@ -173,6 +173,19 @@ impl Stack {
         true
     }
 
+    /// Whether an error about this datagram may go out now: the RFC 1122 rules, then the
+    /// rate limit (a refusal by the limit is counted).
+    fn icmp_error_allowed(&mut self, repr: &Ipv4Repr, invoking: &[u8], now: Instant) -> bool {
+        if !self.may_send_icmp_error(repr, invoking) {
+            return false;
+        }
+        let allowed = self.icmp_limiter.allow(now);
+        if !allowed {
+            self.ledger.counters().inc(Counter::IcmpErrorsRateLimited);
+        }
+        allowed
+    }
+
     /// Sends Destination Unreachable about `datagram` (whole, header included), and frees it.
     pub(crate) fn icmp_dst_unreachable(
         &mut self,
@@ -182,16 +195,12 @@ impl Stack {
         datagram: PacketBuf,
         now: Instant,
     ) {
-        let buf = if self.may_send_icmp_error(repr, datagram.data()) && self.icmp_limiter.allow(now)
-        {
+        let buf = if self.icmp_error_allowed(repr, datagram.data(), now) {
             match Icmpv4Repr::dst_unreachable(reason, next_hop_mtu, datagram.data()) {
                 Ok(m) => self.icmp_build(&m),
                 Err(_) => None,
             }
         } else {
-            if self.may_send_icmp_error(repr, datagram.data()) {
-                self.ledger.counters().inc(Counter::IcmpErrorsRateLimited);
-            }
             None
         };
         self.free(Layer::Ip, Side::Receive, datagram);
@@ -207,11 +216,7 @@ impl Stack {
             return;
         };
         // The first fragment has offset 0; the rules apply as to any datagram.
-        if !self.may_send_icmp_error(&repr, first) {
-            return;
-        }
-        if !self.icmp_limiter.allow(now) {
-            self.ledger.counters().inc(Counter::IcmpErrorsRateLimited);
+        if !self.icmp_error_allowed(&repr, first, now) {
             return;
         }
         let Ok(m) = Icmpv4Repr::time_exceeded(TimeExceeded::FragReassembly, first) else {
