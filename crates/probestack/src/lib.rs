@@ -14,6 +14,7 @@ pub mod rng;
 pub mod sim;
 pub mod socket;
 pub mod stack;
+pub mod tcp;
 pub mod time;
 pub mod tuning;
 pub mod udp;

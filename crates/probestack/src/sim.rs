@@ -89,39 +89,57 @@ impl Pair {
         self.clock.now()
     }
 
-    /// Polls both stacks until neither has work due now; then moves the clock to the next
-    /// deadline, but not past `limit`. Returns false when nothing is left to do before
-    /// `limit` (the clock is then at `limit`).
-    pub fn step(&mut self, limit: Instant) -> bool {
-        // Polls at one instant until quiet; a bound keeps a misbehaving device from
-        // spinning forever.
+    /// Polls both stacks at the current instant until neither has work due now; returns
+    /// the next deadline either has (later than now), if any. A bound keeps a misbehaving
+    /// device from spinning forever: still busy after that many polls, time moves on a
+    /// little so that runs end.
+    pub fn settle(&mut self) -> Option<Instant> {
         for _ in 0..100_000 {
             let now = self.clock.now();
             self.a.poll(now);
             self.b.poll(now);
             // Asked after both polls: B may have just sent A something.
-            let next = match (self.a.next_deadline(), self.b.next_deadline()) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, y) => x.or(y),
-            };
-            match next {
+            match self.next_deadline() {
                 Some(t) if t <= now => continue,
-                Some(t) if t <= limit => {
-                    self.clock.advance_to(t);
-                    return true;
-                }
-                _ => {
-                    self.clock.advance_to(limit);
-                    return false;
-                }
+                next => return next,
             }
         }
-        // Still busy after that many polls: move time on a little so that runs end.
         self.clock.advance(Duration::from_micros(1));
-        true
+        Some(self.clock.now())
+    }
+
+    /// The earlier of the two stacks' deadlines.
+    fn next_deadline(&self) -> Option<Instant> {
+        match (self.a.next_deadline(), self.b.next_deadline()) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        }
+    }
+
+    /// Settles, then moves the clock to the next deadline, but not past `limit`. Returns
+    /// false when nothing is left to do before `limit` (the clock is then at `limit`).
+    pub fn step(&mut self, limit: Instant) -> bool {
+        let next = self.settle();
+        self.advance(next, limit)
+    }
+
+    fn advance(&mut self, next: Option<Instant>, limit: Instant) -> bool {
+        match next {
+            Some(t) if t <= limit => {
+                self.clock.advance_to(t);
+                true
+            }
+            _ => {
+                self.clock.advance_to(limit);
+                false
+            }
+        }
     }
 
     /// Runs until `done` holds or `timeout` of virtual time has passed; whether `done` held.
+    /// `done` is asked whenever the stacks have settled, before the clock moves, so a
+    /// condition met at some instant is seen at that instant; work it starts (a send) is
+    /// settled at the same instant too.
     pub fn run_until(
         &mut self,
         timeout: Duration,
@@ -129,12 +147,18 @@ impl Pair {
     ) -> bool {
         let limit = self.now() + timeout;
         loop {
+            self.settle();
             if done(self) {
                 return true;
             }
-            if !self.step(limit) && self.now() >= limit {
-                return done(self);
+            let next = self.next_deadline();
+            if next.is_some_and(|t| t <= self.now()) {
+                continue;
             }
+            if self.now() >= limit {
+                return false;
+            }
+            self.advance(next, limit);
         }
     }
 

@@ -19,7 +19,9 @@ use crate::ip::route::{Ipv4Cidr, NextHop, Route, RouteTable};
 use crate::link::arp::{ArpCache, ArpConfig};
 use crate::probe::{Counter, Layer, Ledger, Op, Side};
 use crate::rng::Rng;
+use crate::socket::tcp::TcpSockets;
 use crate::socket::udp::UdpSockets;
+use crate::tcp::TcpConfig;
 use crate::time::{Duration, Instant};
 use crate::tuning::Tuning;
 use crate::udp::pcb::PcbTable;
@@ -46,6 +48,8 @@ pub struct StackConfig {
     pub echo_reply_queue: usize,
     /// Cap on packet-buffer memory outstanding.
     pub buffer_limit_bytes: usize,
+    /// Settings new TCP sockets start with.
+    pub tcp: TcpConfig,
 }
 
 impl Default for StackConfig {
@@ -61,6 +65,7 @@ impl Default for StackConfig {
             icmp_error_burst: 50,
             echo_reply_queue: 1024,
             buffer_limit_bytes: 256 << 20,
+            tcp: TcpConfig::default(),
         }
     }
 }
@@ -176,6 +181,9 @@ pub struct Stack {
     /// UDP's PCBs; each holds the index of its socket.
     pub(crate) udp_pcbs: PcbTable<usize>,
     pub(crate) udp_sockets: UdpSockets,
+    /// TCP's PCBs (the same table and lookups as UDP's); each holds its socket's slot.
+    pub(crate) tcp_pcbs: PcbTable<usize>,
+    pub(crate) tcp: TcpSockets,
     /// Datagrams sent to one of our own addresses, delivered at the next poll.
     pub(crate) loopback: VecDeque<crate::buf::PacketBuf>,
     /// The receive batch, kept between polls so that draining allocates nothing.
@@ -187,6 +195,10 @@ impl Stack {
     pub fn new(config: StackConfig) -> Stack {
         let mut rng = Rng::new(config.seed);
         let next_ident = rng.next_u32() as u16;
+        let mut isn_key = [0u8; 16];
+        rng.fill(&mut isn_key);
+        let mut port_key = [0u8; 16];
+        rng.fill(&mut port_key);
         let pool = Pool::new(
             PoolConfig::new(config.tuning.buffer_cache).with_limit(config.buffer_limit_bytes),
         );
@@ -203,6 +215,8 @@ impl Stack {
             echo_replies: VecDeque::new(),
             udp_pcbs: PcbTable::new(config.tuning.pcb_config()),
             udp_sockets: UdpSockets::default(),
+            tcp_pcbs: PcbTable::new(config.tuning.pcb_config()),
+            tcp: TcpSockets::new(config.tcp, isn_key, port_key),
             loopback: VecDeque::new(),
             rx_batch: Vec::with_capacity(config.rx_batch),
             now: Instant::ZERO,
@@ -280,6 +294,7 @@ impl Stack {
         self.tuning = t;
         self.pool.set_buffer_cache(t.buffer_cache);
         self.udp_pcbs.set_config(t.pcb_config());
+        self.tcp_pcbs.set_config(t.pcb_config());
     }
 
     pub fn pool(&self) -> &Pool {
@@ -304,6 +319,7 @@ impl Stack {
                 s.ip_input(crate::ip::LOOPBACK, p, crate::driver::RxChecksum::None, now)
             });
         }
+        self.tcp_unblock();
         self.run_timers(now);
         let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Timer);
         self.next_deadline()
@@ -353,6 +369,7 @@ impl Stack {
                 self.send_arp_request(i, ip, now);
             }
         }
+        self.tcp_timers(now);
         let expired = {
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Timer);
             self.reassembler.expire(now)
@@ -380,7 +397,12 @@ impl Stack {
             take(i.arp.next_deadline());
         }
         take(self.reassembler.next_deadline());
+        take(self.tcp.next_deadline());
         if !self.loopback.is_empty() || self.ifaces.iter().any(|i| i.rx_more) {
+            take(Some(self.now));
+        }
+        if !self.tcp.blocked.is_empty() && self.ifaces.iter().any(|i| i.device.tx_ready()) {
+            // A connection waits for a device that has room again.
             take(Some(self.now));
         }
         d

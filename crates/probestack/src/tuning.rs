@@ -41,6 +41,13 @@ pub struct Tuning {
     /// next hop is the destination and the interface's link has a CRC. UDP sends a zero
     /// field; TCP negotiates RFC 1146's alternate checksum.
     pub checksum_elision: bool,
+    /// TCP copies data between its socket buffers and segments while summing it, in one
+    /// pass (paper 002 §7, paper 004's integrated copy and checksum); off, the copy and
+    /// the checksum are two passes. (UDP's one-pass paths belong to `udp_fast_path`.)
+    pub fused_copy_checksum: bool,
+    /// Jacobson's TCP header prediction (4.4BSD `tcp_input`): the expected pure ACK or
+    /// in-order data segment takes a short path; off, every segment takes the full one.
+    pub header_prediction: bool,
 }
 
 impl Tuning {
@@ -57,6 +64,8 @@ impl Tuning {
             pcb_recv_cache: false,
             pcb_send_cache: false,
             checksum_elision: false,
+            fused_copy_checksum: false,
+            header_prediction: false,
         }
     }
 
@@ -73,6 +82,8 @@ impl Tuning {
             pcb_recv_cache: true,
             pcb_send_cache: true,
             checksum_elision: true,
+            fused_copy_checksum: true,
+            header_prediction: true,
         }
     }
 }
@@ -109,6 +120,8 @@ mod tests {
         assert_ne!(b.sendto_without_connect, f.sendto_without_connect);
         assert_ne!(b.pcb_config(), f.pcb_config());
         assert_ne!(b.checksum_elision, f.checksum_elision);
+        assert_ne!(b.fused_copy_checksum, f.fused_copy_checksum);
+        assert_ne!(b.header_prediction, f.header_prediction);
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

@@ -514,8 +514,8 @@ impl Device for MemoryNic {
         Ok(())
     }
 
-    fn tx_ready(&mut self) -> bool {
-        !self.tx.is_full() && !self.tx.is_abandoned()
+    fn tx_ready(&self) -> bool {
+        self.tx.is_abandoned() || self.tx.len() < self.tx.capacity()
     }
 
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {

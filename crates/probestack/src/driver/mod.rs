@@ -150,11 +150,13 @@ pub trait Device {
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError>;
 
-    /// Whether `transmit` would accept a frame now (the transmit queue has room and the
-    /// link is up), so that the stack need not build a frame only to lose it to
-    /// [`DeviceError::QueueFull`] (`transmit` consumes the frame even when it refuses it).
-    /// Devices that cannot tell say yes.
-    fn tx_ready(&mut self) -> bool {
+    /// Whether the transmit queue has room for a frame now, so that the stack need not
+    /// build a frame only to lose it to [`DeviceError::QueueFull`] (`transmit` consumes
+    /// the frame even when it refuses it). A link that is down says yes: its frames are
+    /// lost ([`DeviceError::LinkDown`]) as on a wire with nobody at the other end, and the
+    /// protocols' timers deal with that; waiting for room would wait forever. Devices
+    /// that cannot tell say yes.
+    fn tx_ready(&self) -> bool {
         true
     }
 
@@ -186,7 +188,7 @@ impl<D: Device + ?Sized> Device for Box<D> {
     ) -> Result<(), DeviceError> {
         (**self).transmit(frame, meta, cx)
     }
-    fn tx_ready(&mut self) -> bool {
+    fn tx_ready(&self) -> bool {
         (**self).tx_ready()
     }
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {

@@ -187,7 +187,7 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
         Ok(())
     }
 
-    fn tx_ready(&mut self) -> bool {
+    fn tx_ready(&self) -> bool {
         self.inner.tx_ready()
     }
 

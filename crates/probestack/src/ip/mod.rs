@@ -120,11 +120,7 @@ impl Stack {
         match repr.protocol {
             IpProtocol::Icmp => self.icmp_input(iface, &repr, buf, now),
             IpProtocol::Udp => self.udp_input(&repr, buf, rx, now),
-            IpProtocol::Tcp => {
-                // TCP answers closed ports with RST; until it exists, drop and count.
-                self.ledger.counters().inc(Counter::IpDropUnknownProtocol);
-                self.free(Layer::Ip, Side::Receive, buf);
-            }
+            IpProtocol::Tcp => self.tcp_input(&repr, buf, rx, now),
             IpProtocol::Other(_) => {
                 self.ledger.counters().inc(Counter::IpDropUnknownProtocol);
                 self.icmp_dst_unreachable(DstUnreachable::ProtoUnreachable, 0, &repr, buf, now);

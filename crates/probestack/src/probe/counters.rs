@@ -149,6 +149,58 @@ counters! {
     UdpPcbSendCacheHits = "udp.pcb_send_cache_hits";
     /// and those it could not answer (counted only after a receive-cache miss).
     UdpPcbSendCacheMisses = "udp.pcb_send_cache_misses";
+    /// TCP segments received (any state, checksum verified or elided).
+    TcpSegmentsIn = "tcp.segments_in";
+    /// TCP segments sent, and of those the retransmissions.
+    TcpSegmentsOut = "tcp.segments_out";
+    TcpRetransmittedSegments = "tcp.retransmitted_segments";
+    /// Segments too short, with a bad data offset or bad options.
+    TcpDropMalformed = "tcp.drop.malformed";
+    /// Segments whose checksum failed.
+    TcpDropBadChecksum = "tcp.drop.bad_checksum";
+    /// Segments for no connection or listener (answered with RST).
+    TcpDropNoSocket = "tcp.drop.no_socket";
+    /// Segments received without a checksum because both ends agreed (RFC 1146).
+    TcpNoChecksumIn = "tcp.no_checksum_in";
+    /// Connections opened actively (connect) and passively (accepted by a listener).
+    TcpActiveOpens = "tcp.active_opens";
+    TcpPassiveOpens = "tcp.passive_opens";
+    /// SYNs a listener dropped because its backlog was full.
+    TcpDropListenOverflow = "tcp.drop.listen_overflow";
+    /// RSTs sent and accepted.
+    TcpResetsOut = "tcp.resets_out";
+    TcpResetsIn = "tcp.resets_in";
+    /// Header prediction (4.4BSD): pure ACKs and pure data taken on the fast path, and
+    /// segments that took the full path with the switch on.
+    TcpPredictionAckHits = "tcp.prediction.ack_hits";
+    TcpPredictionDataHits = "tcp.prediction.data_hits";
+    TcpPredictionMisses = "tcp.prediction.misses";
+    /// RFC 5961 challenge ACKs sent, and those the rate limit held back.
+    TcpChallengeAcks = "tcp.challenge_acks";
+    TcpChallengeAcksSuppressed = "tcp.challenge_acks_suppressed";
+    /// Segments failing PAWS (RFC 7323 §5), outside the receive window, or acknowledging
+    /// data not sent or too old (RFC 5961 §5).
+    TcpDropPaws = "tcp.drop.paws";
+    TcpDropOutOfWindow = "tcp.drop.out_of_window";
+    TcpDropAckTooNew = "tcp.drop.ack_too_new";
+    TcpDropAckTooOld = "tcp.drop.ack_too_old";
+    /// Fast retransmits (RFC 5681 §3.2) and retransmission timeouts (RFC 6298).
+    TcpFastRetransmits = "tcp.fast_retransmits";
+    TcpRetransmitTimeouts = "tcp.retransmit_timeouts";
+    /// Connections dropped after too many retransmissions or unanswered keepalives.
+    TcpDropTimeout = "tcp.drop.timeout";
+    /// Segments received out of order, and those the out-of-order queue had no room for.
+    TcpOutOfOrderSegments = "tcp.out_of_order_segments";
+    TcpDropOutOfOrderFull = "tcp.drop.out_of_order_full";
+    /// Data for a socket the application had closed (the connection is reset).
+    TcpDataAfterClose = "tcp.data_after_close";
+    /// FINs received in order.
+    TcpFinsIn = "tcp.fins_in";
+    /// ACKs sent because the delayed-ACK timer ran out.
+    TcpDelayedAcks = "tcp.delayed_acks";
+    /// Zero-window probes and keepalive probes sent.
+    TcpWindowProbes = "tcp.window_probes";
+    TcpKeepalives = "tcp.keepalives";
     /// Sends refused because no packet buffer could be had.
     StackDropNoBuffer = "stack.drop.no_buffer";
     /// Frames a device refused on transmit.

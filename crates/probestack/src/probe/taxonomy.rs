@@ -220,6 +220,11 @@ macro_rules! operations {
 operations! {
     /// Copying message data between the application and the stack (paper 001: user-kernel copy).
     UserCopy = "user_copy", DataMove, UserCopy, DataCopy;
+    /// Copying data between a socket buffer and a segment inside the stack: TCP's send
+    /// buffer into the frame (retransmittable data stays behind), and a segment's data into
+    /// the receive buffer. BSD queued mbufs here instead; in paper 000's classes it is
+    /// counted with the user copy, the copy the socket layer makes.
+    SocketCopy = "socket_copy", DataMove, UserCopy, DataCopy;
     /// The CPU copying a frame into or out of device memory: PIO (paper 000 Table 2).
     DeviceCopy = "device_copy", DataMove, DeviceCopy, Netdev;
     /// Invalidating the cache before a receive DMA (paper 000). x86 DMA is cache-coherent,

@@ -2,4 +2,5 @@
 //! transport has its sockets here, as handles into the stack.
 
 pub mod blocking;
+pub mod tcp;
 pub mod udp;

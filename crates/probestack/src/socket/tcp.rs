@@ -1,0 +1,706 @@
+//! TCP sockets, BSD-shaped: a listener (bind and listen in one call, then accept) and a
+//! stream (connect, send, receive, shutdown, close). Like the UDP sockets they are
+//! non-blocking handles into the stack; [`blocking`](crate::socket::blocking) waits.
+//!
+//! The socket layer's work is charged to `Layer::Socket`: argument and state checks, the
+//! copies between the application's buffers and the connection's, and the accept queue.
+//! A send or a receive runs TCP output at once (as 4.4BSD's `tcp_usrreq` calls
+//! `tcp_output`), so data, ACKs and window updates leave without waiting for a poll.
+
+use std::collections::VecDeque;
+
+use crate::probe::{Counter, Layer, Op, Side};
+use crate::stack::Stack;
+use crate::tcp::connection::{ConnError, ConnStats, Connection, State, TcpConfig};
+use crate::tcp::isn::IsnGenerator;
+use crate::time::{Duration, Instant};
+use crate::udp::pcb::{PcbError, PcbId};
+use crate::wire::Ipv4Address;
+
+/// An address and port: one end of a connection.
+pub type Endpoint = (Ipv4Address, u16);
+
+/// A TCP socket of a stack: a listener or a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TcpHandle {
+    pub(crate) index: usize,
+    pub(crate) generation: u32,
+}
+
+/// What went wrong, as a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpError {
+    /// Not now: no connection to accept, no data, no buffer space (non-blocking).
+    WouldBlock,
+    /// Another socket has this binding.
+    AddrInUse,
+    /// The local address is not one of the host's.
+    AddrNotAvailable,
+    /// No ephemeral port is free for this destination.
+    NoPortsLeft,
+    /// The operation needs a connection (or a listener) and this socket is not one.
+    NotConnected,
+    /// Sending after shutdown or close.
+    Shutdown,
+    /// The peer refused the connection (RST to our SYN).
+    ConnectionRefused,
+    /// The peer reset the connection.
+    ConnectionReset,
+    /// The connection timed out (retransmissions or keepalives unanswered), or a
+    /// blocking call waited its whole timeout.
+    TimedOut,
+    /// No route to the destination.
+    NoRoute,
+    /// Not a valid destination (address 0 or port 0).
+    InvalidAddress,
+    /// The handle is closed or belongs to no socket.
+    BadHandle,
+}
+
+impl std::fmt::Display for TcpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TcpError::WouldBlock => "operation would block",
+            TcpError::AddrInUse => "address in use",
+            TcpError::AddrNotAvailable => "address not available",
+            TcpError::NoPortsLeft => "no ephemeral port free",
+            TcpError::NotConnected => "not connected",
+            TcpError::Shutdown => "cannot send after shutdown",
+            TcpError::ConnectionRefused => "connection refused",
+            TcpError::ConnectionReset => "connection reset by peer",
+            TcpError::TimedOut => "timed out",
+            TcpError::NoRoute => "no route to host",
+            TcpError::InvalidAddress => "invalid address",
+            TcpError::BadHandle => "bad socket handle",
+        })
+    }
+}
+
+impl std::error::Error for TcpError {}
+
+impl From<ConnError> for TcpError {
+    fn from(e: ConnError) -> TcpError {
+        match e {
+            ConnError::Refused => TcpError::ConnectionRefused,
+            ConnError::Reset => TcpError::ConnectionReset,
+            ConnError::TimedOut => TcpError::TimedOut,
+        }
+    }
+}
+
+/// A listening socket.
+pub(crate) struct Listener {
+    pub local: (Ipv4Address, u16),
+    /// Most connections handshaking or waiting to be accepted (listen's backlog).
+    pub backlog: usize,
+    /// Established connections not yet accepted (slot indices).
+    pub accept_queue: VecDeque<usize>,
+    /// Connections in SYN-RECEIVED.
+    pub embryonic: usize,
+    /// Settings the accepted connections start with.
+    pub config: TcpConfig,
+    /// The socket asked for RFC 1146 "no checksum" on its connections.
+    pub no_checksum: bool,
+}
+
+pub(crate) enum Kind {
+    Listener(Listener),
+    Stream(Box<Connection>),
+}
+
+pub(crate) struct TcpSocket {
+    pub kind: Kind,
+    pub pcb: Option<PcbId>,
+    /// The listener a passively opened connection belongs to until it is accepted.
+    pub parent: Option<usize>,
+}
+
+struct Slot {
+    generation: u32,
+    socket: Option<TcpSocket>,
+}
+
+/// The stack's TCP sockets and what they share.
+pub(crate) struct TcpSockets {
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    pub isn: IsnGenerator,
+    pub port_key: [u8; 16],
+    pub port_counter: u32,
+    /// Settings new sockets start with.
+    pub config: TcpConfig,
+    /// Connections with output waiting for room in their device's transmit queue.
+    pub blocked: Vec<usize>,
+}
+
+impl TcpSockets {
+    pub fn new(config: TcpConfig, isn_key: [u8; 16], port_key: [u8; 16]) -> TcpSockets {
+        TcpSockets {
+            slots: Vec::new(),
+            free: Vec::new(),
+            isn: IsnGenerator::new(isn_key),
+            port_key,
+            port_counter: 0,
+            config,
+            blocked: Vec::new(),
+        }
+    }
+
+    pub fn get(&self, h: TcpHandle) -> Option<&TcpSocket> {
+        self.slots
+            .get(h.index)
+            .filter(|s| s.generation == h.generation)
+            .and_then(|s| s.socket.as_ref())
+    }
+
+    pub fn get_mut(&mut self, h: TcpHandle) -> Option<&mut TcpSocket> {
+        self.slots
+            .get_mut(h.index)
+            .filter(|s| s.generation == h.generation)
+            .and_then(|s| s.socket.as_mut())
+    }
+
+    pub fn at(&self, index: usize) -> Option<&TcpSocket> {
+        self.slots.get(index).and_then(|s| s.socket.as_ref())
+    }
+
+    pub fn at_mut(&mut self, index: usize) -> Option<&mut TcpSocket> {
+        self.slots.get_mut(index).and_then(|s| s.socket.as_mut())
+    }
+
+    /// The connection at a slot, if the slot holds one.
+    pub fn conn_mut(&mut self, index: usize) -> Option<&mut Connection> {
+        match self.at_mut(index) {
+            Some(TcpSocket {
+                kind: Kind::Stream(c),
+                ..
+            }) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn handle_of(&self, index: usize) -> Option<TcpHandle> {
+        self.slots
+            .get(index)
+            .filter(|s| s.socket.is_some())
+            .map(|s| TcpHandle {
+                index,
+                generation: s.generation,
+            })
+    }
+
+    pub fn insert(&mut self, socket: TcpSocket) -> TcpHandle {
+        if let Some(index) = self.free.pop() {
+            let slot = &mut self.slots[index];
+            slot.socket = Some(socket);
+            return TcpHandle {
+                index,
+                generation: slot.generation,
+            };
+        }
+        self.slots.push(Slot {
+            generation: 0,
+            socket: Some(socket),
+        });
+        TcpHandle {
+            index: self.slots.len() - 1,
+            generation: 0,
+        }
+    }
+
+    pub fn remove(&mut self, index: usize) -> Option<TcpSocket> {
+        let slot = self.slots.get_mut(index)?;
+        let s = slot.socket.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+        Some(s)
+    }
+
+    /// Slot indices of every connection.
+    pub fn connection_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            matches!(
+                s.socket,
+                Some(TcpSocket {
+                    kind: Kind::Stream(_),
+                    ..
+                })
+            )
+            .then_some(i)
+        })
+    }
+
+    /// The earliest timer of any connection.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.slots
+            .iter()
+            .filter_map(|s| match &s.socket {
+                Some(TcpSocket {
+                    kind: Kind::Stream(c),
+                    ..
+                }) => c.next_deadline(),
+                _ => None,
+            })
+            .min()
+    }
+}
+
+/// RFC 6335 §6: the dynamic port range.
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 49152..=65535;
+
+impl Stack {
+    /// A listener on `local` (address 0.0.0.0 for all of the host's) with room for
+    /// `backlog` connections handshaking or waiting to be accepted.
+    pub fn tcp_listen(
+        &mut self,
+        local: (Ipv4Address, u16),
+        backlog: usize,
+    ) -> Result<TcpHandle, TcpError> {
+        let _p = self
+            .ledger
+            .probe(Layer::Socket, Side::Receive, Op::ArgCheck);
+        if local.1 == 0 {
+            return Err(TcpError::InvalidAddress);
+        }
+        if !local.0.is_unspecified() && !self.is_own_address(local.0) {
+            return Err(TcpError::AddrNotAvailable);
+        }
+        let listener = Listener {
+            local,
+            backlog: backlog.max(1),
+            accept_queue: VecDeque::new(),
+            embryonic: 0,
+            config: self.tcp.config,
+            no_checksum: false,
+        };
+        let h = self.tcp.insert(TcpSocket {
+            kind: Kind::Listener(listener),
+            pcb: None,
+            parent: None,
+        });
+        match self.tcp_pcbs.insert(local, None, h.index) {
+            Ok(id) => {
+                if let Some(s) = self.tcp.get_mut(h) {
+                    s.pcb = Some(id);
+                }
+                Ok(h)
+            }
+            Err(e) => {
+                self.tcp.remove(h.index);
+                Err(match e {
+                    PcbError::AddrInUse => TcpError::AddrInUse,
+                    _ => TcpError::AddrNotAvailable,
+                })
+            }
+        }
+    }
+
+    /// An established connection from the listener's queue.
+    pub fn tcp_accept(&mut self, h: TcpHandle) -> Result<TcpHandle, TcpError> {
+        let _p = self
+            .ledger
+            .probe(Layer::Socket, Side::Receive, Op::SocketBuffer);
+        let s = self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?;
+        let Kind::Listener(l) = &mut s.kind else {
+            return Err(TcpError::NotConnected);
+        };
+        let index = l.accept_queue.pop_front().ok_or(TcpError::WouldBlock)?;
+        if let Some(c) = self.tcp.at_mut(index) {
+            c.parent = None;
+        }
+        self.tcp.handle_of(index).ok_or(TcpError::BadHandle)
+    }
+
+    /// Opens a connection to `remote` from an ephemeral port (RFC 6056) on the outgoing
+    /// interface's address. Returns at once with the SYN sent; the handle's state
+    /// becomes ESTABLISHED when the handshake completes (or an error is reported).
+    pub fn tcp_connect(&mut self, remote: (Ipv4Address, u16)) -> Result<TcpHandle, TcpError> {
+        self.tcp_connect_with(remote, self.tcp.config)
+    }
+
+    /// [`tcp_connect`](Self::tcp_connect) with settings for this connection (buffer
+    /// sizes, Nagle, keepalive...).
+    pub fn tcp_connect_with(
+        &mut self,
+        remote: (Ipv4Address, u16),
+        config: TcpConfig,
+    ) -> Result<TcpHandle, TcpError> {
+        self.tcp_connect_from(remote, None, config, false)
+    }
+
+    /// The general connect: from a given local port (`None`: ephemeral), asking for RFC
+    /// 1146 "no checksum" when `no_checksum` (the socket option of paper 000; the stack
+    /// also asks on its own when `checksum_elision` is on and the route is one CRC hop).
+    pub fn tcp_connect_from(
+        &mut self,
+        remote: (Ipv4Address, u16),
+        local_port: Option<u16>,
+        config: TcpConfig,
+        no_checksum: bool,
+    ) -> Result<TcpHandle, TcpError> {
+        let now = self.now;
+        let p = self.ledger.probe(Layer::Socket, Side::Send, Op::ArgCheck);
+        if remote.0.is_unspecified() || remote.1 == 0 || remote.0.is_broadcast() {
+            return Err(TcpError::InvalidAddress);
+        }
+        let local_addr = self.source_address_for(remote.0).ok_or(TcpError::NoRoute)?;
+        drop(p);
+        // The slot is taken first so that the PCB can name it; it holds the connection
+        // once its port and initial sequence number are known.
+        let h = self.tcp.insert(TcpSocket {
+            kind: Kind::Listener(Listener {
+                local: (local_addr, 0),
+                backlog: 0,
+                accept_queue: VecDeque::new(),
+                embryonic: 0,
+                config,
+                no_checksum,
+            }),
+            pcb: None,
+            parent: None,
+        });
+        let port = match local_port {
+            Some(p) => {
+                let _c = self.ledger.probe(Layer::Tcp, Side::Send, Op::PcbConnect);
+                self.tcp_pcbs
+                    .insert((local_addr, p), Some(remote), h.index)
+                    .map(|id| (p, id))
+                    .map_err(|_| TcpError::AddrInUse)
+            }
+            None => self.tcp_ephemeral_bind(local_addr, remote, h.index),
+        };
+        let (port, id) = match port {
+            Ok(x) => x,
+            Err(e) => {
+                self.tcp.remove(h.index);
+                return Err(e);
+            }
+        };
+        let local = (local_addr, port);
+        let iss = self.tcp.isn.isn(local, remote, now);
+        let ask = no_checksum || self.checksum_elidable(remote.0);
+        let mut conn = Connection::new(local, remote, config, iss, self.tcp_mss_for(remote.0), ask);
+        conn.connect();
+        if let Some(s) = self.tcp.get_mut(h) {
+            s.kind = Kind::Stream(Box::new(conn));
+            s.pcb = Some(id);
+        }
+        self.ledger.counters().inc(Counter::TcpActiveOpens);
+        self.tcp_output(h.index);
+        Ok(h)
+    }
+
+    /// Binds a connection's PCB to a free ephemeral port, trying from an offset chosen
+    /// per destination (RFC 6056).
+    fn tcp_ephemeral_bind(
+        &mut self,
+        local_addr: Ipv4Address,
+        remote: (Ipv4Address, u16),
+        index: usize,
+    ) -> Result<(u16, PcbId), TcpError> {
+        let _c = self.ledger.probe(Layer::Tcp, Side::Send, Op::PcbConnect);
+        self.tcp.port_counter = self.tcp.port_counter.wrapping_add(1);
+        let first = crate::tcp::isn::ephemeral_port_offset(
+            &self.tcp.port_key,
+            local_addr,
+            remote,
+            self.tcp.port_counter,
+            EPHEMERAL,
+        );
+        let span = u32::from(*EPHEMERAL.end() - *EPHEMERAL.start()) + 1;
+        for i in 0..span {
+            let port =
+                *EPHEMERAL.start() + ((u32::from(first - *EPHEMERAL.start()) + i) % span) as u16;
+            // A port with a listener on it is left to the listener.
+            let listened = self
+                .tcp_pcbs
+                .iter()
+                .any(|(_, b, _)| b.local.1 == port && b.foreign.is_none());
+            if listened {
+                continue;
+            }
+            if let Ok(id) = self
+                .tcp_pcbs
+                .insert((local_addr, port), Some(remote), index)
+            {
+                return Ok((port, id));
+            }
+        }
+        Err(TcpError::NoPortsLeft)
+    }
+
+    fn tcp_conn(&self, h: TcpHandle) -> Result<&Connection, TcpError> {
+        match &self.tcp.get(h).ok_or(TcpError::BadHandle)?.kind {
+            Kind::Stream(c) => Ok(c),
+            Kind::Listener(_) => Err(TcpError::NotConnected),
+        }
+    }
+
+    fn tcp_conn_mut(&mut self, h: TcpHandle) -> Result<&mut Connection, TcpError> {
+        match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
+            Kind::Stream(c) => Ok(c),
+            Kind::Listener(_) => Err(TcpError::NotConnected),
+        }
+    }
+
+    /// Queues data to send; returns how much was taken (fewer bytes than given when the
+    /// send buffer is full; [`TcpError::WouldBlock`] when it has no room at all).
+    pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
+        let n = {
+            let _p = self
+                .ledger
+                .probe(Layer::Socket, Side::Send, Op::SocketCheck);
+            let c = self.tcp_conn(h)?;
+            if let Some(e) = c.error {
+                return Err(e.into());
+            }
+            if !c.state().can_send() || c.fin_queued() {
+                return Err(match c.state() {
+                    State::Closed => TcpError::NotConnected,
+                    _ => TcpError::Shutdown,
+                });
+            }
+            if data.is_empty() {
+                return Ok(0);
+            }
+            let Some(TcpSocket {
+                kind: Kind::Stream(c),
+                ..
+            }) = self.tcp.get_mut(h)
+            else {
+                return Err(TcpError::BadHandle);
+            };
+            let _c = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
+            c.send_slices(data)
+        };
+        if n == 0 {
+            return Err(TcpError::WouldBlock);
+        }
+        self.ledger.set_message_size(n);
+        self.tcp_output(h.index);
+        Ok(n)
+    }
+
+    /// Takes received data; `Ok(0)` is the end of the stream (the peer's FIN, everything
+    /// before it read).
+    pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, TcpError> {
+        let n = {
+            let _p = self
+                .ledger
+                .probe(Layer::Socket, Side::Receive, Op::SocketCheck);
+            let Some(TcpSocket {
+                kind: Kind::Stream(c),
+                ..
+            }) = self.tcp.get_mut(h)
+            else {
+                return Err(TcpError::BadHandle);
+            };
+            if c.rx.is_empty() {
+                if let Some(e) = c.error {
+                    return Err(e.into());
+                }
+                return match c.state() {
+                    // The peer's FIN came: end of stream.
+                    State::CloseWait | State::LastAck | State::Closing | State::TimeWait => Ok(0),
+                    State::Closed => Ok(0),
+                    _ if buf.is_empty() => Ok(0),
+                    _ => Err(TcpError::WouldBlock),
+                };
+            }
+            let _c = self
+                .ledger
+                .probe(Layer::Socket, Side::Receive, Op::UserCopy);
+            c.recv_into(buf)
+        };
+        self.tcp_output(h.index);
+        Ok(n)
+    }
+
+    /// Bytes waiting to be read.
+    pub fn tcp_recv_queued(&self, h: TcpHandle) -> Result<usize, TcpError> {
+        Ok(self.tcp_conn(h)?.rx.len())
+    }
+
+    /// Room left in the send buffer.
+    pub fn tcp_send_capacity(&self, h: TcpHandle) -> Result<usize, TcpError> {
+        Ok(self.tcp_conn(h)?.tx.free())
+    }
+
+    /// Bytes in the send buffer not yet acknowledged.
+    pub fn tcp_send_queued(&self, h: TcpHandle) -> Result<usize, TcpError> {
+        Ok(self.tcp_conn(h)?.tx.len())
+    }
+
+    /// Shuts down the sending side: a FIN follows the queued data; receiving goes on.
+    pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), TcpError> {
+        self.tcp_conn_mut(h)?.shutdown_write();
+        self.tcp_output(h.index);
+        Ok(())
+    }
+
+    /// Closes the socket. A connection closes in order (FIN after the queued data) and
+    /// lives on in the stack until the close completes; with unread data it is reset
+    /// instead (RFC 1122 §4.2.2.13). A listener resets the connections it had not handed
+    /// out.
+    pub fn tcp_close(&mut self, h: TcpHandle) -> Result<(), TcpError> {
+        let s = self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?;
+        match &mut s.kind {
+            Kind::Stream(c) => {
+                let rst = c.release();
+                if let Some(rst) = rst {
+                    let (local, remote) = (c.local, c.remote);
+                    self.tcp_send_rst(local, remote, rst);
+                }
+                self.tcp_output(h.index);
+                self.tcp_reap(h.index);
+            }
+            Kind::Listener(_) => {
+                let Some(s) = self.tcp.remove(h.index) else {
+                    return Err(TcpError::BadHandle);
+                };
+                if let Some(id) = s.pcb {
+                    self.tcp_pcbs.remove(id);
+                }
+                // Children still handshaking or never accepted go with it.
+                let children: Vec<usize> = self
+                    .tcp
+                    .connection_indices()
+                    .filter(|&i| self.tcp.at(i).is_some_and(|c| c.parent == Some(h.index)))
+                    .collect();
+                for i in children {
+                    if let Some(c) = self.tcp.conn_mut(i) {
+                        c.released = true;
+                        let rst = c.abort();
+                        let (local, remote) = (c.local, c.remote);
+                        if let Some(rst) = rst {
+                            self.tcp_send_rst(local, remote, rst);
+                        }
+                    }
+                    self.tcp_reap(i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Resets the connection (RST to the peer) and closes the socket.
+    pub fn tcp_abort(&mut self, h: TcpHandle) -> Result<(), TcpError> {
+        let c = self.tcp_conn_mut(h)?;
+        c.released = true;
+        let rst = c.abort();
+        let (local, remote) = (c.local, c.remote);
+        if let Some(rst) = rst {
+            self.tcp_send_rst(local, remote, rst);
+        }
+        self.tcp_reap(h.index);
+        Ok(())
+    }
+
+    /// The connection's state (a listener is in LISTEN).
+    pub fn tcp_state(&self, h: TcpHandle) -> Result<State, TcpError> {
+        match &self.tcp.get(h).ok_or(TcpError::BadHandle)?.kind {
+            Kind::Stream(c) => Ok(c.state()),
+            Kind::Listener(_) => Ok(State::Listen),
+        }
+    }
+
+    /// The error that ended the connection, if one did.
+    pub fn tcp_error(&self, h: TcpHandle) -> Result<Option<TcpError>, TcpError> {
+        Ok(self.tcp_conn(h)?.error.map(TcpError::from))
+    }
+
+    /// The connection's local and remote address and port.
+    pub fn tcp_endpoints(&self, h: TcpHandle) -> Result<(Endpoint, Endpoint), TcpError> {
+        let c = self.tcp_conn(h)?;
+        Ok((c.local, c.remote))
+    }
+
+    /// The local address and port: a listener's binding, a connection's own end.
+    pub fn tcp_local_addr(&self, h: TcpHandle) -> Result<(Ipv4Address, u16), TcpError> {
+        match &self.tcp.get(h).ok_or(TcpError::BadHandle)?.kind {
+            Kind::Stream(c) => Ok(c.local),
+            Kind::Listener(l) => Ok(l.local),
+        }
+    }
+
+    /// The connection itself, read-only: negotiated options, windows, statistics.
+    pub fn tcp_connection(&self, h: TcpHandle) -> Result<&Connection, TcpError> {
+        self.tcp_conn(h)
+    }
+
+    /// Per-connection counts.
+    pub fn tcp_stats(&self, h: TcpHandle) -> Result<ConnStats, TcpError> {
+        Ok(self.tcp_conn(h)?.stats())
+    }
+
+    /// TCP_NODELAY: `true` turns Nagle's algorithm off.
+    pub fn tcp_set_nodelay(&mut self, h: TcpHandle, nodelay: bool) -> Result<(), TcpError> {
+        self.tcp_conn_mut(h)?.set_nagle(!nodelay);
+        Ok(())
+    }
+
+    /// Keepalive probes after `idle` without traffic (`None`: off).
+    pub fn tcp_set_keepalive(
+        &mut self,
+        h: TcpHandle,
+        idle: Option<Duration>,
+    ) -> Result<(), TcpError> {
+        let now = self.now;
+        self.tcp_conn_mut(h)?.set_keepalive(idle, now);
+        Ok(())
+    }
+
+    /// Settings for the connections a listener accepts from now on (buffer sizes,
+    /// Nagle...), and whether they ask for RFC 1146 "no checksum".
+    pub fn tcp_set_listener_config(
+        &mut self,
+        h: TcpHandle,
+        config: TcpConfig,
+        no_checksum: bool,
+    ) -> Result<(), TcpError> {
+        match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
+            Kind::Listener(l) => {
+                l.config = config;
+                l.no_checksum = no_checksum;
+                Ok(())
+            }
+            Kind::Stream(_) => Err(TcpError::NotConnected),
+        }
+    }
+
+    /// The settings new sockets start with.
+    pub fn tcp_default_config(&self) -> TcpConfig {
+        self.tcp.config
+    }
+
+    pub fn set_tcp_default_config(&mut self, config: TcpConfig) {
+        self.tcp.config = config;
+    }
+
+    /// Whether the socket is ready: a listener with a connection to accept; a stream with
+    /// data (or end of stream, or an error) to read.
+    pub fn tcp_can_recv(&self, h: TcpHandle) -> bool {
+        match self.tcp.get(h).map(|s| &s.kind) {
+            Some(Kind::Listener(l)) => !l.accept_queue.is_empty(),
+            Some(Kind::Stream(c)) => {
+                !c.rx.is_empty()
+                    || c.error.is_some()
+                    || matches!(
+                        c.state(),
+                        State::CloseWait
+                            | State::LastAck
+                            | State::Closing
+                            | State::TimeWait
+                            | State::Closed
+                    )
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a send would take data now.
+    pub fn tcp_can_send(&self, h: TcpHandle) -> bool {
+        self.tcp_conn(h)
+            .is_ok_and(|c| c.state().can_send() && c.tx.free() > 0)
+    }
+}

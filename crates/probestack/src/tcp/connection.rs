@@ -1,0 +1,1807 @@
+//! One TCP connection: the transmission control block (TCB) of RFC 9293 §3.3.1 and the
+//! event processing of §3.10, free of buffers-in-flight and devices.
+//!
+//! The connection owns its send and receive buffers ([`ByteRing`]s) and the bookkeeping of
+//! its out-of-order queue; it never builds a frame. [`Connection::input`] takes a parsed
+//! segment, and [`Connection::next_segment`] says what to send next as a header plus a
+//! range of the send buffer, which `tcp::output` turns into a frame (copying and, per the
+//! Tuning, checksumming the data on the way). Timers are deadlines the stack polls.
+//!
+//! What it implements, with the sources followed:
+//!
+//! - every state of the RFC 9293 §3.3.2 diagram, simultaneous open and close, half-close,
+//!   TIME-WAIT for 2·MSL;
+//! - RST and SYN handling with the RFC 5961 checks: a RST is accepted only at exactly
+//!   RCV.NXT, one elsewhere in the window and any SYN in a synchronized state draw a
+//!   challenge ACK (rate-limited, §7), and ACKs outside [SND.UNA − MAX.SND.WND, SND.NXT]
+//!   are dropped (§5);
+//! - MSS (RFC 9293 §3.7.1), window scaling and timestamps with PAWS (RFC 7323), SACK
+//!   (RFC 2018) with a scoreboard steering retransmission in recovery;
+//! - the RFC 6298 timer with Karn's rule, slow start and congestion avoidance (RFC 5681),
+//!   fast retransmit and NewReno recovery (RFC 6582), the initial window of RFC 6928;
+//! - Nagle's algorithm and sender silly-window avoidance (RFC 9293 §3.8.6.2.1), receiver
+//!   SWS avoidance (§3.8.6.2.2), delayed ACKs at least every second segment (RFC 1122
+//!   §4.2.3.2, RFC 5681 §4.2), zero-window probes (§3.8.6.1), keepalives (RFC 1122
+//!   §4.2.3.6);
+//! - Jacobson's header prediction (4.4BSD `tcp_input`) as a separate path for the expected
+//!   pure ACK and the expected in-order data segment;
+//! - RFC 1146's alternate checksum negotiation, as paper 000 proposes it: both SYNs name
+//!   "no checksum" and only then do data segments go without one.
+
+use crate::probe::{Counter, Layer, Ledger, Op, Side};
+use crate::tcp::assembler::Assembler;
+use crate::tcp::ring::ByteRing;
+use crate::tcp::rtt::{RtoConfig, RttEstimator, RttTimer};
+use crate::tcp::scoreboard::Scoreboard;
+use crate::time::{Duration, Instant};
+use crate::wire::tcp::{AltChecksum, Control, SeqNumber, TcpRepr, TcpTimestamp, MAX_WINDOW_SHIFT};
+use crate::wire::Ipv4Address;
+
+/// The states of RFC 9293 §3.3.2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    Closed,
+    Listen,
+    SynSent,
+    SynReceived,
+    Established,
+    FinWait1,
+    FinWait2,
+    CloseWait,
+    Closing,
+    LastAck,
+    TimeWait,
+}
+
+impl State {
+    /// After the handshake: the states in which a SYN is an error (RFC 9293 §3.10.7.4).
+    pub fn is_synchronized(self) -> bool {
+        !matches!(
+            self,
+            State::Closed | State::Listen | State::SynSent | State::SynReceived
+        )
+    }
+
+    /// The states in which data from the peer is still accepted (before its FIN).
+    fn accepts_data(self) -> bool {
+        matches!(self, State::Established | State::FinWait1 | State::FinWait2)
+    }
+
+    /// The states in which the application may still queue data to send.
+    pub fn can_send(self) -> bool {
+        matches!(
+            self,
+            State::SynSent | State::SynReceived | State::Established | State::CloseWait
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Closed => "CLOSED",
+            State::Listen => "LISTEN",
+            State::SynSent => "SYN-SENT",
+            State::SynReceived => "SYN-RECEIVED",
+            State::Established => "ESTABLISHED",
+            State::FinWait1 => "FIN-WAIT-1",
+            State::FinWait2 => "FIN-WAIT-2",
+            State::CloseWait => "CLOSE-WAIT",
+            State::Closing => "CLOSING",
+            State::LastAck => "LAST-ACK",
+            State::TimeWait => "TIME-WAIT",
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a connection ended other than by an orderly close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnError {
+    /// The peer answered the SYN with a RST (nothing listening).
+    Refused,
+    /// The peer reset the connection.
+    Reset,
+    /// Retransmissions or keepalive probes went unanswered.
+    TimedOut,
+}
+
+/// Settings of a connection; the stack's defaults, changeable per socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// Send buffer bytes.
+    pub send_buffer: usize,
+    /// Receive buffer bytes (the most window advertised).
+    pub recv_buffer: usize,
+    /// Nagle's algorithm (RFC 9293 §3.7.4); off is TCP_NODELAY.
+    pub nagle: bool,
+    /// How long an ACK may be delayed (RFC 1122 §4.2.3.2: under 0.5 s).
+    pub delayed_ack: Duration,
+    /// The retransmission timer's bounds.
+    pub rto: RtoConfig,
+    /// Retransmissions of one segment before the connection is given up.
+    pub max_retransmissions: u32,
+    /// Retransmissions of a SYN before connecting is given up.
+    pub max_syn_retransmissions: u32,
+    /// The maximum segment lifetime; TIME-WAIT lasts twice this (RFC 9293 §3.4.2).
+    pub msl: Duration,
+    /// Idle time before keepalive probes (RFC 1122 §4.2.3.6: off by default, at least
+    /// two hours when on), the interval between probes and how many go unanswered before
+    /// the connection is dropped.
+    pub keepalive: Option<Duration>,
+    pub keepalive_interval: Duration,
+    pub keepalive_probes: u32,
+    /// Offer window scaling, timestamps and SACK in the SYN.
+    pub window_scaling: bool,
+    pub timestamps: bool,
+    pub sack: bool,
+    /// The most out-of-order islands kept (the rest are dropped and counted).
+    pub max_ooo_ranges: usize,
+    /// RFC 6928's initial window, in segments.
+    pub initial_window_segments: usize,
+    /// How long a fully closed socket waits in FIN-WAIT-2 for the peer's FIN.
+    pub fin_wait2_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            send_buffer: 1 << 20,
+            recv_buffer: 1 << 20,
+            nagle: true,
+            delayed_ack: Duration::from_millis(40),
+            rto: RtoConfig::default(),
+            max_retransmissions: 12,
+            max_syn_retransmissions: 6,
+            msl: Duration::from_secs(30),
+            keepalive: None,
+            keepalive_interval: Duration::from_secs(75),
+            keepalive_probes: 9,
+            window_scaling: true,
+            timestamps: true,
+            sack: true,
+            max_ooo_ranges: 32,
+            initial_window_segments: 10,
+            fin_wait2_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The header of a segment to send and the send-buffer bytes it carries: `tcp::output`
+/// builds the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The header (its `payload` is empty; the data comes from the send buffer).
+    pub repr: TcpRepr<'static>,
+    /// Where the data starts in the send buffer, counted from its head.
+    pub data_offset: usize,
+    pub data_len: usize,
+    /// The peers agreed to go without checksums and this segment may (not SYN or RST).
+    pub no_checksum: bool,
+    /// Retransmission (counted by the caller).
+    pub retransmission: bool,
+}
+
+/// A RST to send in reply to a segment that belongs to no connection state (RFC 9293
+/// §3.10.7.1 and the unacceptable-ACK cases of §3.10.7.3-4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RstReply {
+    pub seq: SeqNumber,
+    pub ack: Option<SeqNumber>,
+}
+
+impl RstReply {
+    /// The RST answering `seg` when no connection exists (RFC 9293 §3.10.7.1): if the
+    /// segment has an ACK, `<SEQ=SEG.ACK><CTL=RST>`; otherwise
+    /// `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`. A RST is never answered.
+    pub fn for_segment(seg: &TcpRepr) -> Option<RstReply> {
+        if seg.control == Control::Rst {
+            return None;
+        }
+        Some(match seg.ack_number {
+            Some(ack) => RstReply {
+                seq: ack,
+                ack: None,
+            },
+            None => RstReply {
+                seq: SeqNumber(0),
+                ack: Some(seg.seq_number + seg.segment_len()),
+            },
+        })
+    }
+}
+
+/// Why a data segment is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Send {
+    /// At SND.NXT (new data, or again after a timeout went back).
+    Next,
+    /// A range loss recovery chose; SND.NXT stays.
+    Retransmit,
+    /// A zero-window probe.
+    Probe,
+}
+
+/// Loss recovery in progress (RFC 6582).
+#[derive(Clone, Copy, Debug)]
+struct Recovery {
+    /// SND.MAX when recovery began: an ACK past it ends recovery.
+    recover: SeqNumber,
+    /// The highest byte retransmitted in this recovery (RFC 6675's HighRxt), where the
+    /// search for the next lost range resumes.
+    high_rxt: SeqNumber,
+}
+
+/// Counts of what happened to this connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    pub segments_in: u64,
+    pub segments_out: u64,
+    pub retransmitted_segments: u64,
+    pub timeouts: u64,
+    pub fast_retransmits: u64,
+    pub hp_ack_hits: u64,
+    pub hp_data_hits: u64,
+    pub hp_misses: u64,
+    pub dup_acks_in: u64,
+    pub ooo_segments_in: u64,
+    pub ooo_dropped: u64,
+    pub challenge_acks: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+}
+
+/// The transmission control block.
+pub struct Connection {
+    pub(crate) state: State,
+    pub(crate) local: (Ipv4Address, u16),
+    pub(crate) remote: (Ipv4Address, u16),
+    config: TcpConfig,
+
+    // Send sequence variables (RFC 9293 §3.3.1), plus SND.MAX, the highest sent.
+    iss: SeqNumber,
+    snd_una: SeqNumber,
+    snd_nxt: SeqNumber,
+    snd_max: SeqNumber,
+    /// SND.WND in bytes (scaled).
+    snd_wnd: usize,
+    max_snd_wnd: usize,
+    snd_wl1: SeqNumber,
+    snd_wl2: SeqNumber,
+    snd_shift: u8,
+    /// The MSS for segments we send (the peer's MSS option, our MTU).
+    snd_mss: usize,
+
+    // Receive sequence variables.
+    irs: SeqNumber,
+    rcv_nxt: SeqNumber,
+    rcv_shift: u8,
+    /// The right edge of the window last advertised: never moved left (RFC 9293
+    /// §3.8.6.2.2's "shrinking the window" is strongly discouraged).
+    rcv_adv: SeqNumber,
+    /// The MSS we advertise (from our interface's MTU).
+    rcv_mss: usize,
+
+    pub(crate) tx: ByteRing,
+    pub(crate) rx: ByteRing,
+    ooo: Assembler,
+    /// The sequence number of a FIN received beyond RCV.NXT, processed when the data before
+    /// it has arrived.
+    fin_seq: Option<SeqNumber>,
+    /// The application will send no more (shutdown or close): a FIN follows the data.
+    fin_queued: bool,
+    /// Our FIN's sequence number, fixed when the application shut down sending.
+    fin_out: Option<SeqNumber>,
+    /// The application has released the socket: nobody will read.
+    pub(crate) released: bool,
+
+    // Options in force.
+    ts_enabled: bool,
+    ts_recent: u32,
+    sack_enabled: bool,
+    /// Whether we ask for, and whether the peers agreed to, no checksums (RFC 1146).
+    want_no_checksum: bool,
+    no_checksum: bool,
+
+    // ACK generation.
+    ack_now: bool,
+    unacked_segments: u32,
+    delack_deadline: Option<Instant>,
+
+    // Timers.
+    rtx_deadline: Option<Instant>,
+    persist_deadline: Option<Instant>,
+    persist_backoff: u32,
+    keepalive_deadline: Option<Instant>,
+    keepalive_sent: u32,
+    close_deadline: Option<Instant>,
+    rtt: RttEstimator,
+    rtt_timer: RttTimer,
+    retries: u32,
+    /// A zero-window probe is due.
+    probe_now: bool,
+    /// A keepalive probe is due.
+    keepalive_probe: bool,
+    /// Both SYNs carried the window scale option.
+    ws_agreed: bool,
+
+    // Congestion control (RFC 5681, RFC 6582).
+    cwnd: usize,
+    ssthresh: usize,
+    dup_acks: u32,
+    recovery: Option<Recovery>,
+    /// A retransmission the next call to `next_segment` sends first.
+    rtx_pending: Option<(SeqNumber, usize)>,
+    scoreboard: Scoreboard,
+    /// Bytes acked in congestion avoidance not yet turned into cwnd growth.
+    ca_acked: usize,
+
+    /// RFC 5961 §7: challenge ACKs sent in the current second.
+    challenge_window: (Instant, u32),
+
+    pub(crate) error: Option<ConnError>,
+    pub(crate) stats: ConnStats,
+}
+
+/// Challenge ACKs per second (RFC 5961 §7 suggests a limit; Linux uses 1000 per host).
+const CHALLENGE_ACK_LIMIT: u32 = 100;
+
+/// RFC 5681 §3.2: three duplicate ACKs start fast retransmit.
+const DUP_THRESH: u32 = 3;
+
+/// The timestamp clock: one tick per millisecond (RFC 7323 §5.4 asks for 1 ms to 1 s).
+fn ts_clock(now: Instant) -> u32 {
+    (now.as_nanos() / 1_000_000) as u32
+}
+
+/// The window shift that lets `buffer` bytes be advertised (RFC 7323 §2.3).
+fn shift_for(buffer: usize) -> u8 {
+    let mut shift = 0u8;
+    while shift < MAX_WINDOW_SHIFT && (buffer >> shift) > 0xffff {
+        shift += 1;
+    }
+    shift
+}
+
+impl Connection {
+    /// A connection in CLOSED with its buffers, about to become SYN-SENT
+    /// ([`connect`](Self::connect)) or SYN-RECEIVED ([`accept_syn`](Self::accept_syn)).
+    /// `mss` is the largest segment our interface carries (MTU − 40).
+    pub fn new(
+        local: (Ipv4Address, u16),
+        remote: (Ipv4Address, u16),
+        config: TcpConfig,
+        iss: SeqNumber,
+        mss: usize,
+        no_checksum: bool,
+    ) -> Connection {
+        let mss = mss.clamp(64, 65495);
+        Connection {
+            state: State::Closed,
+            local,
+            remote,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            max_snd_wnd: 0,
+            snd_wl1: SeqNumber(0),
+            snd_wl2: iss,
+            snd_shift: 0,
+            // RFC 9293 §3.7.1: 536 when the peer sends no MSS option.
+            snd_mss: 536.min(mss),
+            irs: SeqNumber(0),
+            rcv_nxt: SeqNumber(0),
+            rcv_shift: 0,
+            rcv_adv: SeqNumber(0),
+            rcv_mss: mss,
+            tx: ByteRing::new(config.send_buffer),
+            rx: ByteRing::new(config.recv_buffer),
+            ooo: Assembler::new(config.max_ooo_ranges),
+            fin_seq: None,
+            fin_queued: false,
+            fin_out: None,
+            released: false,
+            ts_enabled: false,
+            ts_recent: 0,
+            sack_enabled: false,
+            want_no_checksum: no_checksum,
+            no_checksum: false,
+            ack_now: false,
+            unacked_segments: 0,
+            delack_deadline: None,
+            rtx_deadline: None,
+            persist_deadline: None,
+            persist_backoff: 0,
+            keepalive_deadline: None,
+            keepalive_sent: 0,
+            close_deadline: None,
+            rtt: RttEstimator::new(config.rto),
+            rtt_timer: RttTimer::new(),
+            retries: 0,
+            probe_now: false,
+            keepalive_probe: false,
+            ws_agreed: false,
+            cwnd: 0,
+            ssthresh: usize::MAX,
+            dup_acks: 0,
+            recovery: None,
+            rtx_pending: None,
+            scoreboard: Scoreboard::new(),
+            ca_acked: 0,
+            challenge_window: (Instant::ZERO, 0),
+            error: None,
+            stats: ConnStats::default(),
+            config,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn config(&self) -> &TcpConfig {
+        &self.config
+    }
+
+    /// Turns Nagle's algorithm on or off (TCP_NODELAY is off).
+    pub fn set_nagle(&mut self, on: bool) {
+        self.config.nagle = on;
+    }
+
+    /// Changes the keepalive idle time (`None`: off).
+    pub fn set_keepalive(&mut self, idle: Option<Duration>, now: Instant) {
+        self.config.keepalive = idle;
+        self.keepalive_deadline = idle.map(|d| now + d);
+        self.keepalive_sent = 0;
+    }
+
+    /// The send and receive MSS in force.
+    pub fn mss(&self) -> (usize, usize) {
+        (self.snd_mss, self.rcv_mss)
+    }
+
+    /// Whether the application has shut down sending.
+    pub fn fin_queued(&self) -> bool {
+        self.fin_queued
+    }
+
+    /// Whether the peers agreed to go without checksums (RFC 1146).
+    pub fn checksum_elided(&self) -> bool {
+        self.no_checksum
+    }
+
+    pub fn window_shifts(&self) -> (u8, u8) {
+        (self.snd_shift, self.rcv_shift)
+    }
+
+    pub fn timestamps_enabled(&self) -> bool {
+        self.ts_enabled
+    }
+
+    pub fn sack_enabled(&self) -> bool {
+        self.sack_enabled
+    }
+
+    pub fn cwnd(&self) -> usize {
+        self.cwnd
+    }
+
+    pub fn stats(&self) -> ConnStats {
+        self.stats
+    }
+
+    /// RCV.NXT and SND.NXT, for tests and the out-of-window injection checks.
+    pub fn rcv_nxt(&self) -> SeqNumber {
+        self.rcv_nxt
+    }
+
+    pub fn snd_nxt(&self) -> SeqNumber {
+        self.snd_nxt
+    }
+
+    pub fn snd_una(&self) -> SeqNumber {
+        self.snd_una
+    }
+
+    /// The receive window as it would be advertised now, in bytes.
+    pub fn rcv_wnd(&self) -> usize {
+        self.rx.free()
+    }
+
+    /// Whether RCV.NXT is where `seq` would be delivered in order with nothing queued out
+    /// of order ahead of `len` bytes: the case in which data may be copied (and summed)
+    /// into the receive buffer before the segment is processed.
+    pub fn in_order_fits(&self, seq: SeqNumber, len: usize) -> bool {
+        self.state.accepts_data()
+            && seq == self.rcv_nxt
+            && len <= self.rx.free()
+            && self
+                .ooo
+                .ranges()
+                .next()
+                .is_none_or(|(start, _)| start >= len)
+    }
+
+    /// The sequence number of the head of the send buffer: the first data byte not yet
+    /// acknowledged (one past the SYN while it is unacknowledged).
+    fn tx_head_seq(&self) -> SeqNumber {
+        if self.snd_una == self.iss {
+            self.iss + 1
+        } else {
+            self.snd_una
+        }
+    }
+
+    /// The sequence number of our FIN, once the application has shut down writing.
+    fn fin_seq_out(&self) -> Option<SeqNumber> {
+        self.fin_out
+    }
+
+    /// The application will send no more: the FIN's place is after the queued data.
+    fn queue_fin(&mut self) {
+        if !self.fin_queued {
+            self.fin_queued = true;
+            self.fin_out = Some(self.tx_head_seq() + self.tx.len());
+        }
+    }
+
+    /// The most data one segment carries: the MSS less the options it will carry
+    /// (RFC 9293 §3.7.1: the MSS counts data only, so options come out of it).
+    fn segment_data_max(&self) -> usize {
+        let mut options = 0;
+        if self.ts_enabled {
+            options += 12;
+        }
+        if self.sack_enabled && !self.ooo.is_empty() {
+            let max_blocks = if self.ts_enabled { 3 } else { 4 };
+            options += 4 + 8 * self.ooo.range_count().min(max_blocks);
+        }
+        self.snd_mss.saturating_sub(options).max(1)
+    }
+
+    /// Whether our FIN has been acknowledged.
+    fn fin_acked(&self) -> bool {
+        self.fin_seq_out().is_some_and(|f| self.snd_una.gt(f))
+    }
+
+    fn flight_size(&self) -> usize {
+        self.snd_max.bytes_since(self.snd_una)
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Opening and closing (RFC 9293 §3.10.1-4).
+
+    /// Active OPEN: CLOSED → SYN-SENT; the SYN goes out at the next `next_segment`.
+    pub fn connect(&mut self) {
+        self.state = State::SynSent;
+        self.rcv_shift = if self.config.window_scaling {
+            shift_for(self.config.recv_buffer)
+        } else {
+            0
+        };
+        self.cwnd = self.snd_mss;
+    }
+
+    /// A SYN arrived at a listener: this new connection enters SYN-RECEIVED with the
+    /// peer's options, and the SYN-ACK goes out at the next `next_segment`. `offer_*` say
+    /// what the listener's host would have offered in its own SYN.
+    pub fn accept_syn(&mut self, syn: &TcpRepr, now: Instant) {
+        self.state = State::SynReceived;
+        self.irs = syn.seq_number;
+        self.rcv_nxt = syn.seq_number + 1;
+        self.rcv_adv = self.rcv_nxt;
+        self.snd_wnd = usize::from(syn.window_len);
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = syn.seq_number;
+        self.negotiate(syn, now);
+        self.cwnd = self.snd_mss;
+    }
+
+    /// The options of the peer's SYN: what each side offered and both agreed.
+    fn negotiate(&mut self, syn: &TcpRepr, now: Instant) {
+        if let Some(mss) = syn.max_seg_size {
+            self.snd_mss = usize::from(mss).clamp(64, self.rcv_mss);
+        }
+        // RFC 7323 §2.2: scaling only when both SYNs carry the option.
+        match (self.config.window_scaling, syn.window_shift()) {
+            (true, Some(shift)) => {
+                self.snd_shift = shift;
+                self.rcv_shift = shift_for(self.config.recv_buffer);
+                self.ws_agreed = true;
+            }
+            _ => {
+                self.snd_shift = 0;
+                self.rcv_shift = 0;
+                self.ws_agreed = false;
+            }
+        }
+        if let (true, Some(ts)) = (self.config.timestamps, syn.timestamp) {
+            self.ts_enabled = true;
+            self.ts_recent = ts.tsval;
+        } else {
+            self.ts_enabled = false;
+        }
+        self.sack_enabled = self.config.sack && syn.sack_permitted;
+        // RFC 1146: in force only when both SYNs name the same algorithm.
+        self.no_checksum =
+            self.want_no_checksum && syn.alt_checksum_request == Some(AltChecksum::NoChecksum);
+        if let Some(d) = self.config.keepalive {
+            self.keepalive_deadline = Some(now + d);
+        }
+    }
+
+    /// Queues data to send; returns bytes taken (fewer than offered when the buffer is
+    /// full). The caller checks the state first.
+    pub fn send_slices(&mut self, data: &[u8]) -> usize {
+        self.tx.push(data)
+    }
+
+    /// The application reads: bytes come out of the receive buffer. Opening the window
+    /// may call for a window update.
+    pub fn recv_into(&mut self, dst: &mut [u8]) -> usize {
+        let n = self.rx.pop_into(dst);
+        if n > 0 {
+            self.note_window_opened();
+        }
+        n
+    }
+
+    /// After the application took data: an update is due once the window can move right
+    /// by two segments or half the buffer (RFC 9293 §3.8.6.2.2, receiver SWS avoidance).
+    fn note_window_opened(&mut self) {
+        let advertised = self.rcv_adv.bytes_since(self.rcv_nxt);
+        let possible = self.rx.free();
+        if possible > advertised {
+            let gain = possible - advertised;
+            if gain >= 2 * self.rcv_mss || gain >= self.rx.capacity() / 2 {
+                self.ack_now = true;
+            }
+        }
+    }
+
+    /// Shutdown for writing (CLOSE of RFC 9293 §3.10.4 while the peer may still send):
+    /// a FIN follows the queued data.
+    pub fn shutdown_write(&mut self) {
+        match self.state {
+            State::SynSent | State::Closed | State::Listen => {
+                self.state = State::Closed;
+            }
+            State::SynReceived | State::Established => {
+                self.queue_fin();
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.queue_fin();
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// ABORT (RFC 9293 §3.10.5): the caller sends the RST this returns, if any, and the
+    /// connection is CLOSED.
+    pub fn abort(&mut self) -> Option<RstReply> {
+        let rst = matches!(
+            self.state,
+            State::SynReceived
+                | State::Established
+                | State::FinWait1
+                | State::FinWait2
+                | State::CloseWait
+        )
+        .then_some(RstReply {
+            seq: self.snd_nxt,
+            ack: None,
+        });
+        self.state = State::Closed;
+        self.clear_timers();
+        rst
+    }
+
+    /// The application let go of the socket: with data it never read, the peer is reset
+    /// (RFC 1122 §4.2.2.13); otherwise the connection closes in an orderly way and a
+    /// FIN-WAIT-2 with no FIN coming ends after `fin_wait2_timeout`.
+    pub fn release(&mut self) -> Option<RstReply> {
+        self.released = true;
+        if !self.rx.is_empty() {
+            return self.abort();
+        }
+        self.shutdown_write();
+        None
+    }
+
+    fn clear_timers(&mut self) {
+        self.rtx_deadline = None;
+        self.persist_deadline = None;
+        self.delack_deadline = None;
+        self.keepalive_deadline = None;
+        self.close_deadline = None;
+    }
+
+    fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.clear_timers();
+        self.close_deadline = Some(now + self.config.msl + self.config.msl);
+    }
+
+    /// Whether the connection has ended and its PCB can go once the application lets go.
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Segment arrival (RFC 9293 §3.10.7).
+
+    /// Processes a segment for this connection. `data_in_rx` says the payload was already
+    /// copied (and verified) into the receive buffer's free space at RCV.NXT (see
+    /// [`in_order_fits`](Self::in_order_fits)). Returns a RST to send in reply, if one is
+    /// due.
+    pub fn input(
+        &mut self,
+        seg: &TcpRepr,
+        data_in_rx: bool,
+        header_prediction: bool,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> Option<RstReply> {
+        self.stats.segments_in += 1;
+        if let Some(d) = self.config.keepalive {
+            self.keepalive_deadline = Some(now + d);
+            self.keepalive_sent = 0;
+        }
+        match self.state {
+            State::Closed => return RstReply::for_segment(seg),
+            State::Listen => return None,
+            State::SynSent => return self.input_syn_sent(seg, now),
+            _ => {}
+        }
+        if header_prediction {
+            let _p = ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
+            if self.predicted(seg, data_in_rx, ledger, now) {
+                return None;
+            }
+            self.stats.hp_misses += 1;
+            ledger.counters().inc(Counter::TcpPredictionMisses);
+        }
+        let _p = ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
+        self.input_synchronized(seg, data_in_rx, ledger, now)
+    }
+
+    /// Jacobson's header prediction (4.4BSD `tcp_input`): in ESTABLISHED, a segment with
+    /// only ACK set (PSH allowed), at RCV.NXT, advertising the same window, while nothing
+    /// is being retransmitted, is either a pure ACK for new data or pure in-order data
+    /// acking nothing new. Each takes a short path; everything else returns `false` for
+    /// the full one. Both paths do exactly what the full path would.
+    fn predicted(
+        &mut self,
+        seg: &TcpRepr,
+        data_in_rx: bool,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> bool {
+        if self.state != State::Established
+            || seg.control != Control::None
+            || seg.urgent_pointer.is_some()
+            || seg.seq_number != self.rcv_nxt
+            || self.snd_nxt != self.snd_max
+            || self.recovery.is_some()
+            || self.sack_enabled && seg.sack_ranges[0].is_some()
+        {
+            return false;
+        }
+        let Some(ack) = seg.ack_number else {
+            return false;
+        };
+        let window = usize::from(seg.window_len) << self.snd_shift;
+        let len = seg.payload.len();
+        // Jacobson's predicate wants the window unchanged. A pure ACK may move it here as
+        // long as it neither opens nor closes it (the persist timer is the slow path's):
+        // a receiver whose reader lags advertises a new window with every ACK, and the
+        // §3.10.7.4 update rule holds for an in-order segment with a new ACK, so taking it
+        // is the same work the slow path would do. Output runs after input either way.
+        let window_ok = if len == 0 {
+            window > 0 && self.snd_wnd > 0
+        } else {
+            window == self.snd_wnd
+        };
+        if !window_ok {
+            return false;
+        }
+        // PAWS and the timestamp to echo (RFC 7323 §4.3, §5.3).
+        if self.ts_enabled {
+            match seg.timestamp {
+                Some(ts) if (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0 => {}
+                _ => return false,
+            }
+        }
+        if len == 0 {
+            // The pure ACK: new data acknowledged, outside recovery. (4.4BSD also wanted
+            // cwnd >= the send window, i.e. no growth to do; like FreeBSD today we grow
+            // cwnd here, so slow start takes the fast path too.)
+            if ack.gt(self.snd_una) && ack.le(self.snd_max) && self.dup_acks == 0 {
+                self.update_ts_recent(seg);
+                self.snd_wnd = window;
+                self.max_snd_wnd = self.max_snd_wnd.max(window);
+                self.snd_wl1 = seg.seq_number;
+                self.snd_wl2 = ack;
+                self.ack_new_data(ack, now);
+                self.stats.hp_ack_hits += 1;
+                ledger.counters().inc(Counter::TcpPredictionAckHits);
+                return true;
+            }
+            return false;
+        }
+        if ack == self.snd_una && self.ooo.is_empty() && len <= self.rx.free() {
+            // The pure in-order data segment.
+            self.update_ts_recent(seg);
+            self.snd_wl1 = seg.seq_number;
+            self.accept_in_order(seg.payload, data_in_rx, ledger);
+            self.schedule_ack(now);
+            self.stats.hp_data_hits += 1;
+            ledger.counters().inc(Counter::TcpPredictionDataHits);
+            return true;
+        }
+        false
+    }
+
+    fn update_ts_recent(&mut self, seg: &TcpRepr) {
+        // RFC 7323 §4.3: remember TSval of a segment covering the last ACK we sent (here:
+        // starting at RCV.NXT, which is what we last acknowledged or earlier).
+        if let (true, Some(ts)) = (self.ts_enabled, seg.timestamp) {
+            if seg.seq_number.le(self.rcv_nxt) {
+                self.ts_recent = ts.tsval;
+            }
+        }
+    }
+
+    /// RFC 9293 §3.10.7.3: SYN-SENT.
+    fn input_syn_sent(&mut self, seg: &TcpRepr, now: Instant) -> Option<RstReply> {
+        let acceptable_ack = match seg.ack_number {
+            Some(ack) => {
+                if ack.le(self.iss) || ack.gt(self.snd_max) {
+                    // Not for our SYN: reset it unless it is a RST.
+                    return (seg.control != Control::Rst).then_some(RstReply {
+                        seq: ack,
+                        ack: None,
+                    });
+                }
+                true
+            }
+            None => false,
+        };
+        if seg.control == Control::Rst {
+            // RFC 5961 §3.2 / RFC 9293: a RST is acceptable only with an acceptable ACK.
+            if acceptable_ack {
+                self.error = Some(ConnError::Refused);
+                self.state = State::Closed;
+                self.clear_timers();
+            }
+            return None;
+        }
+        if seg.control != Control::Syn {
+            return None;
+        }
+        self.irs = seg.seq_number;
+        self.rcv_nxt = seg.seq_number + 1;
+        self.rcv_adv = self.rcv_nxt;
+        self.negotiate(seg, now);
+        self.cwnd = self.initial_window();
+        if let Some(ack) = seg.ack_number {
+            // Our SYN is acknowledged: ESTABLISHED.
+            self.snd_una = ack;
+            if self.snd_nxt.lt(ack) {
+                self.snd_nxt = ack;
+            }
+            self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;
+            self.max_snd_wnd = self.snd_wnd;
+            self.snd_wl1 = seg.seq_number;
+            self.snd_wl2 = ack;
+            if let Some(rtt) = self.rtt_timer.on_ack(ack, now) {
+                self.rtt.sample(rtt);
+            }
+            self.retries = 0;
+            self.rtx_deadline = None;
+            self.state = State::Established;
+            if self.fin_queued {
+                self.state = State::FinWait1;
+            }
+            self.ack_now = true;
+        } else {
+            // Simultaneous open (RFC 9293 Figure 8): SYN-RECEIVED, our SYN again with ACK.
+            self.state = State::SynReceived;
+            self.snd_wnd = usize::from(seg.window_len);
+            self.snd_wl1 = seg.seq_number;
+            self.snd_nxt = self.iss;
+            self.rtt_timer.cancel();
+        }
+        None
+    }
+
+    /// The initial congestion window (RFC 6928: min(10·MSS, max(2·MSS, 14600)), with
+    /// the segment count configurable).
+    fn initial_window(&self) -> usize {
+        let n = self.config.initial_window_segments.max(1);
+        (n * self.snd_mss).min((2 * self.snd_mss).max(14600))
+    }
+
+    fn send_challenge_ack(&mut self, now: Instant, ledger: &Ledger) {
+        if now.saturating_since(self.challenge_window.0) >= Duration::from_secs(1) {
+            self.challenge_window = (now, 0);
+        }
+        if self.challenge_window.1 < CHALLENGE_ACK_LIMIT {
+            self.challenge_window.1 += 1;
+            self.ack_now = true;
+            self.stats.challenge_acks += 1;
+            ledger.counters().inc(Counter::TcpChallengeAcks);
+        } else {
+            ledger.counters().inc(Counter::TcpChallengeAcksSuppressed);
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4: every state after SYN-SENT.
+    fn input_synchronized(
+        &mut self,
+        seg: &TcpRepr,
+        data_in_rx: bool,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> Option<RstReply> {
+        let seg_len = seg.segment_len();
+        let window = self.rx.free();
+
+        // PAWS (RFC 7323 §5.3): a segment with an older timestamp is a duplicate.
+        if self.ts_enabled && seg.control != Control::Rst {
+            if let Some(ts) = seg.timestamp {
+                if (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
+                    ledger.counters().inc(Counter::TcpDropPaws);
+                    self.ack_now = true;
+                    return None;
+                }
+            }
+        }
+
+        // First: is the segment in the window?
+        let seq = seg.seq_number;
+        let acceptable = match (seg_len, window) {
+            (0, 0) => seq == self.rcv_nxt,
+            (0, w) => seq.ge(self.rcv_nxt) && seq.lt(self.rcv_nxt + w),
+            (_, 0) => false,
+            (n, w) => {
+                let last = seq + (n - 1);
+                (seq.ge(self.rcv_nxt) && seq.lt(self.rcv_nxt + w))
+                    || (last.ge(self.rcv_nxt) && last.lt(self.rcv_nxt + w))
+            }
+        };
+        // A zero window still takes ACKs and RSTs at RCV.NXT (RFC 9293 §3.10.7.4 note).
+        let zero_window_ack = window == 0 && seq == self.rcv_nxt;
+        if !acceptable && !zero_window_ack {
+            if seg.control != Control::Rst {
+                ledger.counters().inc(Counter::TcpDropOutOfWindow);
+                self.ack_now = true;
+            }
+            return None;
+        }
+
+        // Second: RST (RFC 5961 §3.2).
+        if seg.control == Control::Rst {
+            if seq != self.rcv_nxt {
+                self.send_challenge_ack(now, ledger);
+                return None;
+            }
+            ledger.counters().inc(Counter::TcpResetsIn);
+            self.error = match self.state {
+                // A passive open goes back to LISTEN: the listener keeps going and this
+                // embryonic connection disappears.
+                State::SynReceived => None,
+                State::Closing | State::LastAck | State::TimeWait => None,
+                _ => Some(ConnError::Reset),
+            };
+            self.state = State::Closed;
+            self.clear_timers();
+            return None;
+        }
+
+        // Third (security/precedence not used). Fourth: SYN in a synchronized state
+        // (RFC 5961 §4): a challenge ACK, whatever its sequence number.
+        if seg.control == Control::Syn {
+            if self.state == State::SynReceived && seq == self.irs {
+                // A retransmitted SYN of the handshake in progress: resend the SYN-ACK.
+                self.snd_nxt = self.iss;
+                return None;
+            }
+            self.send_challenge_ack(now, ledger);
+            return None;
+        }
+
+        // Fifth: the ACK field.
+        let ack = seg.ack_number?;
+        if self.state == State::SynReceived {
+            if ack.le(self.snd_una) || ack.gt(self.snd_max) {
+                return Some(RstReply {
+                    seq: ack,
+                    ack: None,
+                });
+            }
+            self.state = State::Established;
+            self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;
+            self.max_snd_wnd = self.snd_wnd;
+            self.snd_wl1 = seq;
+            self.snd_wl2 = ack;
+            self.cwnd = self.initial_window();
+            if self.fin_queued {
+                self.state = State::FinWait1;
+            }
+        }
+        // RFC 5961 §5: acceptable ACKs lie in [SND.UNA − MAX.SND.WND, SND.MAX].
+        if ack.gt(self.snd_max) {
+            ledger.counters().inc(Counter::TcpDropAckTooNew);
+            self.send_challenge_ack(now, ledger);
+            return None;
+        }
+        if ack.lt(self.snd_una - self.max_snd_wnd.max(1)) {
+            ledger.counters().inc(Counter::TcpDropAckTooOld);
+            self.send_challenge_ack(now, ledger);
+            return None;
+        }
+        self.update_ts_recent(seg);
+        if self.sack_enabled {
+            let blocks: [Option<(SeqNumber, SeqNumber)>; 4] = seg
+                .sack_ranges
+                .map(|b| b.map(|(l, r)| (SeqNumber(l), SeqNumber(r))));
+            let mut list = [(SeqNumber(0), SeqNumber(0)); 4];
+            let mut n = 0;
+            for b in blocks.into_iter().flatten() {
+                list[n] = b;
+                n += 1;
+            }
+            if n > 0 {
+                self.scoreboard
+                    .add_blocks(&list[..n], self.snd_una, self.snd_max);
+            }
+        }
+
+        let window_field = usize::from(seg.window_len) << self.snd_shift;
+        if ack.gt(self.snd_una) {
+            self.ack_new_data(ack, now);
+        } else if ack == self.snd_una
+            && seg.payload.is_empty()
+            && seg.control == Control::None
+            && window_field == self.snd_wnd
+            && self.snd_max != self.snd_una
+        {
+            // RFC 5681 §2's duplicate ACK.
+            self.stats.dup_acks_in += 1;
+            self.on_dup_ack(ledger);
+        }
+        // The send window (RFC 9293 §3.10.7.4, SND.WL1/WL2).
+        if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
+            let was_zero = self.snd_wnd == 0;
+            self.snd_wnd = window_field;
+            self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+            self.snd_wl1 = seq;
+            self.snd_wl2 = ack;
+            if was_zero && self.snd_wnd > 0 {
+                self.persist_deadline = None;
+                self.persist_backoff = 0;
+            }
+        }
+
+        // State changes on our FIN being acknowledged.
+        if self.fin_acked() {
+            match self.state {
+                State::FinWait1 => {
+                    self.state = State::FinWait2;
+                    if self.released {
+                        self.close_deadline = Some(now + self.config.fin_wait2_timeout);
+                    }
+                }
+                State::Closing => self.enter_time_wait(now),
+                State::LastAck => {
+                    self.state = State::Closed;
+                    self.clear_timers();
+                    return None;
+                }
+                _ => {}
+            }
+        }
+        if self.state == State::TimeWait {
+            // A retransmitted FIN: acknowledge it and restart the 2·MSL wait.
+            if seg.control == Control::Fin {
+                self.ack_now = true;
+                self.close_deadline = Some(now + self.config.msl + self.config.msl);
+            }
+            return None;
+        }
+
+        // Sixth (URG: the urgent pointer is accepted and ignored; the data is delivered
+        // in line, as RFC 6093 recommends). Seventh: the data.
+        if !seg.payload.is_empty() {
+            if !self.state.accepts_data() {
+                // After the peer's FIN nothing more can come; ignore (RFC 9293).
+            } else if self.released {
+                // Nobody will read it: reset (RFC 1122 §4.2.2.13; as Linux does).
+                ledger.counters().inc(Counter::TcpDataAfterClose);
+                let rst = RstReply {
+                    seq: self.snd_nxt,
+                    ack: None,
+                };
+                self.state = State::Closed;
+                self.clear_timers();
+                return Some(rst);
+            } else {
+                self.receive_data(seg, data_in_rx, ledger, now);
+            }
+        }
+
+        // Eighth: FIN.
+        if seg.control == Control::Fin && self.state.accepts_data() || self.fin_seq.is_some() {
+            let fin = self.fin_seq.unwrap_or(seq + seg.payload.len());
+            if seg.control == Control::Fin && fin.ge(self.rcv_nxt) {
+                self.fin_seq = Some(fin);
+            }
+            if self.fin_seq == Some(self.rcv_nxt) && self.state.accepts_data() {
+                self.fin_seq = None;
+                self.rcv_nxt += 1;
+                self.ack_now = true;
+                ledger.counters().inc(Counter::TcpFinsIn);
+                match self.state {
+                    State::Established => self.state = State::CloseWait,
+                    State::FinWait1 => {
+                        if self.fin_acked() {
+                            self.enter_time_wait(now);
+                        } else {
+                            self.state = State::Closing;
+                        }
+                    }
+                    State::FinWait2 => self.enter_time_wait(now),
+                    _ => {}
+                }
+            } else if seg.control == Control::Fin {
+                self.ack_now = true;
+            }
+        }
+        None
+    }
+
+    /// New data acknowledged: the send buffer, the RTT, the timers and the congestion
+    /// window (RFC 5681 §3.1, RFC 6582 §3.2 for partial ACKs).
+    fn ack_new_data(&mut self, ack: SeqNumber, now: Instant) {
+        let mut acked = ack.bytes_since(self.snd_una);
+        self.stats.bytes_acked += acked as u64;
+        if self.snd_una == self.iss {
+            // The SYN's sequence number.
+            acked -= 1;
+        }
+        let data = acked.min(self.tx.len());
+        self.tx.consume(data);
+        self.snd_una = ack;
+        if self.snd_nxt.lt(ack) {
+            self.snd_nxt = ack;
+        }
+        self.scoreboard.advance(ack);
+        if let Some(rtt) = self.rtt_timer.on_ack(ack, now) {
+            self.rtt.sample(rtt);
+        }
+        self.retries = 0;
+        self.rtx_deadline = if self.snd_una == self.snd_max {
+            None
+        } else {
+            Some(now + self.rtt.rto())
+        };
+
+        match self.recovery {
+            Some(r) if ack.lt(r.recover) => {
+                // Partial ACK: retransmit the next hole, deflate by what was acked, add
+                // back one MSS (RFC 6582 §3.2 step 3).
+                self.cwnd = self.cwnd.saturating_sub(data) + self.snd_mss;
+                let from = if r.high_rxt.gt(ack) { r.high_rxt } else { ack };
+                self.queue_retransmission(from);
+            }
+            Some(_) => {
+                // Full ACK: leave recovery (RFC 6582 §3.2 step 4, option 1).
+                self.cwnd = self
+                    .ssthresh
+                    .min(self.flight_size().max(self.snd_mss) + self.snd_mss);
+                self.recovery = None;
+                self.dup_acks = 0;
+                self.rtx_pending = None;
+            }
+            None => {
+                self.dup_acks = 0;
+                if self.cwnd < self.ssthresh {
+                    // Slow start (RFC 5681 §3.1, with RFC 3465's L = 2·SMSS).
+                    self.cwnd += data.min(2 * self.snd_mss);
+                } else {
+                    // Congestion avoidance: one MSS per window of data acked.
+                    self.ca_acked += data;
+                    if self.ca_acked >= self.cwnd {
+                        self.ca_acked -= self.cwnd;
+                        self.cwnd += self.snd_mss;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues for retransmission the next range of the recovery: with SACK, the next
+    /// lost hole at or after `from`; without, the segment at `from`.
+    fn queue_retransmission(&mut self, from: SeqNumber) {
+        let range = if self.sack_enabled && !self.scoreboard.is_empty() {
+            self.scoreboard
+                .next_lost(from, self.snd_mss)
+                .or(Some((from, self.snd_mss)))
+        } else {
+            Some((from, self.snd_mss))
+        };
+        if let Some((start, len)) = range {
+            let end = self.snd_max;
+            if start.lt(end) {
+                let len = len.min(end.bytes_since(start));
+                self.rtx_pending = Some((start, len));
+            }
+        }
+    }
+
+    /// RFC 5681 §3.2 and RFC 6582 §3.2: the third duplicate ACK starts fast retransmit;
+    /// later ones inflate the window.
+    fn on_dup_ack(&mut self, ledger: &Ledger) {
+        self.dup_acks += 1;
+        if let Some(r) = self.recovery {
+            self.cwnd += self.snd_mss;
+            if self.sack_enabled {
+                // One more lost range per ACK, as the scoreboard shows them.
+                let from = if r.high_rxt.gt(self.snd_una) {
+                    r.high_rxt
+                } else {
+                    self.snd_una
+                };
+                if let Some(range) = self.scoreboard.next_lost(from, self.snd_mss) {
+                    self.rtx_pending = Some(range);
+                }
+            }
+            return;
+        }
+        if self.dup_acks == DUP_THRESH {
+            // RFC 6582 §3.2 step 2: not when this loss predates the last recovery.
+            let flight = self.flight_size();
+            self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+            self.cwnd = self.ssthresh + DUP_THRESH as usize * self.snd_mss;
+            self.recovery = Some(Recovery {
+                recover: self.snd_max,
+                high_rxt: self.snd_una,
+            });
+            self.rtx_pending = Some((self.snd_una, self.snd_mss.min(flight)));
+            self.rtt_timer.cancel();
+            self.stats.fast_retransmits += 1;
+            ledger.counters().inc(Counter::TcpFastRetransmits);
+        }
+    }
+
+    /// Data in the window: in order straight into the receive buffer, out of order into
+    /// the out-of-order queue (whose bytes also sit in the receive buffer's free space).
+    fn receive_data(&mut self, seg: &TcpRepr, data_in_rx: bool, ledger: &Ledger, now: Instant) {
+        let mut seq = seg.seq_number;
+        let mut data = seg.payload;
+        // Trim what was already received.
+        if seq.lt(self.rcv_nxt) {
+            let dup = self.rcv_nxt.bytes_since(seq).min(data.len());
+            data = &data[dup..];
+            seq += dup;
+        }
+        // Trim what lies past the window.
+        let window = self.rx.free();
+        let offset = seq.bytes_since(self.rcv_nxt);
+        if offset >= window {
+            self.ack_now = true;
+            return;
+        }
+        let data = &data[..data.len().min(window - offset)];
+        if data.is_empty() {
+            self.ack_now = true;
+            return;
+        }
+        if offset == 0 && self.ooo.is_empty() {
+            self.accept_in_order(data, data_in_rx, ledger);
+            self.schedule_ack(now);
+            return;
+        }
+        // Out of order, or filling a hole.
+        let _p = ledger.probe(Layer::Tcp, Side::Receive, Op::ReorderQueue);
+        if offset > 0 {
+            self.stats.ooo_segments_in += 1;
+            ledger.counters().inc(Counter::TcpOutOfOrderSegments);
+        }
+        if self.ooo.add(offset, data.len()).is_err() {
+            self.stats.ooo_dropped += 1;
+            ledger.counters().inc(Counter::TcpDropOutOfOrderFull);
+            self.ack_now = true;
+            return;
+        }
+        if !(data_in_rx && offset == 0) {
+            let _c = ledger.probe(Layer::Socket, Side::Receive, Op::SocketCopy);
+            self.rx.write_unreadable(offset, data);
+        }
+        let ready = self.ooo.take_front();
+        if ready > 0 {
+            self.rx.commit(ready);
+            self.rcv_nxt += ready;
+            self.stats.bytes_received += ready as u64;
+        }
+        // RFC 5681 §4.2: ACK at once for out-of-order data and for data filling a gap.
+        self.ack_now = true;
+    }
+
+    /// In-order data with nothing queued out of order: into the receive buffer.
+    fn accept_in_order(&mut self, data: &[u8], data_in_rx: bool, ledger: &Ledger) {
+        let _p = ledger.probe(Layer::Socket, Side::Receive, Op::SocketCopy);
+        if !data_in_rx {
+            self.rx.write_unreadable(0, data);
+        }
+        let n = self.rx.commit(data.len());
+        self.rcv_nxt += n;
+        self.stats.bytes_received += n as u64;
+    }
+
+    /// Delayed ACK (RFC 1122 §4.2.3.2, RFC 5681 §4.2): at once for every second
+    /// segment, otherwise within the delay.
+    fn schedule_ack(&mut self, now: Instant) {
+        self.unacked_segments += 1;
+        if self.unacked_segments >= 2 {
+            self.ack_now = true;
+        } else if self.delack_deadline.is_none() {
+            self.delack_deadline = Some(now + self.config.delayed_ack);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Output (after 4.4BSD `tcp_output`).
+
+    /// The window field to advertise and the right edge it sets, never left of the last
+    /// (RFC 9293 §3.8.6.2.2, with receiver SWS avoidance: a window opening by less than
+    /// min(MSS, half the buffer) is not offered).
+    fn window_to_advertise(&self) -> (u16, SeqNumber) {
+        let free = self.rx.free();
+        let already = if self.rcv_adv.gt(self.rcv_nxt) {
+            self.rcv_adv.bytes_since(self.rcv_nxt)
+        } else {
+            0
+        };
+        let threshold = self.rcv_mss.min(self.rx.capacity() / 2);
+        let offer = if free >= already + threshold {
+            free
+        } else {
+            already
+        };
+        let field = (offer >> self.rcv_shift).min(0xffff);
+        let edge = self.rcv_nxt + (field << self.rcv_shift);
+        let edge = if edge.gt(self.rcv_adv) {
+            edge
+        } else {
+            self.rcv_adv
+        };
+        (field as u16, edge)
+    }
+
+    fn header(&self, seq: SeqNumber, control: Control, now: Instant) -> TcpRepr<'static> {
+        let (window, _) = self.window_to_advertise();
+        let syn = control == Control::Syn;
+        let ack = (self.state != State::SynSent).then_some(self.rcv_nxt);
+        let mut repr = TcpRepr {
+            src_port: self.local.1,
+            dst_port: self.remote.1,
+            control,
+            seq_number: seq,
+            ack_number: ack,
+            // RFC 7323 §2.2: the window of a SYN is never scaled.
+            window_len: if syn {
+                self.rx.free().min(0xffff) as u16
+            } else {
+                window
+            },
+            ..TcpRepr::default()
+        };
+        if syn {
+            repr.max_seg_size = Some(self.rcv_mss.min(0xffff) as u16);
+            let offer = self.state == State::SynSent;
+            if self.config.window_scaling && (offer || self.ws_agreed) {
+                repr.window_scale = Some(if offer {
+                    shift_for(self.config.recv_buffer)
+                } else {
+                    self.rcv_shift
+                });
+            }
+            if self.config.sack && (offer || self.sack_enabled) {
+                repr.sack_permitted = true;
+            }
+            if self.config.timestamps && (offer || self.ts_enabled) {
+                repr.timestamp = Some(TcpTimestamp {
+                    tsval: ts_clock(now),
+                    tsecr: if offer { 0 } else { self.ts_recent },
+                });
+            }
+            if self.want_no_checksum && (offer || self.no_checksum) {
+                repr.alt_checksum_request = Some(AltChecksum::NoChecksum);
+            }
+        } else {
+            if self.ts_enabled {
+                repr.timestamp = Some(TcpTimestamp {
+                    tsval: ts_clock(now),
+                    tsecr: self.ts_recent,
+                });
+            }
+            if self.sack_enabled && !self.ooo.is_empty() {
+                // With timestamps, 3 blocks fit in the 40 option bytes (RFC 2018 §3).
+                let fit = if self.ts_enabled { 3 } else { 4 };
+                let blocks = self.ooo.sack_ranges().into_iter().flatten().take(fit);
+                for (n, (start, end)) in blocks.enumerate() {
+                    let l = self.rcv_nxt + start;
+                    let r = self.rcv_nxt + end;
+                    repr.sack_ranges[n] = Some((l.0, r.0));
+                }
+            }
+        }
+        repr
+    }
+
+    /// What to send next, if anything; call until `None`. Updates the sequence variables
+    /// and timers as if the segment was sent.
+    pub fn next_segment(&mut self, now: Instant) -> Option<Outgoing> {
+        match self.state {
+            State::Closed | State::Listen => return None,
+            State::SynSent | State::SynReceived => {
+                if self.snd_nxt == self.iss {
+                    return Some(self.emit_syn(now));
+                }
+                if self.state == State::SynSent {
+                    return None;
+                }
+            }
+            State::TimeWait => {
+                return self.ack_now.then(|| self.emit_pure_ack(now));
+            }
+            _ => {}
+        }
+
+        // A retransmission chosen by loss recovery goes first.
+        if let Some((seq, len)) = self.rtx_pending.take() {
+            if seq.ge(self.snd_una) && seq.lt(self.snd_max) {
+                if let Some(out) = self.emit_range(seq, len, Send::Retransmit, now) {
+                    if let Some(r) = self.recovery.as_mut() {
+                        let end = seq + out.data_len;
+                        if end.gt(r.high_rxt) {
+                            r.high_rxt = end;
+                        }
+                    }
+                    return Some(out);
+                }
+            }
+        }
+
+        let head = self.tx_head_seq();
+        let sent = self.snd_nxt.bytes_since(head).min(self.tx.len());
+        let unsent = self.tx.len() - sent;
+        let window = self.snd_wnd.min(self.cwnd);
+        let in_flight = self.snd_nxt.bytes_since(self.snd_una);
+        let usable = window.saturating_sub(in_flight);
+        let mss = self.segment_data_max();
+        let len = unsent.min(usable).min(mss);
+
+        if std::mem::take(&mut self.probe_now) && unsent > 0 {
+            if self.snd_wnd == 0 {
+                // Zero-window probe: one byte past the window (RFC 9293 §3.8.6.1).
+                return self.emit_range(head + sent, 1, Send::Probe, now);
+            }
+            if len > 0 {
+                // The override timeout of RFC 1122 §4.2.3.4: a window too small for
+                // silly-window avoidance, with nothing in flight to bring a larger one,
+                // gets what fits.
+                let seq = self.snd_nxt;
+                return self.emit_range(seq, len, Send::Next, now);
+            }
+        }
+        if self.keepalive_probe {
+            // RFC 1122 §4.2.3.6: an ACK one byte behind draws an ACK from a live peer.
+            self.keepalive_probe = false;
+            if matches!(self.state, State::Established | State::CloseWait) {
+                let repr = self.header(self.snd_una - 1, Control::None, now);
+                self.note_ack_sent(&repr);
+                return Some(Outgoing {
+                    repr,
+                    data_offset: 0,
+                    data_len: 0,
+                    no_checksum: self.no_checksum,
+                    retransmission: false,
+                });
+            }
+        }
+
+        let fin_pending = self.fin_queued
+            && matches!(
+                self.state,
+                State::FinWait1 | State::LastAck | State::Closing
+            )
+            && !self.fin_acked();
+        let fin_seq = self.fin_seq_out();
+        let fin_unsent = fin_pending && fin_seq.is_some_and(|f| self.snd_nxt.le(f));
+
+        if len > 0 {
+            // Sender silly-window avoidance and Nagle (RFC 9293 §3.8.6.2.1, RFC 1122
+            // §4.2.3.4): send a full segment; or everything left, if nothing is
+            // unacknowledged or Nagle is off; or at least half the largest window seen.
+            let all = len == unsent;
+            let ok = len == mss
+                || (all && (in_flight == 0 || !self.config.nagle || fin_unsent))
+                || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2);
+            if ok {
+                let seq = self.snd_nxt;
+                return self.emit_range(seq, len, Send::Next, now);
+            }
+        }
+        if fin_unsent && unsent == 0 && fin_seq == Some(self.snd_nxt) {
+            return Some(self.emit_fin(now));
+        }
+        // Data held back with nothing in flight: the window is shut or too small to use
+        // (cwnd is at least a segment), and no ACK will come to change that. The persist
+        // timer probes it (RFC 9293 §3.8.6.1) or overrides silly-window avoidance.
+        if unsent > 0 && self.rtx_deadline.is_none() && self.persist_deadline.is_none() {
+            self.persist_deadline = Some(now + self.persist_timeout());
+        }
+        if self.ack_now {
+            return Some(self.emit_pure_ack(now));
+        }
+        None
+    }
+
+    fn persist_timeout(&self) -> Duration {
+        let base = self.rtt.rto().as_nanos();
+        let t = base.saturating_mul(1u64 << self.persist_backoff.min(6));
+        Duration::from_nanos(t.clamp(
+            Duration::from_millis(200).as_nanos(),
+            Duration::from_secs(60).as_nanos(),
+        ))
+    }
+
+    /// Bookkeeping common to every segment carrying an ACK.
+    fn note_ack_sent(&mut self, repr: &TcpRepr) {
+        self.ack_now = false;
+        self.unacked_segments = 0;
+        self.delack_deadline = None;
+        let (_, edge) = self.window_to_advertise();
+        if repr.control != Control::Syn {
+            self.rcv_adv = edge;
+        }
+        self.stats.segments_out += 1;
+    }
+
+    fn emit_syn(&mut self, now: Instant) -> Outgoing {
+        let control = Control::Syn;
+        let mut repr = self.header(self.iss, control, now);
+        if self.state == State::SynReceived {
+            repr.ack_number = Some(self.rcv_nxt);
+            self.rcv_adv = self.rcv_nxt + usize::from(repr.window_len);
+        }
+        let retransmission = self.snd_max != self.iss;
+        self.snd_nxt = self.iss + 1;
+        self.snd_max = self.snd_nxt;
+        if !retransmission {
+            self.rtt_timer.start(self.snd_nxt, now);
+        }
+        if self.rtx_deadline.is_none() {
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
+        self.note_ack_sent(&repr);
+        Outgoing {
+            repr,
+            data_offset: 0,
+            data_len: 0,
+            no_checksum: false,
+            retransmission,
+        }
+    }
+
+    fn emit_pure_ack(&mut self, now: Instant) -> Outgoing {
+        let repr = self.header(self.snd_nxt, Control::None, now);
+        self.note_ack_sent(&repr);
+        Outgoing {
+            repr,
+            data_offset: 0,
+            data_len: 0,
+            no_checksum: self.no_checksum,
+            retransmission: false,
+        }
+    }
+
+    fn emit_fin(&mut self, now: Instant) -> Outgoing {
+        let seq = self.snd_nxt;
+        let repr = self.header(seq, Control::Fin, now);
+        let retransmission = self.snd_max.gt(seq);
+        self.snd_nxt = seq + 1;
+        if self.snd_nxt.gt(self.snd_max) {
+            self.snd_max = self.snd_nxt;
+        }
+        if self.rtx_deadline.is_none() {
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
+        self.note_ack_sent(&repr);
+        Outgoing {
+            repr,
+            data_offset: 0,
+            data_len: 0,
+            no_checksum: self.no_checksum,
+            retransmission,
+        }
+    }
+
+    /// A data segment for [seq, seq+len) of the send buffer (clamped to the data held),
+    /// with FIN when it ends the data and FIN is due.
+    fn emit_range(
+        &mut self,
+        seq: SeqNumber,
+        len: usize,
+        kind: Send,
+        now: Instant,
+    ) -> Option<Outgoing> {
+        let head = self.tx_head_seq();
+        let offset = seq.bytes_since(head);
+        if offset > self.tx.len() {
+            return None;
+        }
+        let len = len.min(self.tx.len() - offset).min(self.segment_data_max());
+        let end = seq + len;
+        let fin = kind != Send::Probe
+            && self.fin_queued
+            && matches!(
+                self.state,
+                State::FinWait1 | State::LastAck | State::Closing
+            )
+            && offset + len == self.tx.len();
+        if len == 0 && !fin {
+            return None;
+        }
+        let control = if fin { Control::Fin } else { Control::None };
+        let mut repr = self.header(seq, control, now);
+        // PSH when the segment empties the buffer (RFC 9293 §3.9.1.2).
+        repr.psh = offset + len == self.tx.len();
+        let seg_end = end + usize::from(fin);
+        let retransmission = kind == Send::Retransmit || seq.lt(self.snd_max);
+        match kind {
+            Send::Next | Send::Retransmit if retransmission => {
+                // Karn: no RTT sample from a segment sent twice.
+                self.rtt_timer.cancel();
+                self.stats.retransmitted_segments += 1;
+            }
+            Send::Next => self.rtt_timer.start(seg_end, now),
+            _ => {}
+        }
+        if kind == Send::Next && seg_end.gt(self.snd_nxt) {
+            self.snd_nxt = seg_end;
+        }
+        if seg_end.gt(self.snd_max) {
+            self.snd_max = seg_end;
+        }
+        // A window probe is timed by the persist timer, not the retransmission timer,
+        // so a peer that keeps its window shut is never given up on.
+        if kind != Send::Probe && self.rtx_deadline.is_none() {
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
+        if kind != Send::Probe {
+            self.persist_deadline = None;
+        }
+        self.note_ack_sent(&repr);
+        Some(Outgoing {
+            repr,
+            data_offset: offset,
+            data_len: len,
+            no_checksum: self.no_checksum,
+            retransmission,
+        })
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Timers.
+
+    /// The earliest deadline of this connection's timers.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        [
+            self.rtx_deadline,
+            self.persist_deadline,
+            self.delack_deadline,
+            self.keepalive_deadline,
+            self.close_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Whether output is waiting (an ACK owed, data or a FIN that could go).
+    pub fn wants_output(&self) -> bool {
+        self.ack_now || self.rtx_pending.is_some() || self.probe_now
+    }
+
+    /// Runs the timers that are due. Returns a RST to send when the connection is
+    /// dropped on a timeout.
+    pub fn on_timers(&mut self, now: Instant, ledger: &Ledger) -> Option<RstReply> {
+        if self.close_deadline.is_some_and(|d| d <= now) {
+            self.close_deadline = None;
+            if matches!(self.state, State::TimeWait | State::FinWait2) {
+                self.state = State::Closed;
+                self.clear_timers();
+                return None;
+            }
+        }
+        if self.delack_deadline.is_some_and(|d| d <= now) {
+            self.delack_deadline = None;
+            self.ack_now = true;
+            ledger.counters().inc(Counter::TcpDelayedAcks);
+        }
+        if self.rtx_deadline.is_some_and(|d| d <= now) {
+            self.rtx_deadline = None;
+            if let Some(rst) = self.retransmit_timeout(now, ledger) {
+                return Some(rst);
+            }
+            if self.state == State::Closed {
+                return None;
+            }
+        }
+        if self.persist_deadline.is_some_and(|d| d <= now) {
+            self.persist_deadline = None;
+            self.persist_backoff += 1;
+            self.probe_now = true;
+            if self.snd_wnd == 0 {
+                ledger.counters().inc(Counter::TcpWindowProbes);
+            }
+            self.persist_deadline = Some(now + self.persist_timeout());
+        }
+        if self.keepalive_deadline.is_some_and(|d| d <= now) {
+            if self.keepalive_sent >= self.config.keepalive_probes {
+                self.error = Some(ConnError::TimedOut);
+                return self.abort();
+            }
+            self.keepalive_sent += 1;
+            ledger.counters().inc(Counter::TcpKeepalives);
+            self.keepalive_deadline = Some(now + self.config.keepalive_interval);
+            // The probe is an ACK one byte behind (RFC 1122 §4.2.3.6), sent below.
+            self.keepalive_probe = true;
+        }
+        None
+    }
+
+    /// RFC 6298 §5.4-5.7 and RFC 5681 §3.1: retransmit from SND.UNA with a loss window of
+    /// one segment, back off, give up after too many tries.
+    fn retransmit_timeout(&mut self, now: Instant, ledger: &Ledger) -> Option<RstReply> {
+        self.retries += 1;
+        let limit = if self.state.is_synchronized() {
+            self.config.max_retransmissions
+        } else {
+            self.config.max_syn_retransmissions
+        };
+        if self.retries > limit {
+            ledger.counters().inc(Counter::TcpDropTimeout);
+            self.error = Some(ConnError::TimedOut);
+            return self.abort();
+        }
+        self.stats.timeouts += 1;
+        ledger.counters().inc(Counter::TcpRetransmitTimeouts);
+        self.rtt.back_off();
+        self.rtt_timer.cancel();
+        if self.state.is_synchronized() {
+            let flight = self.flight_size();
+            self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+            self.cwnd = self.snd_mss;
+        }
+        self.recovery = None;
+        self.dup_acks = 0;
+        self.rtx_pending = None;
+        self.scoreboard.clear();
+        // Go back: everything from SND.UNA is sent again as the window allows.
+        self.snd_nxt = self.snd_una;
+        self.rtx_deadline = Some(now + self.rtt.rto());
+        None
+    }
+}

@@ -1,0 +1,483 @@
+//! TCP (RFC 9293): the layer between IP and the stream sockets.
+//!
+//! - [`connection`]: one connection's state machine, windows, timers and congestion
+//!   control, free of frames and devices;
+//! - [`ring`]: the send and receive buffers; [`assembler`]: the out-of-order queue's
+//!   bookkeeping; [`rtt`]: the RFC 6298 timer; [`scoreboard`]: the SACK scoreboard;
+//!   [`isn`]: RFC 6528 initial sequence numbers and RFC 6056 ports;
+//! - this module: input (parse, checksum, demultiplex, hand to the connection or the
+//!   listener, RST for segments nobody wants) and output (segments to frames: header,
+//!   data copied out of the send buffer and checksummed, down to IP), and the timers.
+//!
+//! The checksum follows the same switches as UDP: with `fused_copy_checksum` the data is
+//! summed while it is copied (out of the send buffer on output; into the receive buffer on
+//! input, for in-order data, before the segment is processed, so a segment that fails
+//! changes nothing); without it the copy and the checksum are two passes. When both SYNs
+//! carried RFC 1146's "no checksum", data segments carry none and none is verified.
+//! Header prediction (`header_prediction`) is in [`connection`].
+//!
+//! The PCB table is the one UDP uses (paper 002 §6.3's lookups and caches): a listener is
+//! a `<laddr|*, lport>` PCB, a connection a full four-tuple.
+
+pub mod assembler;
+pub mod connection;
+pub mod isn;
+pub mod ring;
+pub mod rtt;
+pub mod scoreboard;
+
+pub use connection::{ConnError, ConnStats, Connection, State, TcpConfig};
+
+use crate::buf::PacketBuf;
+use crate::checksum::{self, Accumulator};
+use crate::driver::RxChecksum;
+use crate::probe::{Counter, Layer, Op, Side};
+use crate::socket::tcp::{Kind, TcpSocket};
+use crate::stack::Stack;
+use crate::tcp::connection::{Outgoing, RstReply};
+use crate::time::Instant;
+use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
+use crate::wire::tcp::{self as tcp_wire, Control, TcpRepr};
+use crate::wire::{Checksum, Ipv4Address};
+
+/// The IPv4 and TCP headers without options: what the MSS leaves out of the MTU.
+const HEADERS: usize = 40;
+
+impl Stack {
+    /// The MSS to advertise to `dst`: the outgoing interface's MTU less 40 (RFC 9293
+    /// §3.7.1; RFC 879).
+    pub(crate) fn tcp_mss_for(&self, dst: Ipv4Address) -> usize {
+        if self.is_own_address(dst) {
+            return crate::ip::MAX_DATAGRAM - HEADERS;
+        }
+        self.routes
+            .lookup(dst)
+            .and_then(|r| self.ifaces.get(r.interface))
+            .map_or(536, |i| i.caps.mtu.saturating_sub(HEADERS))
+    }
+
+    /// A TCP segment in `datagram` (the whole IP datagram; `ip` its header).
+    pub(crate) fn tcp_input(
+        &mut self,
+        ip: &Ipv4Repr,
+        datagram: PacketBuf,
+        rx: RxChecksum,
+        now: Instant,
+    ) {
+        let hl = ip.header_len();
+        let bytes = &datagram.data()[hl..];
+        let parsed = {
+            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
+            tcp_wire::Packet::new_checked(bytes)
+                .and_then(|p| TcpRepr::parse(&p, ip.src, ip.dst, Checksum::Skip))
+        };
+        let Ok(seg) = parsed else {
+            self.ledger.counters().inc(Counter::TcpDropMalformed);
+            return self.free(Layer::Tcp, Side::Receive, datagram);
+        };
+        self.ledger.counters().inc(Counter::TcpSegmentsIn);
+        self.ledger.set_message_size(seg.payload.len());
+
+        let found = {
+            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Demux);
+            self.tcp_pcbs
+                .lookup(ip.src, seg.src_port, ip.dst, seg.dst_port)
+                .map(|(_, &mut index)| index)
+        };
+
+        // The checksum: elided by agreement, verified by the NIC, summed while the data
+        // is copied into the receive buffer, or verified in a pass of its own.
+        let header_len = bytes.len() - seg.payload.len();
+        let kernel = self.tuning.checksum;
+        let fused = self.tuning.fused_copy_checksum;
+        let mut data_in_rx = false;
+        let conn = found.and_then(|i| self.tcp.conn_mut(i));
+        // RFC 1146: SYN and RST segments always carry the standard checksum.
+        let elided = !matches!(seg.control, Control::Syn | Control::Rst)
+            && conn.as_ref().is_some_and(|c| c.checksum_elided());
+        if elided {
+            self.ledger.counters().inc(Counter::TcpNoChecksumIn);
+        } else if rx != RxChecksum::Verified {
+            let seed = checksum::pseudo_header_v4(
+                ip.src.0,
+                ip.dst.0,
+                tcp_wire::PROTOCOL,
+                bytes.len() as u16,
+            );
+            let ok = match conn {
+                Some(c)
+                    if fused
+                        && !seg.payload.is_empty()
+                        && c.in_order_fits(seg.seq_number, seg.payload.len()) =>
+                {
+                    // Copy the data to where it will be read and sum it on the way; it
+                    // becomes readable only if the segment checks and is accepted.
+                    let _p = self
+                        .ledger
+                        .probe(Layer::Socket, Side::Receive, Op::SocketCopy);
+                    let mut acc = Accumulator::with_seed(seed);
+                    acc.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
+                    let (a, b) = c.rx.unreadable_slices_mut(0, seg.payload.len());
+                    let (first, rest) = seg.payload.split_at(a.len());
+                    acc.add_sum(checksum::copy_and_sum_with(kernel, a, first), first.len());
+                    acc.add_sum(checksum::copy_and_sum_with(kernel, b, rest), rest.len());
+                    data_in_rx = true;
+                    checksum::verifies(acc.sum())
+                }
+                _ => {
+                    let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
+                    let mut acc = Accumulator::with_seed(seed);
+                    acc.add_with(kernel, bytes);
+                    checksum::verifies(acc.sum())
+                }
+            };
+            if !ok {
+                self.ledger.counters().inc(Counter::TcpDropBadChecksum);
+                return self.free(Layer::Tcp, Side::Receive, datagram);
+            }
+        }
+
+        let hp = self.tuning.header_prediction;
+        let Some(index) = found else {
+            self.ledger.counters().inc(Counter::TcpDropNoSocket);
+            if let Some(rst) = RstReply::for_segment(&seg) {
+                self.tcp_send_rst((ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
+            }
+            return self.free(Layer::Tcp, Side::Receive, datagram);
+        };
+        let reply = match self.tcp.at_mut(index) {
+            Some(TcpSocket {
+                kind: Kind::Stream(c),
+                parent,
+                ..
+            }) => {
+                let was = c.state();
+                let reply = c.input(&seg, data_in_rx, hp, &self.ledger, now);
+                let is = c.state();
+                let endpoints = (c.local, c.remote);
+                let parent = *parent;
+                Some((reply, endpoints, was, is, parent))
+            }
+            Some(TcpSocket {
+                kind: Kind::Listener(_),
+                ..
+            }) => {
+                let syn = seg.control == Control::Syn && seg.ack_number.is_none();
+                if syn {
+                    self.tcp_listener_syn(index, ip, &seg, now);
+                } else if let Some(rst) = RstReply::for_segment(&seg) {
+                    // RFC 9293 §3.10.7.2: an ACK to a listener draws a RST; a RST is
+                    // ignored; anything else is dropped.
+                    if seg.ack_number.is_some() {
+                        self.tcp_send_rst((ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
+                    }
+                }
+                None
+            }
+            None => None,
+        };
+        self.free(Layer::Tcp, Side::Receive, datagram);
+        let Some((reply, (local, remote), was, is, parent)) = reply else {
+            return;
+        };
+        if let Some(rst) = reply {
+            self.tcp_send_rst(local, remote, rst);
+        }
+        if was == State::SynReceived && is != State::SynReceived {
+            self.tcp_handshake_done(index, parent, is);
+        }
+        self.tcp_output(index);
+        self.tcp_reap(index);
+    }
+
+    /// A SYN for a listener: a new connection in SYN-RECEIVED, if the backlog has room.
+    fn tcp_listener_syn(&mut self, index: usize, ip: &Ipv4Repr, syn: &TcpRepr, now: Instant) {
+        let Some(TcpSocket {
+            kind: Kind::Listener(l),
+            ..
+        }) = self.tcp.at_mut(index)
+        else {
+            return;
+        };
+        if l.embryonic + l.accept_queue.len() >= l.backlog {
+            self.ledger.counters().inc(Counter::TcpDropListenOverflow);
+            return;
+        }
+        l.embryonic += 1;
+        let (config, ask) = (l.config, l.no_checksum);
+        let local = (ip.dst, syn.dst_port);
+        let remote = (ip.src, syn.src_port);
+        let iss = self.tcp.isn.isn(local, remote, now);
+        let ask = ask || self.checksum_elidable(remote.0);
+        let mss = self.tcp_mss_for(remote.0);
+        let mut conn = Connection::new(local, remote, config, iss, mss, ask);
+        conn.accept_syn(syn, now);
+        let h = self.tcp.insert(TcpSocket {
+            kind: Kind::Stream(Box::new(conn)),
+            pcb: None,
+            parent: Some(index),
+        });
+        let inserted = {
+            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::PcbConnect);
+            self.tcp_pcbs.insert(local, Some(remote), h.index)
+        };
+        match inserted {
+            Ok(id) => {
+                if let Some(s) = self.tcp.at_mut(h.index) {
+                    s.pcb = Some(id);
+                }
+                self.tcp_output(h.index);
+            }
+            Err(_) => {
+                self.tcp.remove(h.index);
+                if let Some(TcpSocket {
+                    kind: Kind::Listener(l),
+                    ..
+                }) = self.tcp.at_mut(index)
+                {
+                    l.embryonic -= 1;
+                }
+            }
+        }
+    }
+
+    /// A passively opened connection left SYN-RECEIVED: into the accept queue when it
+    /// became established (one that closed instead leaves the backlog when reaped).
+    fn tcp_handshake_done(&mut self, index: usize, parent: Option<usize>, state: State) {
+        let Some(parent) = parent.filter(|_| state != State::Closed) else {
+            return;
+        };
+        if let Some(TcpSocket {
+            kind: Kind::Listener(l),
+            ..
+        }) = self.tcp.at_mut(parent)
+        {
+            l.embryonic = l.embryonic.saturating_sub(1);
+            l.accept_queue.push_back(index);
+            self.ledger.counters().inc(Counter::TcpPassiveOpens);
+        }
+    }
+
+    /// Frees a connection's slot and PCB once it is closed and nobody holds it: the
+    /// application closed it, or it never got past its listener.
+    pub(crate) fn tcp_reap(&mut self, index: usize) {
+        let reap = match self.tcp.at(index) {
+            Some(TcpSocket {
+                kind: Kind::Stream(c),
+                parent,
+                ..
+            }) => c.is_closed() && (c.released || parent.is_some()),
+            _ => false,
+        };
+        if !reap {
+            return;
+        }
+        let Some(s) = self.tcp.remove(index) else {
+            return;
+        };
+        if let Some(id) = s.pcb {
+            self.tcp_pcbs.remove(id);
+        }
+        if let Some(parent) = s.parent {
+            if let Some(TcpSocket {
+                kind: Kind::Listener(l),
+                ..
+            }) = self.tcp.at_mut(parent)
+            {
+                // Still in SYN-RECEIVED, or established and waiting in the queue.
+                if let Some(pos) = l.accept_queue.iter().position(|&i| i == index) {
+                    l.accept_queue.remove(pos);
+                } else {
+                    l.embryonic = l.embryonic.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Sends what the connection has to send, segment by segment, while the outgoing
+    /// device has room; when it has none, the connection waits for the next poll (the
+    /// back-pressure a qdisc gives, instead of losing segments to a full queue).
+    pub(crate) fn tcp_output(&mut self, index: usize) {
+        let now = self.now;
+        let Some(remote) = self.tcp.conn_mut(index).map(|c| c.remote.0) else {
+            return;
+        };
+        let iface = if self.is_own_address(remote) {
+            None
+        } else {
+            self.routes.lookup(remote).map(|r| r.interface)
+        };
+        loop {
+            if let Some(i) = iface {
+                if !self.ifaces.get_mut(i).is_some_and(|i| i.device.tx_ready()) {
+                    if !self.tcp.blocked.contains(&index) {
+                        self.tcp.blocked.push(index);
+                    }
+                    return;
+                }
+            }
+            let out = {
+                let Some(c) = self.tcp.conn_mut(index) else {
+                    return;
+                };
+                let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+                c.next_segment(now)
+            };
+            let Some(out) = out else {
+                return;
+            };
+            if self.tcp_send_segment(index, &out).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Builds the frame of one segment: header, the data copied out of the send buffer
+    /// (summed on the way with `fused_copy_checksum`, else in a second pass), the
+    /// checksum, and down to IP with don't-fragment set (TCP sizes its segments itself).
+    fn tcp_send_segment(&mut self, index: usize, out: &Outgoing) -> Result<(), ()> {
+        let header_len = out.repr.header_len();
+        let total = header_len + out.data_len;
+        self.ledger.begin_message(out.data_len);
+        let result = self.tcp_build_and_send(index, out, header_len, total);
+        self.ledger.end_message();
+        result
+    }
+
+    fn tcp_build_and_send(
+        &mut self,
+        index: usize,
+        out: &Outgoing,
+        header_len: usize,
+        total: usize,
+    ) -> Result<(), ()> {
+        let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, total) else {
+            return Err(());
+        };
+        let Some(c) = self.tcp.conn_mut(index) else {
+            self.free(Layer::Tcp, Side::Send, buf);
+            return Err(());
+        };
+        let (src, dst) = (c.local.0, c.remote.0);
+        let emitted = {
+            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+            let mut p = tcp_wire::Packet::new_unchecked(&mut buf.data_mut()[..header_len]);
+            out.repr.emit(&mut p, src, dst, Checksum::Skip)
+        };
+        if emitted.is_err() {
+            self.free(Layer::Tcp, Side::Send, buf);
+            self.ledger.counters().inc(Counter::TcpDropMalformed);
+            return Err(());
+        }
+        let kernel = self.tuning.checksum;
+        let fused = self.tuning.fused_copy_checksum;
+        let (a, b) = c.tx.slices(out.data_offset, out.data_len);
+        let data = &mut buf.data_mut()[header_len..];
+        let mut payload_sum = None;
+        {
+            let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::SocketCopy);
+            let (da, db) = data.split_at_mut(a.len());
+            if fused && !out.no_checksum {
+                let mut acc = Accumulator::new();
+                acc.add_sum(checksum::copy_and_sum_with(kernel, da, a), a.len());
+                acc.add_sum(checksum::copy_and_sum_with(kernel, db, b), b.len());
+                payload_sum = Some(acc.sum());
+            } else {
+                da.copy_from_slice(a);
+                db.copy_from_slice(b);
+            }
+        }
+        if !out.no_checksum {
+            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Checksum);
+            let seed = checksum::pseudo_header_v4(src.0, dst.0, tcp_wire::PROTOCOL, total as u16);
+            let mut acc = Accumulator::with_seed(seed);
+            let segment = buf.data();
+            acc.add_sum(checksum::header_sum(&segment[..header_len]), header_len);
+            match payload_sum {
+                Some(s) => acc.add_sum(s, out.data_len),
+                None => acc.add_with(kernel, &segment[header_len..]),
+            }
+            let field = checksum::finish(acc.sum());
+            tcp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
+        }
+        self.ledger.counters().inc(Counter::TcpSegmentsOut);
+        if out.retransmission {
+            self.ledger
+                .counters()
+                .inc(Counter::TcpRetransmittedSegments);
+        }
+        self.ip_output(dst, IpProtocol::Tcp, buf, true, self.now)
+            .map_err(|_| ())
+    }
+
+    /// Sends a RST from `local` to `remote` outside any connection (RFC 9293 §3.10.7.1).
+    pub(crate) fn tcp_send_rst(
+        &mut self,
+        local: (Ipv4Address, u16),
+        remote: (Ipv4Address, u16),
+        rst: RstReply,
+    ) {
+        if remote.0.is_broadcast() || remote.0.is_unspecified() {
+            return;
+        }
+        let repr = TcpRepr {
+            src_port: local.1,
+            dst_port: remote.1,
+            control: Control::Rst,
+            seq_number: rst.seq,
+            ack_number: rst.ack,
+            ..TcpRepr::default()
+        };
+        let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, repr.buffer_len()) else {
+            return;
+        };
+        let emitted = {
+            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+            let mut p = tcp_wire::Packet::new_unchecked(buf.data_mut());
+            repr.emit(&mut p, local.0, remote.0, Checksum::Check)
+        };
+        if emitted.is_err() {
+            return self.free(Layer::Tcp, Side::Send, buf);
+        }
+        self.ledger.counters().inc(Counter::TcpResetsOut);
+        self.ledger.counters().inc(Counter::TcpSegmentsOut);
+        let _ = self.ip_output(remote.0, IpProtocol::Tcp, buf, true, self.now);
+    }
+
+    /// Output for the connections that found their device full.
+    pub(crate) fn tcp_unblock(&mut self) {
+        let blocked = std::mem::take(&mut self.tcp.blocked);
+        for i in blocked {
+            self.tcp_output(i);
+        }
+    }
+
+    /// Runs the connections' timers that are due, then their output.
+    pub(crate) fn tcp_timers(&mut self, now: Instant) {
+        let due: Vec<usize> = self
+            .tcp
+            .connection_indices()
+            .filter(|&i| {
+                self.tcp.at(i).is_some_and(|s| match &s.kind {
+                    Kind::Stream(c) => c.next_deadline().is_some_and(|d| d <= now),
+                    Kind::Listener(_) => false,
+                })
+            })
+            .collect();
+        for i in due {
+            let Some(c) = self.tcp.conn_mut(i) else {
+                continue;
+            };
+            let rst = {
+                let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Timer);
+                c.on_timers(now, &self.ledger)
+            };
+            let (local, remote) = (c.local, c.remote);
+            if let Some(rst) = rst {
+                self.tcp_send_rst(local, remote, rst);
+            }
+            self.tcp_output(i);
+            self.tcp_reap(i);
+        }
+    }
+}
