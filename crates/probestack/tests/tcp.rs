@@ -3,13 +3,23 @@
 //! corruption caught (or let through when both ends agreed to elide the checksum), the
 //! timers, and the socket API's errors.
 
-use probestack::driver::FaultConfig;
+use std::collections::VecDeque;
+
+use probestack::buf::PacketBuf;
+use probestack::driver::{
+    Device, DeviceCaps, DeviceContext, DeviceError, FaultConfig, MemoryNic, RxChecksum, RxFrame,
+    TxMeta,
+};
 use probestack::probe::Counter;
-use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B};
+use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::tcp::State;
-use probestack::time::Duration;
+use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
+use probestack::wire::ethernet::{self, EtherType, EthernetRepr};
+use probestack::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr};
+use probestack::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
+use probestack::wire::Checksum;
 
 const PORT: u16 = 5001;
 
@@ -454,4 +464,259 @@ fn keepalive_notices_a_dead_peer() {
     p.run_for(Duration::from_secs(2000));
     assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
     assert!(p.a.tcp_error(c).unwrap().is_some());
+}
+
+/// A's NIC with a router behind it whose next hop carries at most `path_mtu`: a larger
+/// datagram is not sent; A gets an ICMP fragmentation-needed about it instead (RFC 1191
+/// §4), from B's address, `reported_mtu` in its next-hop MTU field. With `forge`, the
+/// datagram goes through all the same and the ICMP is an attacker's, its quoted sequence
+/// number moved by `seq_shift`.
+struct NarrowPath {
+    inner: MemoryNic,
+    path_mtu: usize,
+    reported_mtu: u16,
+    forge: bool,
+    seq_shift: u32,
+    errors: VecDeque<PacketBuf>,
+    last_now: Instant,
+}
+
+impl NarrowPath {
+    fn frag_needed(&self, datagram: &[u8]) -> PacketBuf {
+        let mut quoted = datagram[..60.min(datagram.len())].to_vec();
+        let ihl = usize::from(quoted[0] & 0x0f) * 4;
+        let seq = u32::from_be_bytes(quoted[ihl + 4..ihl + 8].try_into().unwrap());
+        quoted[ihl + 4..ihl + 8].copy_from_slice(&seq.wrapping_add(self.seq_shift).to_be_bytes());
+        let icmp =
+            Icmpv4Repr::dst_unreachable(DstUnreachable::FragRequired, self.reported_mtu, &quoted)
+                .unwrap();
+        let ip = Ipv4Repr {
+            src: ADDR_B,
+            dst: ADDR_A,
+            protocol: IpProtocol::Icmp,
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+            ident: 1,
+            dont_frag: false,
+            more_frags: false,
+            frag_offset: 0,
+            payload_len: icmp.buffer_len(),
+            options: Ipv4Options::NONE,
+        };
+        let mut f = vec![0u8; ethernet::HEADER_LEN + ip.buffer_len()];
+        EthernetRepr {
+            source: MAC_B,
+            destination: MAC_A,
+            ethertype: EtherType::Ipv4,
+        }
+        .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]))
+        .unwrap();
+        let mut p = ipv4::Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]);
+        ip.emit(&mut p, Checksum::Check).unwrap();
+        icmp.emit(
+            &mut icmpv4::Packet::new_unchecked(p.payload_mut()),
+            Checksum::Check,
+        )
+        .unwrap();
+        PacketBuf::from_slice(&f, 0).unwrap()
+    }
+}
+
+impl Device for NarrowPath {
+    fn caps(&self) -> DeviceCaps {
+        self.inner.caps()
+    }
+    fn transmit(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        self.last_now = cx.now;
+        let datagram = &frame.data()[ethernet::HEADER_LEN..];
+        if datagram.len() > self.path_mtu {
+            let error = self.frag_needed(datagram);
+            self.errors.push_back(error);
+            if !self.forge {
+                return Ok(());
+            }
+        }
+        self.inner.transmit(frame, meta, cx)
+    }
+    fn tx_ready(&self) -> bool {
+        self.inner.tx_ready()
+    }
+    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
+        self.inner.take_notification(cx) || !self.errors.is_empty()
+    }
+    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        match self.errors.pop_front() {
+            Some(frame) => Some(RxFrame {
+                frame,
+                checksum: RxChecksum::None,
+            }),
+            None => self.inner.receive(cx),
+        }
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        if self.errors.is_empty() {
+            self.inner.next_deadline()
+        } else {
+            Some(self.last_now)
+        }
+    }
+}
+
+/// A transfer of 1 MiB from A to B on MTU-9000 links through [`NarrowPath`]; returns the
+/// pair and A's connection.
+fn transfer_over_narrow_path(path: NarrowPath) -> (Pair, TcpHandle) {
+    let mut p = Pair::with_devices(
+        host(9000, Tuning::fast()),
+        host(9000, Tuning::fast()),
+        |inner| Box::new(NarrowPath { inner, ..path }),
+        |n| Box::new(n),
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    assert_eq!(p.a.tcp_connection(c).unwrap().mss().0, 8960);
+    transfer(&mut p, c, s, 1 << 20, Duration::from_secs(30));
+    (p, c)
+}
+
+/// A path of `path_mtu` whose router reports `reported_mtu`; a placeholder NIC until
+/// [`transfer_over_narrow_path`] puts A's in.
+fn narrow(path_mtu: usize, reported_mtu: u16) -> NarrowPath {
+    let (inner, _) = probestack::driver::MemoryLink::pair(
+        probestack::driver::NicConfig::default(),
+        probestack::driver::NicConfig::default(),
+    )
+    .unwrap();
+    NarrowPath {
+        inner,
+        path_mtu,
+        reported_mtu,
+        forge: false,
+        seq_shift: 0,
+        errors: VecDeque::new(),
+        last_now: Instant::ZERO,
+    }
+}
+
+#[test]
+fn path_mtu_from_fragmentation_needed() {
+    // A router that names the next-hop MTU (RFC 1191 §4): full-sized segments draw
+    // fragmentation-needed, the MSS falls to fit, and the data gets through.
+    let (p, c) = transfer_over_narrow_path(narrow(1500, 1500));
+    assert_eq!(p.a.tcp_connection(c).unwrap().mss().0, 1460);
+    let a = p.a.ledger().counters();
+    assert_eq!(a.get(Counter::TcpPathMtuReductions), 1);
+    // The lost segments went again at once, not after a retransmission timeout.
+    assert_eq!(a.get(Counter::TcpRetransmitTimeouts), 0);
+
+    // An older router that leaves the field zero: the next plateau below 9000 (RFC 1191
+    // §7) is 8166, still too big; then 4352, then 2002, then 1492, which fits.
+    let (p, c) = transfer_over_narrow_path(narrow(1500, 0));
+    assert_eq!(p.a.tcp_connection(c).unwrap().mss().0, 1452);
+    assert_eq!(
+        p.a.ledger().counters().get(Counter::TcpPathMtuReductions),
+        4
+    );
+}
+
+#[test]
+fn forged_fragmentation_needed_is_ignored() {
+    // The path is really 9000 wide; an attacker answers segments with forged ICMP.
+    for (reported, seq_shift) in [(68, 0), (1500, 1 << 30)] {
+        let (p, c) = transfer_over_narrow_path(NarrowPath {
+            forge: true,
+            seq_shift,
+            ..narrow(1500, reported)
+        });
+        // Below the floor (RFC 5927 §7.3), or quoting a sequence number not in flight
+        // (§4.1): ignored, and the connection keeps its segment size.
+        assert_eq!(p.a.tcp_connection(c).unwrap().mss().0, 8960);
+        let a = p.a.ledger().counters();
+        assert!(a.get(Counter::TcpIcmpIgnored) > 100);
+        assert_eq!(a.get(Counter::TcpPathMtuReductions), 0);
+    }
+}
+
+/// Blocking sockets, as an application on its own thread uses them: two stacks on two
+/// threads with the real clock, 8 MiB from A to B checked by hash, and an orderly close.
+#[test]
+fn blocking_sockets_on_two_threads() {
+    use probestack::driver::{MemoryLink, NicConfig};
+    use probestack::ip::route::Ipv4Cidr;
+    use probestack::stack::{InterfaceConfig, Stack, StackConfig};
+    use probestack::time::{Clock, RealClock};
+
+    const TOTAL: usize = 8 << 20;
+    // Generous: a loaded machine may deschedule either thread for a while.
+    let timeout = Duration::from_secs(60);
+    let (nic_a, nic_b) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
+    let host = |nic, mac, address| {
+        let mut s = Stack::new(StackConfig::default());
+        let cidr = Ipv4Cidr {
+            address,
+            prefix_len: 15,
+        };
+        s.add_interface(Box::new(nic), InterfaceConfig { mac, cidr });
+        s
+    };
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let b = std::thread::spawn(move || {
+        let mut b = host(nic_b, MAC_B, ADDR_B);
+        let clock = RealClock::new();
+        let l = b.tcp_listen((ADDR_B, PORT), 1).unwrap();
+        ready_tx.send(()).unwrap();
+        let s = b.tcp_accept_blocking(l, &clock, timeout).unwrap();
+        let (mut hash, mut got) = (0xcbf2_9ce4_8422_2325u64, 0);
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = b.tcp_recv_blocking(s, &mut buf, &clock, timeout).unwrap();
+            if n == 0 {
+                break;
+            }
+            fnv(&mut hash, &buf[..n]);
+            got += n;
+        }
+        b.tcp_close(s).unwrap();
+        // LAST-ACK until A's ACK of our FIN.
+        let end = clock.now() + timeout;
+        while b.tcp_state(s).is_ok() && clock.now() < end {
+            b.poll(clock.now());
+            std::thread::yield_now();
+        }
+        (got, hash, b.tcp_state(s))
+    });
+    let mut a = host(nic_a, MAC_A, ADDR_A);
+    let clock = RealClock::new();
+    ready_rx.recv().unwrap();
+    let c = a
+        .tcp_connect_blocking((ADDR_B, PORT), &clock, timeout)
+        .unwrap();
+    assert_eq!(a.tcp_state(c), Ok(State::Established));
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for off in (0..TOTAL).step_by(1 << 20) {
+        let data = pattern(off, 1 << 20);
+        fnv(&mut hash, &data);
+        a.tcp_send_all_blocking(c, &data, &clock, timeout).unwrap();
+    }
+    a.tcp_shutdown(c).unwrap();
+    // Wait for B's FIN: end of stream on A's side too.
+    assert_eq!(a.tcp_recv_blocking(c, &mut [0; 16], &clock, timeout), Ok(0));
+    a.tcp_close(c).unwrap();
+    while !b.is_finished() {
+        a.poll(clock.now());
+        std::thread::yield_now();
+    }
+    let (got, b_hash, b_state) = b.join().unwrap();
+    assert_eq!(got, TOTAL);
+    assert_eq!(b_hash, hash);
+    assert_eq!(
+        b_state,
+        Err(TcpError::BadHandle),
+        "B's connection closed and freed"
+    );
 }

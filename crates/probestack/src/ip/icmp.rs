@@ -92,8 +92,20 @@ impl Stack {
                     }
                 }
             }
-            Icmpv4Repr::DstUnreachable { .. } | Icmpv4Repr::TimeExceeded { .. } => {
-                // TCP will take these (path MTU, unreachable hosts); counted now.
+            Icmpv4Repr::DstUnreachable {
+                reason,
+                next_hop_mtu,
+                ..
+            } => {
+                self.ledger.counters().inc(Counter::IcmpErrorsIn);
+                if let Some((quoted, transport)) = icmp.invoking_header() {
+                    if quoted.protocol == IpProtocol::Tcp && self.is_own_address(quoted.src) {
+                        let frag_needed = reason == DstUnreachable::FragRequired;
+                        self.tcp_icmp_unreachable(&quoted, transport, frag_needed, next_hop_mtu);
+                    }
+                }
+            }
+            Icmpv4Repr::TimeExceeded { .. } => {
                 self.ledger.counters().inc(Counter::IcmpErrorsIn);
             }
         }

@@ -201,6 +201,11 @@ counters! {
     /// Zero-window probes and keepalive probes sent.
     TcpWindowProbes = "tcp.window_probes";
     TcpKeepalives = "tcp.keepalives";
+    /// ICMP fragmentation-needed messages that lowered a connection's MSS (RFC 1191), and
+    /// ICMP errors ignored: quoting a sequence number not in flight (RFC 5927 §4.1), for
+    /// no connection, or with an MTU no smaller than the path's or below the floor.
+    TcpPathMtuReductions = "tcp.path_mtu_reductions";
+    TcpIcmpIgnored = "tcp.icmp_ignored";
     /// Sends refused because no packet buffer could be had.
     StackDropNoBuffer = "stack.drop.no_buffer";
     /// Frames a device refused on transmit.

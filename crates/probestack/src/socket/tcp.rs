@@ -10,10 +10,11 @@
 use std::collections::VecDeque;
 
 use crate::probe::{Counter, Layer, Op, Side};
+use crate::socket::blocking::block_on;
 use crate::stack::Stack;
 use crate::tcp::connection::{ConnError, ConnStats, Connection, State, TcpConfig};
 use crate::tcp::isn::IsnGenerator;
-use crate::time::{Duration, Instant};
+use crate::time::{Clock, Duration, Instant};
 use crate::udp::pcb::{PcbError, PcbId};
 use crate::wire::Ipv4Address;
 
@@ -702,5 +703,71 @@ impl Stack {
     pub fn tcp_can_send(&self, h: TcpHandle) -> bool {
         self.tcp_conn(h)
             .is_ok_and(|c| c.state().can_send() && c.tx.free() > 0)
+    }
+}
+
+/// Blocking use (see [`crate::socket::blocking`]): each call polls the stack while it
+/// waits, and gives up with [`TcpError::TimedOut`] after `timeout` of `clock` time.
+impl Stack {
+    /// Waits for a connection to accept.
+    pub fn tcp_accept_blocking(
+        &mut self,
+        listener: TcpHandle,
+        clock: &impl Clock,
+        timeout: Duration,
+    ) -> Result<TcpHandle, TcpError> {
+        block_on(self, clock, timeout, |s| s.tcp_accept(listener))
+    }
+
+    /// Opens a connection and waits until it is established (or refused, or reset).
+    pub fn tcp_connect_blocking(
+        &mut self,
+        remote: Endpoint,
+        clock: &impl Clock,
+        timeout: Duration,
+    ) -> Result<TcpHandle, TcpError> {
+        let h = self.tcp_connect(remote)?;
+        let opened = block_on(self, clock, timeout, |s| {
+            if let Some(e) = s.tcp_error(h)? {
+                return Err(e);
+            }
+            match s.tcp_state(h)? {
+                State::SynSent | State::SynReceived => Err(TcpError::WouldBlock),
+                _ => Ok(h),
+            }
+        });
+        if opened.is_err() {
+            let _ = self.tcp_abort(h);
+        }
+        opened
+    }
+
+    /// Queues all of `data`, waiting for room in the send buffer as it goes (`timeout`
+    /// bounds the whole call).
+    pub fn tcp_send_all_blocking(
+        &mut self,
+        h: TcpHandle,
+        mut data: &[u8],
+        clock: &impl Clock,
+        timeout: Duration,
+    ) -> Result<(), TcpError> {
+        let deadline = clock.now() + timeout;
+        while !data.is_empty() {
+            let left = deadline.saturating_since(clock.now());
+            let n = block_on(self, clock, left, |s| s.tcp_send(h, data))?;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// Waits for data (or the end of the stream, `Ok(0)`).
+    pub fn tcp_recv_blocking(
+        &mut self,
+        h: TcpHandle,
+        buf: &mut [u8],
+        clock: &impl Clock,
+        timeout: Duration,
+    ) -> Result<usize, TcpError> {
+        block_on(self, clock, timeout, |s| s.tcp_recv(h, buf))
     }
 }

@@ -1804,4 +1804,36 @@ impl Connection {
         self.rtx_deadline = Some(now + self.rtt.rto());
         None
     }
+
+    // ------------------------------------------------------------------------------------
+    // ICMP.
+
+    /// Whether `seq`, quoted by an ICMP error, is data in flight: RFC 5927 §4.1's check
+    /// that keeps a blind attacker from forging errors against the connection.
+    pub fn quotes_data_in_flight(&self, seq: SeqNumber) -> bool {
+        seq.ge(self.snd_una) && seq.lt(self.snd_max)
+    }
+
+    /// An ICMP fragmentation-needed says the path carries datagrams of at most `mtu`
+    /// (RFC 1191 §6.5): segments shrink to fit, never grow; what was in flight was too big
+    /// and lost, so it goes again at once, from SND.UNA, without the congestion response
+    /// of a timeout (the loss says nothing about congestion). Returns whether the MSS fell.
+    pub fn path_mtu_reduced(&mut self, mtu: usize) -> bool {
+        let mss = mtu.saturating_sub(IP_TCP_HEADERS);
+        if mss >= self.snd_mss || !self.state.is_synchronized() {
+            return false;
+        }
+        self.snd_mss = mss;
+        self.cwnd = self.cwnd.max(self.snd_mss);
+        self.rtt_timer.cancel();
+        self.recovery = None;
+        self.dup_acks = 0;
+        self.rtx_pending = None;
+        self.scoreboard.clear();
+        self.snd_nxt = self.snd_una;
+        true
+    }
 }
+
+/// The IPv4 and TCP headers without options: what the MSS leaves out of an MTU.
+pub const IP_TCP_HEADERS: usize = 40;

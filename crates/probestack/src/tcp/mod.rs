@@ -40,8 +40,15 @@ use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
 use crate::wire::tcp::{self as tcp_wire, Control, TcpRepr};
 use crate::wire::{Checksum, Ipv4Address};
 
-/// The IPv4 and TCP headers without options: what the MSS leaves out of the MTU.
-const HEADERS: usize = 40;
+use connection::IP_TCP_HEADERS as HEADERS;
+
+/// The smallest path MTU an ICMP fragmentation-needed may set. RFC 1191 §3 allows 68;
+/// like Linux (`min_pmtu`, 552) we refuse to go that low, as RFC 5927 §7.3 suggests: a
+/// forged message would otherwise shrink a connection to tiny segments.
+pub const MIN_PATH_MTU: usize = 552;
+
+/// RFC 1191 §7's plateaus, for a router too old to say the next-hop MTU.
+const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
 
 impl Stack {
     /// The MSS to advertise to `dst`: the outgoing interface's MTU less 40 (RFC 9293
@@ -442,6 +449,61 @@ impl Stack {
         self.ledger.counters().inc(Counter::TcpResetsOut);
         self.ledger.counters().inc(Counter::TcpSegmentsOut);
         let _ = self.ip_output(remote.0, IpProtocol::Tcp, buf, true, self.now);
+    }
+
+    /// An ICMP destination-unreachable about a TCP segment we sent: `quoted` is the IP
+    /// header it quotes and `transport` the start of the segment (at least the ports and
+    /// sequence number, RFC 792). Fragmentation-needed lowers the connection's MSS (RFC
+    /// 1191); the other codes are soft errors (RFC 1122 §4.2.3.9) that TCP's own timers
+    /// outlast, counted here.
+    pub(crate) fn tcp_icmp_unreachable(
+        &mut self,
+        quoted: &Ipv4Repr,
+        transport: &[u8],
+        frag_needed: bool,
+        next_hop_mtu: u16,
+    ) {
+        let ignored = |s: &mut Stack| s.ledger.counters().inc(Counter::TcpIcmpIgnored);
+        if transport.len() < 8 || !frag_needed {
+            return ignored(self);
+        }
+        let port = |i: usize| u16::from_be_bytes([transport[i], transport[i + 1]]);
+        let (sport, dport) = (port(0), port(2));
+        let seq = tcp_wire::SeqNumber(u32::from_be_bytes([
+            transport[4],
+            transport[5],
+            transport[6],
+            transport[7],
+        ]));
+        let found = {
+            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Demux);
+            self.tcp_pcbs
+                .lookup(quoted.dst, dport, quoted.src, sport)
+                .map(|(_, &mut index)| index)
+        };
+        let Some(index) = found else {
+            return ignored(self);
+        };
+        let mtu = match usize::from(next_hop_mtu) {
+            // An RFC 1191 §5 router says it; an older one does not, so guess the next
+            // plateau below the datagram that did not fit.
+            0 => MTU_PLATEAUS
+                .into_iter()
+                .find(|&p| p < quoted.header_len() + quoted.payload_len)
+                .unwrap_or(68),
+            m => m,
+        };
+        let lowered = match self.tcp.conn_mut(index) {
+            Some(c) if c.quotes_data_in_flight(seq) && mtu >= MIN_PATH_MTU => {
+                c.path_mtu_reduced(mtu)
+            }
+            _ => false,
+        };
+        if !lowered {
+            return ignored(self);
+        }
+        self.ledger.counters().inc(Counter::TcpPathMtuReductions);
+        self.tcp_output(index);
     }
 
     /// Output for the connections that found their device full.
