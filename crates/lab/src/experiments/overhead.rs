@@ -12,9 +12,10 @@
 //! Every variant runs as a worker process (this tool or the probe-free copy, with
 //! `--worker`), which times only the workload, not its own start-up.
 //!
-//! Ratios are throughput with probes / throughput without. The workloads: 64-byte UDP
-//! datagrams one way, and a 64-byte ICMP echo ping-pong, between two stacks on one
-//! thread; TCP bulk joins when TCP lands.
+//! Ratios are throughput with probes / throughput without. The workloads, each between two
+//! stacks on one thread: 64-byte UDP datagrams one way; a 64-byte ICMP echo ping-pong; and
+//! TCP bulk one way at MTU 1500 (64 KiB writes, the reader not touching the data; the
+//! rate is bytes per second, and a "message" for sampling is a segment).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,7 +30,7 @@ use crate::bench::median;
 use crate::table::Table;
 
 /// The workloads, by name.
-pub const WORKLOADS: [&str; 2] = ["udp_64", "icmp_echo_64"];
+pub const WORKLOADS: [&str; 3] = ["udp_64", "icmp_echo_64", "tcp_bulk"];
 
 /// Runs `name` for about `millis` of wall time with probes sampling one message in
 /// `sample_every` (ignored in a probe-free build); returns messages per second.
@@ -37,6 +38,7 @@ pub fn run_workload(name: &str, sample_every: u32, millis: u64) -> Result<f64, S
     match name {
         "icmp_echo_64" => Ok(icmp_echo(64, sample_every, millis)),
         "udp_64" => udp_one_way(64, sample_every, millis),
+        "tcp_bulk" => tcp_bulk(sample_every, millis),
         other => Err(format!(
             "unknown workload {other}; known: {}",
             WORKLOADS.join(", ")
@@ -118,6 +120,63 @@ fn udp_one_way(size: usize, sample_every: u32, millis: u64) -> Result<f64, Strin
     let mut n: u64 = 0;
     while start.elapsed().as_millis() < millis as u128 {
         n += burst(&mut pair)?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// TCP one way from A to B at MTU 1500, both stacks on one thread: A's application
+/// writes 64 KiB at a time while there is room, both stacks are polled, B's application
+/// reads everything queued. Bytes per second delivered.
+fn tcp_bulk(sample_every: u32, millis: u64) -> Result<f64, String> {
+    let host = HostConfig::with_mtu(1500);
+    let mut pair = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e:?}"))?;
+    pair.a.ledger().set_sample_every(sample_every);
+    pair.b.ledger().set_sample_every(sample_every);
+    let clock = RealClock::new();
+    let listener = pair
+        .b
+        .tcp_listen((ADDR_B, 5001), 1)
+        .map_err(|e| e.to_string())?;
+    let tx = pair
+        .a
+        .tcp_connect((ADDR_B, 5001))
+        .map_err(|e| e.to_string())?;
+    let mut rx = None;
+    for _ in 0..10_000 {
+        let now = clock.now();
+        pair.a.poll(now);
+        pair.b.poll(now);
+        rx = pair.b.tcp_accept(listener).ok();
+        if rx.is_some() {
+            break;
+        }
+    }
+    let rx = rx.ok_or("the TCP connection did not open")?;
+    let data = vec![0x5Au8; 64 * 1024];
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut round = |pair: &mut Pair| -> Result<u64, String> {
+        while pair.a.tcp_send(tx, &data).is_ok() {}
+        let now = clock.now();
+        pair.a.poll(now);
+        pair.b.poll(now);
+        let mut got = 0;
+        loop {
+            match pair.b.tcp_recv(rx, &mut buf) {
+                Ok(0) => return Err("the TCP connection closed".into()),
+                Ok(n) => got += n as u64,
+                Err(probestack::socket::tcp::TcpError::WouldBlock) => return Ok(got),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    };
+    let mut warm = 0;
+    while warm < 16 << 20 {
+        warm += round(&mut pair)?;
+    }
+    let start = WallInstant::now();
+    let mut n: u64 = 0;
+    while start.elapsed().as_millis() < millis as u128 {
+        n += round(&mut pair)?;
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
