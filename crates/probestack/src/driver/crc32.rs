@@ -13,8 +13,14 @@
 //! Sarwate loop takes one lookup per byte and waits on each. [`crc32_bitwise`] is the
 //! definition, one bit at a time: the reference the fast routine is tested against.
 //!
+//! On x86-64 with PCLMULQDQ, frames of 64 bytes and more are folded with carry-less
+//! multiplication instead ([`x86::update_clmul`]): Gopal et al., "Fast CRC Computation for
+//! Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), the method Linux's
+//! `crc32-pclmul` and zlib-ng use; several times faster than slicing on a 1500-byte frame.
+//!
 //! On the memory link a CRC is the NIC's work, not the host's: callers charge it to
-//! [`crate::probe::Ledger::device_work`].
+//! [`crate::probe::Ledger::device_work`]. Its speed still matters, for wall-clock
+//! throughput: a real NIC computes the FCS in hardware, at no cost to the host's time.
 
 /// The reflected IEEE 802.3 polynomial.
 pub const POLY: u32 = 0xEDB8_8320;
@@ -76,7 +82,7 @@ impl Crc32 {
     /// Feeds `data`.
     #[inline]
     pub fn update(&mut self, data: &[u8]) {
-        self.state = update_slice16(self.state, data);
+        self.state = update(self.state, data);
     }
 
     /// The CRC of everything fed so far.
@@ -89,6 +95,23 @@ impl Crc32 {
 /// The CRC-32 of `data`, slicing-by-16.
 #[inline]
 pub fn crc32(data: &[u8]) -> u32 {
+    !update(!0, data)
+}
+
+/// Feeds `data` to the register `crc` (not complemented) with the fastest routine this
+/// machine has.
+#[inline]
+fn update(crc: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if data.len() >= x86::MIN_LEN && x86::available() {
+        // SAFETY: `available` checked that the CPU has PCLMULQDQ and SSE4.1.
+        return unsafe { x86::update_clmul(crc, data) };
+    }
+    update_slice16(crc, data)
+}
+
+/// The slicing-by-16 CRC-32 of `data`, whatever the CPU: for comparison and tests.
+pub fn crc32_slice16(data: &[u8]) -> u32 {
     !update_slice16(!0, data)
 }
 
@@ -136,10 +159,140 @@ fn update_slice16(mut crc: u32, data: &[u8]) -> u32 {
             ^ t[1][c[14] as usize]
             ^ t[0][c[15] as usize];
     }
-    for &b in chunks.remainder() {
+    // The rest in steps of 8 and 4 with the same tables (table k is a byte followed by k
+    // zero bytes), then a byte at a time: at most 3 dependent lookups instead of 15.
+    let mut rest = chunks.remainder();
+    if let Some((c, r)) = rest.split_first_chunk::<8>() {
+        let a = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ crc;
+        crc = t[7][(a & 0xFF) as usize]
+            ^ t[6][((a >> 8) & 0xFF) as usize]
+            ^ t[5][((a >> 16) & 0xFF) as usize]
+            ^ t[4][(a >> 24) as usize]
+            ^ t[3][c[4] as usize]
+            ^ t[2][c[5] as usize]
+            ^ t[1][c[6] as usize]
+            ^ t[0][c[7] as usize];
+        rest = r;
+    }
+    if let Some((c, r)) = rest.split_first_chunk::<4>() {
+        let a = u32::from_le_bytes(*c) ^ crc;
+        crc = t[3][(a & 0xFF) as usize]
+            ^ t[2][((a >> 8) & 0xFF) as usize]
+            ^ t[1][((a >> 16) & 0xFF) as usize]
+            ^ t[0][(a >> 24) as usize];
+        rest = r;
+    }
+    for &b in rest {
         crc = (crc >> 8) ^ t[0][((crc ^ b as u32) & 0xFF) as usize];
     }
     crc
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! CRC-32 by folding with carry-less multiplication (Gopal et al. 2009, §4 for the
+    //! folding and §5's Barrett reduction), in the bit-reflected form Ethernet uses.
+    //!
+    //! The data is a polynomial over GF(2). Folding replaces a 128-bit block A followed
+    //! by `d` more bits with A·x^d mod P, which has the same remainder; split A into
+    //! halves and that is two 64×64 carry-less products by precomputed constants (powers
+    //! of x modulo P, pre-shifted for the reflected domain) XORed into the block `d` bits
+    //! on. Four accumulators 64 bytes apart keep four multiplies in flight; they are
+    //! folded into one, then 16-byte blocks one at a time, then the last 128 bits are
+    //! reduced to 64, to 32, and Barrett's reduction gives the remainder. What is left
+    //! (under 16 bytes) goes through the table routine.
+
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128, _mm_extract_epi32,
+        _mm_loadu_si128, _mm_set_epi32, _mm_set_epi64x, _mm_srli_si128, _mm_xor_si128,
+    };
+
+    /// The shortest input the folding routine takes: its four accumulators' first load.
+    pub const MIN_LEN: usize = 64;
+
+    // The constants for the reflected polynomial 0x04C11DB7 (from the paper's method;
+    // the same values appear in Linux's arch/x86/crypto/crc32-pclmul_asm.S):
+    /// x^(4·128+32) mod P and x^(4·128−32) mod P: fold across 512 bits.
+    const FOLD_512: (i64, i64) = (0x1_5444_2BD4, 0x1_C6E4_1596);
+    /// x^(128+32) mod P and x^(128−32) mod P: fold across 128 bits.
+    const FOLD_128: (i64, i64) = (0x1_7519_97D0, 0x0_CCAA_009E);
+    /// x^64 mod P: from 64 bits to 32.
+    const FOLD_64: i64 = 0x1_63CD_6124;
+    /// P itself and μ = x^64 / P, for Barrett's reduction.
+    const POLY_P: i64 = 0x1_DB71_0641;
+    const MU: i64 = 0x1_F701_1641;
+
+    pub fn available() -> bool {
+        std::arch::is_x86_feature_detected!("pclmulqdq")
+            && std::arch::is_x86_feature_detected!("sse4.1")
+    }
+
+    /// Loads the 16 bytes of `block`.
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn load(block: &[u8; 16]) -> __m128i {
+        // SAFETY: `block` is 16 readable bytes; the load has no alignment requirement.
+        unsafe { _mm_loadu_si128(block.as_ptr().cast()) }
+    }
+
+    /// `acc`'s low half times `keys`' low half, XOR its high half times `keys`' high half,
+    /// XOR `next`: `acc` folded onto the block the keys' distance further on.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    fn fold(acc: __m128i, next: __m128i, keys: __m128i) -> __m128i {
+        let lo = _mm_clmulepi64_si128(acc, keys, 0x00);
+        let hi = _mm_clmulepi64_si128(acc, keys, 0x11);
+        _mm_xor_si128(_mm_xor_si128(lo, hi), next)
+    }
+
+    /// Feeds `data` (at least [`MIN_LEN`] bytes) to the register `crc` (not complemented).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have PCLMULQDQ and SSE4.1 ([`available`]).
+    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    pub unsafe fn update_clmul(crc: u32, data: &[u8]) -> u32 {
+        debug_assert!(data.len() >= MIN_LEN);
+        let (blocks, tail) = data.as_chunks::<16>();
+        let (first, rest) = blocks.split_at(4);
+        // Four accumulators over the first 64 bytes; the register enters the first.
+        let mut acc = [
+            _mm_xor_si128(load(&first[0]), _mm_cvtsi32_si128(crc as i32)),
+            load(&first[1]),
+            load(&first[2]),
+            load(&first[3]),
+        ];
+        let k512 = _mm_set_epi64x(FOLD_512.1, FOLD_512.0);
+        let k128 = _mm_set_epi64x(FOLD_128.1, FOLD_128.0);
+        let (quads, singles) = rest.split_at(rest.len() / 4 * 4);
+        for quad in quads.chunks_exact(4) {
+            for (a, b) in acc.iter_mut().zip(quad) {
+                *a = fold(*a, load(b), k512);
+            }
+        }
+        let mut x = fold(acc[0], acc[1], k128);
+        x = fold(x, acc[2], k128);
+        x = fold(x, acc[3], k128);
+        for b in singles {
+            x = fold(x, load(b), k128);
+        }
+        // 128 bits to 64: the low half times x^(128−32) mod P onto the high half.
+        let low32 = _mm_set_epi32(0, 0, 0, -1);
+        x = _mm_xor_si128(_mm_clmulepi64_si128(x, k128, 0x10), _mm_srli_si128(x, 8));
+        // 64 bits to 32.
+        let k64 = _mm_set_epi64x(0, FOLD_64);
+        x = _mm_xor_si128(
+            _mm_clmulepi64_si128(_mm_and_si128(x, low32), k64, 0x00),
+            _mm_srli_si128(x, 4),
+        );
+        // Barrett: the quotient estimate T1 = ⌊x·μ⌋, then x − T1·P leaves the remainder
+        // in the second 32-bit lane.
+        let pmu = _mm_set_epi64x(MU, POLY_P);
+        let t1 = _mm_clmulepi64_si128(_mm_and_si128(x, low32), pmu, 0x10);
+        let t2 = _mm_clmulepi64_si128(_mm_and_si128(t1, low32), pmu, 0x00);
+        let folded = _mm_extract_epi32(_mm_xor_si128(x, t2), 1) as u32;
+        super::update_slice16(folded, tail)
+    }
 }
 
 /// The four FCS bytes for `frame`, in the order Ethernet sends them.
@@ -200,6 +353,24 @@ mod tests {
         let mut big = vec![0u8; 65_535 + 14];
         rng.fill(&mut big);
         assert_eq!(crc32(&big), crc32_bitwise(&big));
+    }
+
+    #[test]
+    fn the_fastest_routine_matches_slicing_at_every_length_and_offset() {
+        let mut rng = Rng::new(0xF01D);
+        let mut buf = vec![0u8; 70_000];
+        rng.fill(&mut buf);
+        for start in 0..17 {
+            for len in (0..=600).chain([1499, 1500, 1514, 1518, 9014, 9018, 65_549]) {
+                let d = &buf[start..start + len];
+                assert_eq!(crc32(d), crc32_slice16(d), "start {start} len {len}");
+            }
+        }
+        // Runs of ones and zeros, where a wrong constant shows at once.
+        for fill in [0x00u8, 0xFF, 0x80, 0x01] {
+            let d = vec![fill; 1000];
+            assert_eq!(crc32(&d), crc32_bitwise(&d), "fill {fill:#x}");
+        }
     }
 
     #[test]
