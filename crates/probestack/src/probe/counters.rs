@@ -181,6 +181,8 @@ counters! {
     /// Segments failing PAWS (RFC 7323 §5), outside the receive window, or acknowledging
     /// data not sent or too old (RFC 5961 §5).
     TcpDropPaws = "tcp.drop.paws";
+    /// Segments without a timestamp on a connection that negotiated them (RFC 7323 §3.2).
+    TcpDropNoTimestamp = "tcp.drop.no_timestamp";
     TcpDropOutOfWindow = "tcp.drop.out_of_window";
     TcpDropAckTooNew = "tcp.drop.ack_too_new";
     TcpDropAckTooOld = "tcp.drop.ack_too_old";

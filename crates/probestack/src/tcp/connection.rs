@@ -669,7 +669,10 @@ impl Connection {
     pub fn shutdown_write(&mut self) {
         match self.state {
             State::SynSent | State::Closed | State::Listen => {
+                // RFC 9293 §3.10.4: the TCB goes, and with it the SYN's retransmission
+                // timer (left running, it would time the closed connection out).
                 self.state = State::Closed;
+                self.clear_timers();
             }
             State::SynReceived | State::Established => {
                 self.queue_fin();
@@ -954,19 +957,41 @@ impl Connection {
         let seg_len = seg.segment_len();
         let window = self.rx.free();
 
-        // PAWS (RFC 7323 §5.3): a segment with an older timestamp is a duplicate.
+        // PAWS (RFC 7323 §5.3): a segment with an older timestamp is a duplicate. Once
+        // timestamps are on, a segment without one is dropped silently (§3.2), RSTs
+        // excepted.
         if self.ts_enabled && seg.control != Control::Rst {
-            if let Some(ts) = seg.timestamp {
-                if (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
+            match seg.timestamp {
+                Some(ts) if (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 => {
                     ledger.counters().inc(Counter::TcpDropPaws);
                     self.ack_now = true;
+                    return None;
+                }
+                Some(_) => {}
+                None => {
+                    ledger.counters().inc(Counter::TcpDropNoTimestamp);
                     return None;
                 }
             }
         }
 
-        // First: is the segment in the window?
+        // SYN in a synchronized state (RFC 9293 §3.10.7.4 fourth, RFC 5961 §4.2): a
+        // challenge ACK, whatever its sequence number, so it is asked before the window.
+        // In SYN-RECEIVED the peer's own SYN again means our SYN-ACK was lost: resend it.
+        // (Its SYN-ACK, in a simultaneous open, goes on to the checks below.)
         let seq = seg.seq_number;
+        if seg.control == Control::Syn {
+            if self.state != State::SynReceived || seq != self.irs {
+                self.send_challenge_ack(now, ledger);
+                return None;
+            }
+            if seg.ack_number.is_none() {
+                self.snd_nxt = self.iss;
+                return None;
+            }
+        }
+
+        // First: is the segment in the window?
         let acceptable = match (seg_len, window) {
             (0, 0) => seq == self.rcv_nxt,
             (0, w) => seq.ge(self.rcv_nxt) && seq.lt(self.rcv_nxt + w),
@@ -984,6 +1009,15 @@ impl Connection {
                 ledger.counters().inc(Counter::TcpDropOutOfWindow);
                 self.ack_now = true;
             }
+            // A retransmission of the FIN TIME-WAIT acknowledged (it ends at RCV.NXT, so
+            // it is never in the window): our ACK was lost, and the 2·MSL wait starts
+            // over (RFC 9293 §3.10.7.4, eighth step; as BSD's tcp_twcheck and Linux do).
+            if self.state == State::TimeWait
+                && seg.control == Control::Fin
+                && seq + seg_len == self.rcv_nxt
+            {
+                self.close_deadline = Some(now + self.config.msl + self.config.msl);
+            }
             return None;
         }
 
@@ -996,8 +1030,10 @@ impl Connection {
             ledger.counters().inc(Counter::TcpResetsIn);
             self.error = match self.state {
                 // A passive open goes back to LISTEN: the listener keeps going and this
-                // embryonic connection disappears.
-                State::SynReceived => None,
+                // embryonic connection disappears unseen (the error with it). One that
+                // came from SYN-SENT (simultaneous open) was refused (RFC 9293
+                // §3.10.7.4), which its application must hear rather than end-of-stream.
+                State::SynReceived => Some(ConnError::Refused),
                 State::Closing | State::LastAck | State::TimeWait => None,
                 _ => Some(ConnError::Reset),
             };
@@ -1006,17 +1042,7 @@ impl Connection {
             return None;
         }
 
-        // Third (security/precedence not used). Fourth: SYN in a synchronized state
-        // (RFC 5961 §4): a challenge ACK, whatever its sequence number.
-        if seg.control == Control::Syn {
-            if self.state == State::SynReceived && seq == self.irs {
-                // A retransmitted SYN of the handshake in progress: resend the SYN-ACK.
-                self.snd_nxt = self.iss;
-                return None;
-            }
-            self.send_challenge_ack(now, ledger);
-            return None;
-        }
+        // Third (security/precedence) is not used; fourth (SYN) was asked above.
 
         // Fifth: the ACK field.
         let ack = seg.ack_number?;
@@ -1110,11 +1136,7 @@ impl Connection {
             }
         }
         if self.state == State::TimeWait {
-            // A retransmitted FIN: acknowledge it and restart the 2·MSL wait.
-            if seg.control == Control::Fin {
-                self.ack_now = true;
-                self.close_deadline = Some(now + self.config.msl + self.config.msl);
-            }
+            // Nothing more to take in (a retransmitted FIN is out of the window, above).
             return None;
         }
 
@@ -1461,6 +1483,11 @@ impl Connection {
                     return None;
                 }
             }
+            // Closed in SYN-RECEIVED, and the timer went back to an unacknowledged SYN:
+            // the SYN goes again first, then the FIN after it.
+            State::FinWait1 | State::Closing if self.snd_nxt == self.iss => {
+                return Some(self.emit_syn(now));
+            }
             State::TimeWait => {
                 return self.ack_now.then(|| self.emit_pure_ack(now));
             }
@@ -1581,13 +1608,17 @@ impl Connection {
     fn emit_syn(&mut self, now: Instant) -> Outgoing {
         let control = Control::Syn;
         let mut repr = self.header(self.iss, control, now);
-        if self.state == State::SynReceived {
+        // Once the peer's SYN is in (SYN-RECEIVED, or closed from there), it is a SYN-ACK.
+        if self.state != State::SynSent {
             repr.ack_number = Some(self.rcv_nxt);
             self.rcv_adv = self.rcv_nxt + usize::from(repr.window_len);
         }
         let retransmission = self.snd_max != self.iss;
         self.snd_nxt = self.iss + 1;
-        self.snd_max = self.snd_nxt;
+        // Never back: a FIN may already have followed the SYN.
+        if self.snd_nxt.gt(self.snd_max) {
+            self.snd_max = self.snd_nxt;
+        }
         if !retransmission {
             self.rtt_timer.start(self.snd_nxt, now);
         }
