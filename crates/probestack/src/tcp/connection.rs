@@ -1210,6 +1210,8 @@ impl Connection {
             self.rtt.sample(rtt);
         }
         self.retries = 0;
+        // The peer is taking data: probes start from the base interval again (4.4BSD).
+        self.persist_backoff = 0;
         self.rtx_deadline = if self.snd_una == self.snd_max {
             None
         } else {
@@ -1584,13 +1586,18 @@ impl Connection {
         None
     }
 
+    /// The persist timer: for a shut window, the RTO backed off per unanswered probe, 200
+    /// ms to 60 s (RFC 9293 §3.8.6.1); for a window open but too small to use, RFC 1122
+    /// §4.2.3.4's override timeout, the RTO kept within 0.2-1 s and never backed off.
     fn persist_timeout(&self) -> Duration {
-        let base = self.rtt.rto().as_nanos();
-        let t = base.saturating_mul(1u64 << self.persist_backoff.min(6));
-        Duration::from_nanos(t.clamp(
-            Duration::from_millis(200).as_nanos(),
-            Duration::from_secs(60).as_nanos(),
-        ))
+        let rto = self.rtt.rto().as_nanos();
+        let (t, max) = if self.snd_wnd == 0 {
+            let backed_off = rto.saturating_mul(1u64 << self.persist_backoff.min(6));
+            (backed_off, Duration::from_secs(60))
+        } else {
+            (rto, Duration::from_secs(1))
+        };
+        Duration::from_nanos(t.clamp(Duration::from_millis(200).as_nanos(), max.as_nanos()))
     }
 
     /// Bookkeeping common to every segment carrying an ACK.
@@ -1782,9 +1789,9 @@ impl Connection {
         }
         if self.persist_deadline.is_some_and(|d| d <= now) {
             self.persist_deadline = None;
-            self.persist_backoff += 1;
             self.probe_now = true;
             if self.snd_wnd == 0 {
+                self.persist_backoff += 1;
                 ledger.counters().inc(Counter::TcpWindowProbes);
             }
             self.persist_deadline = Some(now + self.persist_timeout());
