@@ -229,6 +229,9 @@ impl Stack {
     pub fn add_interface(&mut self, device: Box<dyn Device + Send>, cfg: InterfaceConfig) -> usize {
         let index = self.ifaces.len();
         let caps = device.caps();
+        if let Some(depot) = device.buffer_depot() {
+            self.pool.set_depot(Some(depot));
+        }
         self.ifaces.push(Interface {
             device,
             caps,

@@ -83,7 +83,11 @@
 //! A limit on the bytes outstanding ([`PoolConfig::limit_bytes`], the stack's memory budget
 //! like BSD's `nmbclusters`) makes `alloc` refuse with [`BufError::Exhausted`], counted.
 //! Free lists are bounded too ([`PoolConfig::max_free_bytes_per_class`]): a pool that keeps
-//! receiving blocks from another thread does not grow without end.
+//! receiving blocks from another thread does not grow without end. What it cannot keep it
+//! hands, a magazine of [`MAGAZINE`] blocks at a time, to a [`Depot`] it shares with the
+//! pool at the other end of the link, which takes a magazine when its own free list runs
+//! dry (Bonwick's magazines and depot): one-way traffic then circulates blocks instead of
+//! taking every one fresh from the global allocator.
 //!
 //! # Chains and external buffers
 //!
@@ -121,8 +125,8 @@ pub use chain::{BufChain, Segment};
 pub use loan::{ExtBuf, Loan};
 pub use packet::PacketBuf;
 pub use pool::{
-    Class, ClassStats, Pool, PoolConfig, PoolStats, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE,
-    JUMBO9K_SIZE, SMALL_SIZE,
+    Class, ClassStats, Depot, Pool, PoolConfig, PoolStats, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE,
+    JUMBO9K_SIZE, MAGAZINE, SMALL_SIZE,
 };
 
 use std::fmt;

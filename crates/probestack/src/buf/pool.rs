@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::packet::{PacketBuf, NO_POOL};
 use super::{BufChain, BufError, Segment};
@@ -173,8 +174,13 @@ pub struct ClassStats {
     pub foreign_frees: u64,
     /// Blocks this pool stopped counting through [`Pool::detach`].
     pub detached: u64,
-    /// Blocks given back to the global allocator on a free (cache off, or free list full).
+    /// Blocks given back to the global allocator on a free (cache off, or free list full
+    /// and no room in the depot).
     pub global_frees: u64,
+    /// Blocks handed to the shared [`Depot`] (free list full) and taken from it (free
+    /// list empty), a magazine at a time.
+    pub to_depot: u64,
+    pub from_depot: u64,
     /// Allocations in this class refused by the limit.
     pub exhausted: u64,
     /// Blocks handed out and not yet freed or detached: `allocs - frees - detached`.
@@ -199,6 +205,8 @@ pub struct PoolStats {
     pub foreign_frees: u64,
     pub detached: u64,
     pub global_frees: u64,
+    pub to_depot: u64,
+    pub from_depot: u64,
     pub exhausted: u64,
     pub outstanding: u64,
     pub free_blocks: u64,
@@ -230,6 +238,8 @@ struct ClassState {
     free: Vec<Box<[u8]>>,
     /// The most blocks `free` may hold.
     max_free: usize,
+    /// Blocks beyond `max_free`, gathered into a magazine for the depot.
+    spill: Magazine,
     /// Counters; `allocs`, `outstanding` and `free_blocks` are filled in by `stats`.
     c: ClassStats,
 }
@@ -241,6 +251,7 @@ impl ClassState {
             cache: None,
             free: Vec::new(),
             max_free: max_free_bytes / class.size(),
+            spill: Vec::new(),
             c: ClassStats::default(),
         }
     }
@@ -254,10 +265,93 @@ impl ClassState {
 
     /// Drops every block the class keeps.
     fn release(&mut self) {
-        let n = self.free.len() as u64 + u64::from(self.cache.is_some());
-        self.c.global_frees += n;
+        let n = self.free.len() + self.spill.len() + usize::from(self.cache.is_some());
+        self.c.global_frees += n as u64;
         self.cache = None;
         self.free = Vec::new();
+        self.spill = Vec::new();
+    }
+}
+
+/// Blocks a depot moves at a time: one lock per this many frees or allocations.
+pub const MAGAZINE: usize = 32;
+
+/// Free blocks shared by the pools of stacks that hand buffers to each other: Bonwick's
+/// depot of full magazines (USENIX 2001), in front of the global allocator.
+///
+/// Frames on the memory link cross from one stack's pool to the other's without a copy,
+/// so with traffic mostly one way the sender's pool only ever allocates and the receiver's
+/// only ever frees: the sender would take every block fresh (zeroed) from the global
+/// allocator and the receiver give its surplus back. With a depot, a pool whose free list
+/// is full hands the surplus over a magazine at a time, and a pool whose free list is
+/// empty takes a magazine before it goes to the allocator. The memory link gives both its
+/// NICs one depot (see [`crate::driver::Device::buffer_depot`]).
+#[derive(Clone)]
+pub struct Depot(Arc<DepotInner>);
+
+/// A magazine: up to [`MAGAZINE`] free blocks of one class.
+type Magazine = Vec<Box<[u8]>>;
+
+struct DepotInner {
+    /// Full magazines, per class.
+    classes: [Mutex<Vec<Magazine>>; CLASSES],
+    /// The most magazines each class keeps.
+    max: [usize; CLASSES],
+}
+
+impl Depot {
+    /// A depot keeping at most `max_bytes_per_class` of blocks in each class.
+    pub fn new(max_bytes_per_class: usize) -> Depot {
+        Depot(Arc::new(DepotInner {
+            classes: Default::default(),
+            max: Class::ALL.map(|c| max_bytes_per_class / (c.size() * MAGAZINE)),
+        }))
+    }
+
+    /// Stores a full magazine, or gives it back when the class has no room.
+    fn put(&self, class: Class, magazine: Magazine) -> Result<(), Magazine> {
+        let i = class.index();
+        // A poisoned lock only means another thread panicked holding it; the list of
+        // magazines is still whole.
+        let mut m = self.0.classes[i].lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= self.0.max[i] {
+            return Err(magazine);
+        }
+        m.push(magazine);
+        Ok(())
+    }
+
+    /// A full magazine of `class`, if the depot has one.
+    fn take(&self, class: Class) -> Option<Magazine> {
+        let mut m = self.0.classes[class.index()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        m.pop()
+    }
+
+    /// Blocks waiting in the depot, per class.
+    pub fn blocks(&self) -> [usize; CLASSES] {
+        Class::ALL.map(|c| {
+            let m = self.0.classes[c.index()]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            m.len() * MAGAZINE
+        })
+    }
+}
+
+impl Default for Depot {
+    /// 16 MiB per class.
+    fn default() -> Self {
+        Depot::new(16 << 20)
+    }
+}
+
+impl fmt::Debug for Depot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Depot")
+            .field("blocks", &self.blocks())
+            .finish()
     }
 }
 
@@ -277,6 +371,8 @@ pub struct Pool {
     too_large: u64,
     rejected: u64,
     classes: [ClassState; CLASSES],
+    /// Shared with other pools, if any.
+    depot: Option<Depot>,
 }
 
 impl Pool {
@@ -291,6 +387,7 @@ impl Pool {
             too_large: 0,
             rejected: 0,
             classes: Class::ALL.map(|c| ClassState::new(c, m)),
+            depot: None,
         }
     }
 
@@ -331,6 +428,17 @@ impl Pool {
             } else if let Some(block) = state.free.pop() {
                 state.c.free_list_hits += 1;
                 block
+            } else if let Some(mut magazine) = self.depot.as_ref().and_then(|d| d.take(class)) {
+                state.c.from_depot += magazine.len() as u64;
+                let block = magazine.pop();
+                state.free = magazine;
+                match block {
+                    Some(block) => {
+                        state.c.free_list_hits += 1;
+                        block
+                    }
+                    None => state.fresh(),
+                }
             } else {
                 state.fresh()
             }
@@ -377,6 +485,15 @@ impl Pool {
             if let Some(older) = state.cache.replace(block) {
                 if state.free.len() < state.max_free {
                     state.free.push(older);
+                } else if let Some(depot) = &self.depot {
+                    state.spill.push(older);
+                    if state.spill.len() == MAGAZINE {
+                        let magazine = std::mem::take(&mut state.spill);
+                        match depot.put(class, magazine) {
+                            Ok(()) => state.c.to_depot += MAGAZINE as u64,
+                            Err(_) => state.c.global_frees += MAGAZINE as u64,
+                        }
+                    }
                 } else {
                     state.c.global_frees += 1;
                 }
@@ -414,6 +531,11 @@ impl Pool {
     /// Whether this pool handed `buf` out and still counts it.
     pub fn owns(&self, buf: &PacketBuf) -> bool {
         buf.origin() == self.id
+    }
+
+    /// Shares free blocks with other pools through `depot` (cache on only), or stops.
+    pub fn set_depot(&mut self, depot: Option<Depot>) {
+        self.depot = depot;
     }
 
     /// Whether the cache is on.
@@ -465,7 +587,8 @@ impl Pool {
             let mut c = state.c;
             c.allocs = c.cache_hits + c.free_list_hits + c.global_allocs;
             c.outstanding = c.allocs.saturating_sub(c.frees + c.detached);
-            c.free_blocks = state.free.len() as u64 + u64::from(state.cache.is_some());
+            c.free_blocks =
+                (state.free.len() + state.spill.len()) as u64 + u64::from(state.cache.is_some());
             *out = c;
         }
         for c in s.classes {
@@ -477,6 +600,8 @@ impl Pool {
             s.foreign_frees += c.foreign_frees;
             s.detached += c.detached;
             s.global_frees += c.global_frees;
+            s.to_depot += c.to_depot;
+            s.from_depot += c.from_depot;
             s.exhausted += c.exhausted;
             s.outstanding += c.outstanding;
             s.free_blocks += c.free_blocks;
@@ -828,6 +953,61 @@ mod tests {
         // One in the cache slot, two on the list, two back to the global allocator.
         assert_eq!((c.free_blocks, c.global_frees), (3, 2));
         check_sums(&p);
+    }
+
+    #[test]
+    fn a_depot_circulates_blocks_between_a_sender_and_a_receiver() {
+        let config = PoolConfig {
+            max_free_bytes_per_class: 2 * CLUSTER_SIZE,
+            ..PoolConfig::new(true)
+        };
+        let depot = Depot::new(4 * MAGAZINE * CLUSTER_SIZE);
+        let (mut sender, mut receiver) = (Pool::new(config), Pool::new(config));
+        sender.set_depot(Some(depot.clone()));
+        receiver.set_depot(Some(depot.clone()));
+        // Traffic one way: the sender allocates (a burst), the receiver frees.
+        let n = 3 + 2 * MAGAZINE;
+        let burst: Vec<_> = (0..n).map(|_| sender.alloc(1000, 0).unwrap()).collect();
+        for b in burst {
+            receiver.free(sender.detach(b));
+        }
+        // The receiver keeps its cache slot and two on its list; the rest went to the
+        // depot in two magazines, and nothing back to the global allocator.
+        let r = *receiver.stats().class(Class::Cluster);
+        assert_eq!((r.free_blocks, r.to_depot, r.global_frees), (3, 64, 0));
+        assert_eq!(depot.blocks()[Class::Cluster.index()], 2 * MAGAZINE);
+        // The sender's next allocations come out of the depot, not the allocator.
+        let before = sender.stats().class(Class::Cluster).global_allocs;
+        let bufs: Vec<_> = (0..MAGAZINE)
+            .map(|_| sender.alloc(1000, 0).unwrap())
+            .collect();
+        let s = *sender.stats().class(Class::Cluster);
+        assert_eq!((s.global_allocs, s.from_depot), (before, MAGAZINE as u64));
+        assert_eq!(depot.blocks()[Class::Cluster.index()], MAGAZINE);
+        for b in bufs {
+            sender.free(b);
+        }
+        check_sums(&sender);
+        check_sums(&receiver);
+
+        // In steady one-way traffic the sender stops allocating fresh blocks at all.
+        let before = sender.stats().class(Class::Cluster).global_allocs;
+        for _ in 0..10 * MAGAZINE {
+            let b = sender.alloc(1000, 0).unwrap();
+            receiver.free(sender.detach(b));
+        }
+        let fresh = sender.stats().class(Class::Cluster).global_allocs - before;
+        assert!(fresh <= 1, "{fresh} fresh blocks");
+
+        // A full depot gives the surplus to the allocator.
+        let full = Depot::new(MAGAZINE * CLUSTER_SIZE);
+        receiver.set_depot(Some(full.clone()));
+        for _ in 0..3 * MAGAZINE {
+            let b = sender.alloc(1000, 0).unwrap();
+            receiver.free(sender.detach(b));
+        }
+        assert_eq!(full.blocks()[Class::Cluster.index()], MAGAZINE);
+        assert!(receiver.stats().class(Class::Cluster).global_frees >= MAGAZINE as u64);
     }
 
     #[test]

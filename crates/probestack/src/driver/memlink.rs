@@ -65,7 +65,7 @@ use super::{
     ChecksumOffload, CopyMode, Device, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame,
     TxMeta,
 };
-use crate::buf::{PacketBuf, HEADROOM};
+use crate::buf::{Depot, PacketBuf, HEADROOM};
 use crate::probe::{Counter, Counters, Layer, Ledger, Op, Side};
 use crate::time::{Duration, Instant};
 use crate::wire::ethernet;
@@ -262,7 +262,11 @@ impl MemoryLink {
         // Device blocks a PIO sender used, given back by the receiver that emptied them.
         let (b_spares_out, a_spares_in) = ring(a.tx_queue_depth)?;
         let (a_spares_out, b_spares_in) = ring(b.tx_queue_depth)?;
+        // Host buffers the link carries one way come back the other through the stacks'
+        // shared depot (DMA hand-off; see `Device::buffer_depot`).
+        let depot = Depot::default();
         let end = |config: NicConfig, peer: &NicConfig, tx, rx, spares_in, spares_out| MemoryNic {
+            depot: depot.clone(),
             config,
             peer_pio: peer.copy_mode == CopyMode::Pio,
             tx,
@@ -302,6 +306,8 @@ pub struct MemoryNic {
     /// The latest `now` the receiver has seen: nothing arrives earlier.
     seen_until: Instant,
     stats: NicStats,
+    /// Shared with the NIC at the other end.
+    depot: Depot,
 }
 
 impl MemoryNic {
@@ -512,6 +518,10 @@ impl Device for MemoryNic {
         self.stats.tx_bytes += len as u64;
         cx.ledger.counters().inc(Counter::DriverFramesOut);
         Ok(())
+    }
+
+    fn buffer_depot(&self) -> Option<Depot> {
+        Some(self.depot.clone())
     }
 
     fn tx_ready(&self) -> bool {

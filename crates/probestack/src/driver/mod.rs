@@ -174,6 +174,12 @@ pub trait Device {
     /// Gives a buffer the stack no longer needs back to the device's receive pool, so
     /// DMA hand-off can reuse it. Devices without a pool drop it.
     fn recycle(&mut self, _frame: PacketBuf) {}
+
+    /// The buffer depot the stack's pool should share with the stack at the other end,
+    /// when the device hands buffers across without copying (the memory link).
+    fn buffer_depot(&self) -> Option<crate::buf::Depot> {
+        None
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -202,5 +208,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn recycle(&mut self, frame: PacketBuf) {
         (**self).recycle(frame)
+    }
+    fn buffer_depot(&self) -> Option<crate::buf::Depot> {
+        (**self).buffer_depot()
     }
 }

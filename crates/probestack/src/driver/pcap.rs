@@ -210,6 +210,10 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn recycle(&mut self, frame: PacketBuf) {
         self.inner.recycle(frame)
     }
+
+    fn buffer_depot(&self) -> Option<crate::buf::Depot> {
+        self.inner.buffer_depot()
+    }
 }
 
 impl<D: Device + fmt::Debug, W: Write> fmt::Debug for PcapWriter<D, W> {
