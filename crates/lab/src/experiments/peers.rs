@@ -1,4 +1,5 @@
-//! `probestack lab peers`: probestack beside other stacks on the same UDP workloads.
+//! `probestack lab peers`: probestack beside other stacks on the same UDP and TCP
+//! workloads.
 //!
 //! The systems:
 //!
@@ -6,38 +7,54 @@
 //!   process on one thread, joined by the memory link ([`probestack::sim::Pair`]), polled
 //!   with a [`RealClock`];
 //! - **smoltcp 0.14**: two `Interface`s in one process on one thread, joined by [`Link`], a
-//!   pair of frame queues written here (Ethernet, MTU 1500, checksums computed and verified
-//!   by smoltcp as its default capabilities ask), at 198.18.0.1/15 and 198.18.0.2/15;
-//! - **the Linux kernel**: two `std::net::UdpSocket`s on 127.0.0.1, non-blocking, driven in
-//!   the same shape (the kernel needs no polling; each send and receive is a system call).
+//!   pair of frame queues written here (Ethernet, device MTU = IP MTU + 14, checksums
+//!   computed and verified by smoltcp as its default capabilities ask), at 198.18.0.1/15
+//!   and 198.18.0.2/15;
+//! - **the Linux kernel**: two `std::net::UdpSocket`s, or a `TcpStream` pair, on
+//!   127.0.0.1, non-blocking, driven in the same shape from this one thread (the kernel
+//!   needs no polling; each send and receive is a system call).
 //!
 //! The workloads:
 //!
-//! - **one way**, 64- and 512-byte datagrams: A sends a burst of [`BURST`], both ends are
-//!   polled, B receives everything queued; only datagrams that arrive whole and unchanged
-//!   count. Datagrams per second and ns per datagram.
-//! - **request/response**, 64 bytes: A sends, B echoes, A receives and checks the reply,
-//!   one at a time; the round-trip time, median and p99.
+//! - **UDP one way**, 64- and 512-byte datagrams: A sends a burst of [`BURST`], both ends
+//!   are polled, B receives everything queued; only datagrams that arrive whole and
+//!   unchanged count. Datagrams per second and ns per datagram.
+//! - **UDP request/response**, 64 bytes: A sends, B echoes, A receives and checks the
+//!   reply, one at a time; the round-trip time, median and p99.
+//! - **TCP bulk** one way at IP MTU 1500, 9000 and 65535: A's application writes
+//!   [`TCP_WRITE`] bytes at a time until its stack takes no more, both ends are polled,
+//!   B's application reads everything waiting (and does not look at it). Gbit/s of
+//!   payload delivered to B's application. When the clock stops, A stops writing and every
+//!   byte it wrote must still reach B; a transfer that makes no progress for two seconds
+//!   is an error. The loopback device's MTU is fixed at [`LOOPBACK_MTU`], so the kernel
+//!   is measured once, in the 65535 table.
+//! - **TCP request/response**, 64 bytes each way, Nagle off at both ends: A writes a
+//!   request, B reads it whole and writes it back, A reads the response whole and checks
+//!   it; one outstanding. Transactions per second.
 //!
 //! Each figure is the median over several runs after a warm-up run; within a round every
 //! system runs once, in turn (the starting system rotating from round to round), so a slow
 //! spell of the machine hits all alike. Every run builds its systems afresh and warms them
-//! (ARP, caches, pools) before it starts timing.
-//!
-//! TCP joins when probestack has TCP.
+//! (ARP, caches, pools; for TCP the connection's handshake and slow start, with 4 MiB or
+//! 200 transactions) before it starts timing. [`NOTE`] and [`TCP_NOTE`] say what is and
+//! is not comparable.
 
 use std::collections::VecDeque;
-use std::io::ErrorKind;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Instant as WallInstant;
 
+use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
+use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::socket::udp::{UdpError, UdpHandle};
+use probestack::tcp::State;
 use probestack::time::{Clock, Instant, RealClock};
 use probestack::tuning::Tuning;
 use serde::Serialize;
 use smoltcp::iface::{Config as SmolConfig, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
+use smoltcp::socket::tcp as smol_tcp;
 use smoltcp::socket::udp as smol_udp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
@@ -210,8 +227,8 @@ impl Peers for StackPeers {
 /// Frames a [`Link`] holds per direction before transmit says "no room" (as the memory
 /// link's default queues).
 const LINK_DEPTH: usize = 256;
-/// smoltcp's Ethernet MTU counts the 14-byte header: IP MTU 1500.
-const SMOL_ETHERNET_MTU: usize = 1500 + 14;
+/// The Ethernet header, which smoltcp's device MTU counts and an IP MTU does not.
+const ETHERNET_HEADER: usize = 14;
 
 /// One direction of a [`Link`]: frames in flight, and spent frame buffers for reuse (so the
 /// link allocates nothing once warm, as the memory link's pool does not).
@@ -222,17 +239,28 @@ struct Lane {
 }
 
 /// A wire between two smoltcp interfaces: a queue of frames each way.
-#[derive(Default)]
 struct Link {
     a_to_b: Lane,
     b_to_a: Lane,
+    /// The device MTU both ends report: the IP MTU plus the Ethernet header.
+    ethernet_mtu: usize,
 }
 
 impl Link {
+    /// A link whose frames carry IP datagrams of up to `ip_mtu` bytes.
+    fn new(ip_mtu: usize) -> Link {
+        Link {
+            a_to_b: Lane::default(),
+            b_to_a: Lane::default(),
+            ethernet_mtu: ip_mtu + ETHERNET_HEADER,
+        }
+    }
+
     fn port_a(&mut self) -> Port<'_> {
         Port {
             rx: &mut self.b_to_a,
             tx: &mut self.a_to_b,
+            ethernet_mtu: self.ethernet_mtu,
         }
     }
 
@@ -240,6 +268,7 @@ impl Link {
         Port {
             rx: &mut self.a_to_b,
             tx: &mut self.b_to_a,
+            ethernet_mtu: self.ethernet_mtu,
         }
     }
 }
@@ -248,6 +277,7 @@ impl Link {
 struct Port<'l> {
     rx: &'l mut Lane,
     tx: &'l mut Lane,
+    ethernet_mtu: usize,
 }
 
 /// A received frame; its buffer goes back to the lane's spares once read.
@@ -322,7 +352,9 @@ impl Device for Port<'_> {
         // send and verifies it on receive.
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
-        caps.max_transmission_unit = SMOL_ETHERNET_MTU;
+        caps.max_transmission_unit = self.ethernet_mtu;
+        // `max_burst_size` stays `None`: smoltcp does not clamp the TCP window it
+        // advertises to a burst of frames.
         caps
     }
 }
@@ -345,25 +377,31 @@ fn smol_now(now: Instant) -> smoltcp::time::Instant {
     smoltcp::time::Instant::from_micros(i64::try_from(now.as_micros()).unwrap_or(i64::MAX))
 }
 
+/// A [`Link`] for IP datagrams of up to `ip_mtu` bytes and the interfaces of A and B on it.
+fn smol_interfaces(ip_mtu: usize, now: Instant) -> Result<(Link, Interface, Interface), String> {
+    let mut link = Link::new(ip_mtu);
+    let iface = |port: &mut Port<'_>, mac: u8, addr: IpAddress| -> Result<Interface, String> {
+        let mut config = SmolConfig::new(HardwareAddress::Ethernet(EthernetAddress([
+            2, 0, 0, 0, 0, mac,
+        ])));
+        config.random_seed = u64::from(mac);
+        let mut iface = Interface::new(config, port, smol_now(now));
+        let mut pushed = false;
+        iface.update_ip_addrs(|addrs| pushed = addrs.push(IpCidr::new(addr, 15)).is_ok());
+        if pushed {
+            Ok(iface)
+        } else {
+            Err("smoltcp: cannot add the interface's address".into())
+        }
+    };
+    let a = iface(&mut link.port_a(), 1, SMOL_ADDR_A)?;
+    let b = iface(&mut link.port_b(), 2, SMOL_ADDR_B)?;
+    Ok((link, a, b))
+}
+
 impl SmolPeers {
     fn new(now: Instant) -> Result<SmolPeers, String> {
-        let mut link = Link::default();
-        let iface = |port: &mut Port<'_>, mac: u8, addr: IpAddress| -> Result<Interface, String> {
-            let mut config = SmolConfig::new(HardwareAddress::Ethernet(EthernetAddress([
-                2, 0, 0, 0, 0, mac,
-            ])));
-            config.random_seed = u64::from(mac);
-            let mut iface = Interface::new(config, port, smol_now(now));
-            let mut pushed = false;
-            iface.update_ip_addrs(|addrs| pushed = addrs.push(IpCidr::new(addr, 15)).is_ok());
-            if pushed {
-                Ok(iface)
-            } else {
-                Err("smoltcp: cannot add the interface's address".into())
-            }
-        };
-        let a = iface(&mut link.port_a(), 1, SMOL_ADDR_A)?;
-        let b = iface(&mut link.port_b(), 2, SMOL_ADDR_B)?;
+        let (link, a, b) = smol_interfaces(1500, now)?;
         // Room for many bursts each way: 256 datagrams, 256 KiB (probestack's default
         // receive limit).
         let socket = || {
@@ -713,18 +751,676 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------
+// TCP: one connection from A to B, as each system offers it.
+
+/// The IP MTUs of the bulk workload.
+pub const TCP_MTUS: [usize; 3] = [1500, 9000, 65535];
+/// The loopback device's MTU. It is fixed (changing it needs privileges and would change
+/// the machine), so the kernel's bulk figure is measured once, beside the others' at 65535.
+pub const LOOPBACK_MTU: usize = 65536;
+/// What A's application writes at a time in the bulk workload.
+pub const TCP_WRITE: usize = 64 * 1024;
+/// What B's application reads into in the bulk workload.
+const TCP_READ: usize = 256 * 1024;
+/// The request and the response of TCP request/response.
+pub const TCP_RR_SIZE: usize = 64;
+/// smoltcp's socket buffers, each way at each end (probestack's default is the same);
+/// smoltcp derives its window scale from the receive buffer's size.
+const SMOL_TCP_BUFFER: usize = 1 << 20;
+/// B's TCP port.
+const TCP_PORT_B: u16 = 5001;
+/// Bytes a bulk run moves before it starts timing (slow start, caches, pools).
+const TCP_WARM_BYTES: u64 = 4 << 20;
+/// Transactions a request/response run makes before it starts timing.
+const TCP_WARM_TRANSACTIONS: usize = 200;
+/// A connection that does not open within this time, or a transfer that moves nothing
+/// for this long, is an error.
+const TCP_STALL: std::time::Duration = std::time::Duration::from_secs(2);
+/// Writes A makes in one step of the bulk workload at most (the stacks' buffers fill long
+/// before).
+const TCP_WRITES_PER_STEP: usize = 1024;
+/// The byte at stream offset `i` is `i % PATTERN_PERIOD`: a prime, so that a lost, repeated
+/// or misplaced segment changes what B reads.
+const PATTERN_PERIOD: usize = 251;
+
+/// One end of the connection: A connected to B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    A,
+    B,
+}
+
+/// The two ends of one TCP connection, both driven by the caller on one thread.
+trait Streams {
+    /// Queues `data` on `end`'s side: the bytes taken, 0 when the send buffer is full.
+    fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String>;
+    /// Reads what `end` has received into `buf`: `None` when nothing is waiting. The end of
+    /// the stream is an error (nobody closes in these workloads).
+    fn recv(&mut self, end: End, buf: &mut [u8]) -> Result<Option<usize>, String>;
+    /// Lets `end`'s stack do its work.
+    fn poll(&mut self, end: End, now: Instant);
+    /// Segments both ends have retransmitted, where the system counts them.
+    fn retransmitted(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Two probestack stacks on the memory link, connected.
+struct StackStreams {
+    pair: Pair,
+    a: TcpHandle,
+    b: TcpHandle,
+}
+
+impl StackStreams {
+    fn connect(
+        tuning: Tuning,
+        mtu: usize,
+        nodelay: bool,
+        clock: &RealClock,
+    ) -> Result<StackStreams, String> {
+        let mut host = HostConfig::with_mtu(mtu);
+        host.stack.tuning = tuning;
+        let mut pair =
+            Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e:?}"))?;
+        let listener = pair
+            .b
+            .tcp_listen((ADDR_B, TCP_PORT_B), 1)
+            .map_err(|e| format!("probestack listen: {e}"))?;
+        let a = pair
+            .a
+            .tcp_connect((ADDR_B, TCP_PORT_B))
+            .map_err(|e| format!("probestack connect: {e}"))?;
+        let start = WallInstant::now();
+        let mut b = None;
+        loop {
+            let now = clock.now();
+            pair.a.poll(now);
+            pair.b.poll(now);
+            if b.is_none() {
+                match pair.b.tcp_accept(listener) {
+                    Ok(h) => b = Some(h),
+                    Err(TcpError::WouldBlock) => {}
+                    Err(e) => return Err(format!("probestack accept: {e}")),
+                }
+            }
+            if let Ok(Some(e)) = pair.a.tcp_error(a) {
+                return Err(format!("probestack connect: {e}"));
+            }
+            if let (Some(b), Ok(State::Established)) = (b, pair.a.tcp_state(a)) {
+                pair.b
+                    .tcp_close(listener)
+                    .map_err(|e| format!("probestack close: {e}"))?;
+                if nodelay {
+                    pair.a
+                        .tcp_set_nodelay(a, true)
+                        .and_then(|()| pair.b.tcp_set_nodelay(b, true))
+                        .map_err(|e| format!("probestack nodelay: {e}"))?;
+                }
+                return Ok(StackStreams { pair, a, b });
+            }
+            if start.elapsed() > TCP_STALL {
+                return Err(format!(
+                    "probestack: the connection did not open within {TCP_STALL:?}"
+                ));
+            }
+        }
+    }
+
+    fn end(&mut self, end: End) -> (&mut probestack::stack::Stack, TcpHandle) {
+        match end {
+            End::A => (&mut self.pair.a, self.a),
+            End::B => (&mut self.pair.b, self.b),
+        }
+    }
+}
+
+impl Streams for StackStreams {
+    fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String> {
+        let (stack, h) = self.end(end);
+        match stack.tcp_send(h, data) {
+            Ok(n) => Ok(n),
+            Err(TcpError::WouldBlock) => Ok(0),
+            Err(e) => Err(format!("probestack send: {e}")),
+        }
+    }
+
+    fn recv(&mut self, end: End, buf: &mut [u8]) -> Result<Option<usize>, String> {
+        let (stack, h) = self.end(end);
+        match stack.tcp_recv(h, buf) {
+            Ok(0) => Err("probestack: the stream ended".into()),
+            Ok(n) => Ok(Some(n)),
+            Err(TcpError::WouldBlock) => Ok(None),
+            Err(e) => Err(format!("probestack receive: {e}")),
+        }
+    }
+
+    fn poll(&mut self, end: End, now: Instant) {
+        self.end(end).0.poll(now);
+    }
+
+    fn retransmitted(&self) -> Option<u64> {
+        let count = |s: &probestack::stack::Stack| {
+            s.ledger().counters().get(Counter::TcpRetransmittedSegments)
+        };
+        Some(count(&self.pair.a) + count(&self.pair.b))
+    }
+}
+
+/// Two smoltcp interfaces on a [`Link`], a TCP socket on each, connected.
+struct SmolStreams {
+    link: Link,
+    a: Interface,
+    b: Interface,
+    sockets_a: SocketSet<'static>,
+    sockets_b: SocketSet<'static>,
+    socket_a: SocketHandle,
+    socket_b: SocketHandle,
+}
+
+impl SmolStreams {
+    fn connect(mtu: usize, nodelay: bool, clock: &RealClock) -> Result<SmolStreams, String> {
+        let (link, mut a, b) = smol_interfaces(mtu, clock.now())?;
+        let socket = || {
+            let buffer = || smol_tcp::SocketBuffer::new(vec![0u8; SMOL_TCP_BUFFER]);
+            let mut s = smol_tcp::Socket::new(buffer(), buffer());
+            s.set_nagle_enabled(!nodelay);
+            s
+        };
+        let mut sb = socket();
+        sb.listen(TCP_PORT_B)
+            .map_err(|e| format!("smoltcp listen: {e}"))?;
+        let mut sa = socket();
+        sa.connect(
+            a.context(),
+            IpEndpoint::new(SMOL_ADDR_B, TCP_PORT_B),
+            PORT_A,
+        )
+        .map_err(|e| format!("smoltcp connect: {e}"))?;
+        let mut sockets_a = SocketSet::new(Vec::new());
+        let socket_a = sockets_a.add(sa);
+        let mut sockets_b = SocketSet::new(Vec::new());
+        let socket_b = sockets_b.add(sb);
+        let mut s = SmolStreams {
+            link,
+            a,
+            b,
+            sockets_a,
+            sockets_b,
+            socket_a,
+            socket_b,
+        };
+        let start = WallInstant::now();
+        loop {
+            let now = clock.now();
+            s.poll(End::A, now);
+            s.poll(End::B, now);
+            let state = |set: &SocketSet<'_>, h| set.get::<smol_tcp::Socket>(h).state();
+            let (sa, sb) = (
+                state(&s.sockets_a, s.socket_a),
+                state(&s.sockets_b, s.socket_b),
+            );
+            if sa == smol_tcp::State::Established && sb == smol_tcp::State::Established {
+                return Ok(s);
+            }
+            if sa == smol_tcp::State::Closed {
+                return Err("smoltcp: the connection was refused or reset".into());
+            }
+            if start.elapsed() > TCP_STALL {
+                return Err(format!(
+                    "smoltcp: the connection did not open within {TCP_STALL:?} (A {sa}, B {sb})"
+                ));
+            }
+        }
+    }
+
+    fn socket(&mut self, end: End) -> &mut smol_tcp::Socket<'static> {
+        match end {
+            End::A => self.sockets_a.get_mut(self.socket_a),
+            End::B => self.sockets_b.get_mut(self.socket_b),
+        }
+    }
+}
+
+impl Streams for SmolStreams {
+    fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String> {
+        self.socket(end)
+            .send_slice(data)
+            .map_err(|e| format!("smoltcp send: {e}"))
+    }
+
+    fn recv(&mut self, end: End, buf: &mut [u8]) -> Result<Option<usize>, String> {
+        match self.socket(end).recv_slice(buf) {
+            Ok(0) => Ok(None),
+            Ok(n) => Ok(Some(n)),
+            Err(smol_tcp::RecvError::Finished) => Err("smoltcp: the stream ended".into()),
+            Err(e) => Err(format!("smoltcp receive: {e}")),
+        }
+    }
+
+    fn poll(&mut self, end: End, now: Instant) {
+        match end {
+            End::A => {
+                let mut port = self.link.port_a();
+                self.a.poll(smol_now(now), &mut port, &mut self.sockets_a);
+            }
+            End::B => {
+                let mut port = self.link.port_b();
+                self.b.poll(smol_now(now), &mut port, &mut self.sockets_b);
+            }
+        }
+    }
+}
+
+/// Two kernel TCP sockets connected over 127.0.0.1, non-blocking.
+struct KernelStreams {
+    a: TcpStream,
+    b: TcpStream,
+}
+
+impl KernelStreams {
+    fn connect(nodelay: bool) -> Result<KernelStreams, String> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("the loopback listener has no address: {e}"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("cannot make a listener non-blocking: {e}"))?;
+        let a = TcpStream::connect_timeout(&addr, TCP_STALL)
+            .map_err(|e| format!("cannot connect on 127.0.0.1: {e}"))?;
+        let start = WallInstant::now();
+        let b = loop {
+            match listener.accept() {
+                Ok((b, _)) => break b,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if start.elapsed() > TCP_STALL {
+                        return Err(format!("no connection to accept within {TCP_STALL:?}"));
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(format!("accept on 127.0.0.1: {e}")),
+            }
+        };
+        for s in [&a, &b] {
+            s.set_nonblocking(true)
+                .map_err(|e| format!("cannot make a TCP socket non-blocking: {e}"))?;
+            s.set_nodelay(nodelay)
+                .map_err(|e| format!("cannot set TCP_NODELAY: {e}"))?;
+        }
+        Ok(KernelStreams { a, b })
+    }
+
+    fn stream(&mut self, end: End) -> &mut TcpStream {
+        match end {
+            End::A => &mut self.a,
+            End::B => &mut self.b,
+        }
+    }
+}
+
+impl Streams for KernelStreams {
+    fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String> {
+        match self.stream(end).write(data) {
+            Ok(n) => Ok(n),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(0),
+            Err(e) => Err(format!("write on 127.0.0.1: {e}")),
+        }
+    }
+
+    fn recv(&mut self, end: End, buf: &mut [u8]) -> Result<Option<usize>, String> {
+        match self.stream(end).read(buf) {
+            Ok(0) if !buf.is_empty() => Err("the loopback stream ended".into()),
+            Ok(n) => Ok(Some(n)),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                Ok(None)
+            }
+            Err(e) => Err(format!("read on 127.0.0.1: {e}")),
+        }
+    }
+
+    /// The kernel does its work inside the system calls.
+    fn poll(&mut self, _end: End, _now: Instant) {}
+}
+
+/// One timed run of TCP bulk.
+#[derive(Clone, Copy, Debug)]
+pub struct BulkRun {
+    /// Bytes B's application read while the clock ran.
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Segments retransmitted over the whole run, where the system counts them.
+    pub retransmitted: Option<u64>,
+}
+
+impl BulkRun {
+    /// Payload delivered to B's application, in Gbit/s.
+    pub fn gbits(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.seconds / 1e9
+    }
+}
+
+/// The bytes A writes from: [`TCP_WRITE`] bytes start at every offset below
+/// [`PATTERN_PERIOD`], so a write is a slice, never a fill.
+fn stream_pattern() -> Vec<u8> {
+    (0..TCP_WRITE + PATTERN_PERIOD)
+        .map(|i| (i % PATTERN_PERIOD) as u8)
+        .collect()
+}
+
+/// Where a bulk transfer stands.
+struct Flow {
+    /// Bytes A's application wrote and B's read.
+    sent: u64,
+    got: u64,
+    /// Compare every byte B reads with the byte A wrote there (tests only: timed runs
+    /// leave the bytes alone).
+    check: bool,
+    /// How long a transfer may make no progress, and since when it has made none.
+    stall: std::time::Duration,
+    idle_since: Option<WallInstant>,
+}
+
+/// One step of a bulk transfer: A writes until its stack takes no more (if `write`), both
+/// ends are polled, B reads everything waiting. Returns the bytes B read.
+fn bulk_step<S: Streams>(
+    s: &mut S,
+    clock: &RealClock,
+    pattern: &[u8],
+    buf: &mut [u8],
+    flow: &mut Flow,
+    write: bool,
+) -> Result<u64, String> {
+    if write {
+        for _ in 0..TCP_WRITES_PER_STEP {
+            let at = (flow.sent % PATTERN_PERIOD as u64) as usize;
+            let n = s.send(End::A, &pattern[at..at + TCP_WRITE])?;
+            if n == 0 {
+                break;
+            }
+            flow.sent += n as u64;
+        }
+    }
+    let now = clock.now();
+    s.poll(End::A, now);
+    s.poll(End::B, now);
+    let mut got = 0u64;
+    while let Some(n) = s.recv(End::B, buf)? {
+        if flow.check {
+            let at = flow.got + got;
+            if let Some(j) = buf[..n]
+                .iter()
+                .zip(at..)
+                .position(|(b, i)| *b != (i % PATTERN_PERIOD as u64) as u8)
+            {
+                return Err(format!(
+                    "byte {} of the stream differs from the byte written there",
+                    at + j as u64
+                ));
+            }
+        }
+        got += n as u64;
+    }
+    flow.got += got;
+    if flow.got > flow.sent {
+        return Err(format!(
+            "B read {} bytes, more than the {} A wrote",
+            flow.got, flow.sent
+        ));
+    }
+    if got > 0 {
+        flow.idle_since = None;
+    } else {
+        let since = *flow.idle_since.get_or_insert_with(WallInstant::now);
+        if since.elapsed() > flow.stall {
+            return Err(format!(
+                "the transfer stalled: A wrote {} bytes, B read {}, then nothing for {:?}",
+                flow.sent, flow.got, flow.stall
+            ));
+        }
+    }
+    Ok(got)
+}
+
+/// One run of TCP bulk on connected `s`: warm-up, `millis` timed, then A stops writing and
+/// every byte it wrote must reach B (an error otherwise).
+fn bulk_on<S: Streams>(
+    s: &mut S,
+    clock: &RealClock,
+    millis: u64,
+    check: bool,
+    stall: std::time::Duration,
+) -> Result<BulkRun, String> {
+    let pattern = stream_pattern();
+    let mut buf = vec![0u8; TCP_READ];
+    let mut flow = Flow {
+        sent: 0,
+        got: 0,
+        check,
+        stall,
+        idle_since: None,
+    };
+    while flow.got < TCP_WARM_BYTES {
+        bulk_step(s, clock, &pattern, &mut buf, &mut flow, true)?;
+    }
+    let start = WallInstant::now();
+    let mut bytes = 0u64;
+    while start.elapsed().as_millis() < u128::from(millis) {
+        bytes += bulk_step(s, clock, &pattern, &mut buf, &mut flow, true)?;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    // A stops writing; what it wrote must all arrive.
+    flow.idle_since = None;
+    while flow.got < flow.sent {
+        bulk_step(s, clock, &pattern, &mut buf, &mut flow, false)?;
+    }
+    if bytes == 0 {
+        return Err("no byte was delivered while the clock ran".into());
+    }
+    Ok(BulkRun {
+        bytes,
+        seconds,
+        retransmitted: s.retransmitted(),
+    })
+}
+
+/// One timed run of TCP request/response.
+#[derive(Clone, Copy, Debug)]
+pub struct RrRun {
+    pub transactions: u64,
+    pub seconds: f64,
+}
+
+impl RrRun {
+    pub fn rate(&self) -> f64 {
+        self.transactions as f64 / self.seconds
+    }
+}
+
+/// One transaction: A writes the request, B reads it whole and writes it back, A reads
+/// the response whole and checks it against the request.
+fn transaction<S: Streams>(
+    s: &mut S,
+    clock: &RealClock,
+    req: &mut [u8],
+    seq: u64,
+    bufs: (&mut [u8], &mut [u8]),
+    timeout_ns: u64,
+) -> Result<(), String> {
+    let (buf_a, buf_b) = bufs;
+    let n = req.len();
+    stamp(req, seq);
+    let t0 = clock.now();
+    let (mut a_sent, mut b_got, mut b_sent, mut a_got) = (0, 0, 0, 0);
+    loop {
+        if a_sent < n {
+            a_sent += s.send(End::A, &req[a_sent..])?;
+        }
+        let now = clock.now();
+        s.poll(End::A, now);
+        s.poll(End::B, now);
+        while b_got < n {
+            match s.recv(End::B, &mut buf_b[b_got..n])? {
+                Some(k) => b_got += k,
+                None => break,
+            }
+        }
+        if b_got == n && b_sent < n {
+            b_sent += s.send(End::B, &buf_b[b_sent..n])?;
+            s.poll(End::B, now);
+            s.poll(End::A, now);
+        }
+        while a_got < n {
+            match s.recv(End::A, &mut buf_a[a_got..n])? {
+                Some(k) => a_got += k,
+                None => break,
+            }
+        }
+        if a_got == n {
+            if buf_a[..n] != *req {
+                return Err(format!(
+                    "transaction {seq}: the response differs from the request"
+                ));
+            }
+            return Ok(());
+        }
+        if clock.now().saturating_since(t0).as_nanos() > timeout_ns {
+            return Err(format!(
+                "transaction {seq}: no response within {} ms (request {a_sent} of {n} bytes \
+                 taken, {b_got} read by B, {b_sent} written back, {a_got} read by A)",
+                timeout_ns / 1_000_000
+            ));
+        }
+    }
+}
+
+/// One run of TCP request/response on connected `s`.
+fn rr_stream_on<S: Streams>(
+    s: &mut S,
+    clock: &RealClock,
+    millis: u64,
+    timeout_ns: u64,
+) -> Result<RrRun, String> {
+    let mut req = template(TCP_RR_SIZE);
+    let mut buf_a = vec![0u8; TCP_RR_SIZE];
+    let mut buf_b = vec![0u8; TCP_RR_SIZE];
+    let mut seq = 0;
+    for _ in 0..TCP_WARM_TRANSACTIONS {
+        seq += 1;
+        transaction(
+            s,
+            clock,
+            &mut req,
+            seq,
+            (&mut buf_a, &mut buf_b),
+            timeout_ns,
+        )?;
+    }
+    let start = WallInstant::now();
+    let mut transactions = 0u64;
+    while start.elapsed().as_millis() < u128::from(millis) {
+        seq += 1;
+        transaction(
+            s,
+            clock,
+            &mut req,
+            seq,
+            (&mut buf_a, &mut buf_b),
+            timeout_ns,
+        )?;
+        transactions += 1;
+    }
+    Ok(RrRun {
+        transactions,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// One run of TCP bulk on `system` at IP MTU `mtu` (the kernel's loopback has its own),
+/// connection and all built afresh; with `check`, B compares every byte it reads.
+fn tcp_bulk_checked(
+    system: System,
+    mtu: usize,
+    millis: u64,
+    check: bool,
+) -> Result<BulkRun, String> {
+    let clock = RealClock::new();
+    let stack = |tuning| StackStreams::connect(tuning, mtu, false, &clock);
+    match system {
+        System::ProbestackFast => bulk_on(
+            &mut stack(Tuning::fast())?,
+            &clock,
+            millis,
+            check,
+            TCP_STALL,
+        ),
+        System::ProbestackBsd => {
+            bulk_on(&mut stack(Tuning::bsd())?, &clock, millis, check, TCP_STALL)
+        }
+        System::Smoltcp => bulk_on(
+            &mut SmolStreams::connect(mtu, false, &clock)?,
+            &clock,
+            millis,
+            check,
+            TCP_STALL,
+        ),
+        System::LinuxLoopback => bulk_on(
+            &mut KernelStreams::connect(false)?,
+            &clock,
+            millis,
+            check,
+            TCP_STALL,
+        ),
+    }
+}
+
+/// One run of TCP bulk on `system` at IP MTU `mtu`, built afresh.
+pub fn tcp_bulk(system: System, mtu: usize, millis: u64) -> Result<BulkRun, String> {
+    tcp_bulk_checked(system, mtu, millis, false)
+}
+
+/// One run of TCP request/response on `system` (MTU 1500; loopback's own for the kernel),
+/// Nagle off at both ends, built afresh.
+pub fn tcp_request_response(system: System, millis: u64) -> Result<RrRun, String> {
+    let clock = RealClock::new();
+    let stack = |tuning| StackStreams::connect(tuning, 1500, true, &clock);
+    match system {
+        System::ProbestackFast => {
+            rr_stream_on(&mut stack(Tuning::fast())?, &clock, millis, RR_TIMEOUT_NS)
+        }
+        System::ProbestackBsd => {
+            rr_stream_on(&mut stack(Tuning::bsd())?, &clock, millis, RR_TIMEOUT_NS)
+        }
+        System::Smoltcp => rr_stream_on(
+            &mut SmolStreams::connect(1500, true, &clock)?,
+            &clock,
+            millis,
+            RR_TIMEOUT_NS,
+        ),
+        System::LinuxLoopback => rr_stream_on(
+            &mut KernelStreams::connect(true)?,
+            &clock,
+            millis,
+            RR_TIMEOUT_NS,
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // The experiment.
 
 /// One figure of one system.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
-    /// `udp_one_way_64`, `udp_one_way_512`, `udp_rr_64_median`, `udp_rr_64_p99`.
+    /// `udp_one_way_64`, `udp_one_way_512`, `udp_rr_64_median`, `udp_rr_64_p99`,
+    /// `tcp_bulk_1500`, `tcp_bulk_9000`, `tcp_bulk_65535`, `tcp_rr_64`.
     pub workload: String,
     /// `probestack_fast`, `probestack_bsd`, `smoltcp`, `linux_loopback`.
     pub system: &'static str,
     /// The median over the runs.
     pub value: f64,
-    /// `datagrams/s` or `ns`.
+    /// `datagrams/s`, `ns`, `Gbit/s` or `transactions/s`.
     pub unit: &'static str,
     pub higher_is_better: bool,
     /// probestack fast against this system, oriented so that above 1 means probestack fast
@@ -739,6 +1435,14 @@ pub struct Row {
     /// One way only: datagrams received intact / datagrams sent, over all runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivered_fraction: Option<f64>,
+    /// TCP bulk only: the IP MTU of the link measured (the loopback device's 65536 for the
+    /// kernel, whose bulk figure is reported once, under `tcp_bulk_65535`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_mtu: Option<usize>,
+    /// TCP bulk, probestack only: segments both ends retransmitted, summed over the
+    /// reported runs (warm-up and drain included). A clean link should need none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retransmitted_segments: Option<u64>,
 }
 
 /// A system left out of a workload, and why.
@@ -755,6 +1459,8 @@ pub struct Results {
     pub runs: usize,
     pub millis_per_run: u64,
     pub burst: usize,
+    /// The size of A's writes in TCP bulk.
+    pub tcp_write: usize,
     /// What is and is not comparable.
     pub note: String,
     pub skipped: Vec<Skipped>,
@@ -769,14 +1475,47 @@ pub const NOTE: &str = "probestack and smoltcp run both hosts in this process on
     Linux it compares a library stack with the kernel's whole path, not protocol code alone. \
     Also: probestack fast elides the UDP checksum on its one-hop CRC link (bsd and smoltcp \
     compute and verify it; on loopback Linux leaves it to the device's checksum offload, \
-    so it is neither computed nor verified); probestack's memory link computes and checks a CRC-32 per frame, the \
-    smoltcp link here does not; probestack's ledger samples 1 message in 64 (its default).";
+    so it is neither computed nor verified); probestack's memory link computes and checks \
+    a CRC-32 per frame, the smoltcp link here does not; probestack's ledger samples 1 \
+    message in 64 (its default).";
+
+pub const TCP_NOTE: &str = "TCP: every run opens a fresh connection and moves 4 MiB (bulk) \
+    or 200 transactions (request/response) before the clock starts; after a bulk run's \
+    clock stops, A stops writing and every byte it wrote must reach B, in order. Bulk: A's \
+    application writes 64 KiB at a time until its stack takes no more, both ends are \
+    polled, B's application reads everything waiting into a 256 KiB buffer without looking \
+    at it; Gbit/s counts the payload it read, headers excluded. probestack: 1 MiB send and \
+    receive buffers, window scaling, timestamps and SACK negotiated, Reno congestion \
+    control from an initial window of 10 segments, an ACK for every second full segment \
+    (delayed ACK 40 ms otherwise); fast negotiates RFC 1146's alternate checksum on its \
+    one-hop CRC link, so it computes and verifies no TCP checksum, and takes header \
+    prediction's fast path; bsd sums every segment with RFC 1071's loop and takes the full \
+    input path. smoltcp 0.14: device MTU = IP MTU + 14, no max burst size (so no clamp on \
+    the window it advertises), 1 MiB socket buffers (window scale 5), built without its \
+    congestion-control features (so no congestion control: it sends whatever the peer's \
+    window allows), no timestamps (no generator set), SACK blocks sent but none acted on \
+    (no SACK recovery: irrelevant on a link that loses nothing), delayed ACK 10 ms with an \
+    ACK at once when more than one MSS is unacknowledged; its poll takes in every waiting \
+    frame before it transmits, so one ACK answers a whole batch of segments, where \
+    probestack acknowledges as segments arrive; it computes and verifies every TCP \
+    checksum in software. So the per-byte work differs: probestack fast computes no TCP \
+    checksum, but its memory link computes and checks a CRC-32 over every frame; smoltcp \
+    sums every segment and its link computes no CRC; probestack bsd pays both. Linux: \
+    TcpStream on 127.0.0.1, non-blocking, both ends in this thread, default (autotuned) \
+    buffers; the loopback device's MTU is fixed at 65536 (changing it needs privileges), \
+    so the kernel's bulk figure is reported once, beside MTU 65535, and it leaves \
+    checksums to loopback's offload (none computed). Request/response: 64 bytes each way, \
+    one transaction outstanding, Nagle off at both ends (probestack tcp_set_nodelay, \
+    smoltcp set_nagle_enabled(false), Linux TCP_NODELAY), MTU 1500 for the in-process \
+    stacks; A checks each response against its request.";
 
 /// Per-run figures of one system in one workload; `None` once it has failed.
 struct Series {
     values: Vec<f64>,
     sent: u64,
     intact: u64,
+    /// TCP bulk, where the system counts them: retransmitted segments over the runs.
+    retransmitted: Option<u64>,
     error: Option<String>,
 }
 
@@ -786,20 +1525,29 @@ impl Series {
             values: Vec::new(),
             sent: 0,
             intact: 0,
+            retransmitted: None,
             error: None,
         }
     }
 }
 
 /// Runs `measure` for every system, round-robin, one warm-up round and `runs` rounds.
-/// Errors of probestack or smoltcp end the experiment; the kernel's leave it out.
+/// A system `leave_out` gives a reason for is not measured. Errors of probestack or
+/// smoltcp end the experiment; the kernel's leave it out.
 fn rounds<T>(
     runs: usize,
+    leave_out: impl Fn(System) -> Option<String>,
     mut measure: impl FnMut(System) -> Result<T, String>,
     mut keep: impl FnMut(&mut Series, T),
     mut progress: impl FnMut(usize),
 ) -> Result<Vec<Series>, String> {
-    let mut series: Vec<Series> = SYSTEMS.iter().map(|_| Series::new()).collect();
+    let mut series: Vec<Series> = SYSTEMS
+        .iter()
+        .map(|&system| Series {
+            error: leave_out(system),
+            ..Series::new()
+        })
+        .collect();
     for round in 0..=runs {
         progress(round);
         for k in 0..SYSTEMS.len() {
@@ -819,56 +1567,97 @@ fn rounds<T>(
     Ok(series)
 }
 
+/// What a workload's figures are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Figure {
+    /// UDP one way: datagrams per second.
+    Datagrams,
+    /// UDP request/response: round-trip time in ns.
+    RoundTrip,
+    /// TCP bulk at this IP MTU: Gbit/s.
+    Bulk(usize),
+    /// TCP request/response: transactions per second.
+    Transactions,
+}
+
+impl Figure {
+    fn unit(self) -> &'static str {
+        match self {
+            Figure::Datagrams => "datagrams/s",
+            Figure::RoundTrip => "ns",
+            Figure::Bulk(_) => "Gbit/s",
+            Figure::Transactions => "transactions/s",
+        }
+    }
+
+    fn higher_is_better(self) -> bool {
+        self != Figure::RoundTrip
+    }
+}
+
+/// The rows (or the reasons for their absence) of one workload.
+fn emit(
+    rows: &mut Vec<Row>,
+    skipped: &mut Vec<Skipped>,
+    workload: String,
+    series: &mut [Series],
+    figure: Figure,
+) {
+    let fast = median(&mut series[0].values.clone());
+    let higher_is_better = figure.higher_is_better();
+    let per_datagram = figure == Figure::Datagrams;
+    for (i, s) in series.iter_mut().enumerate() {
+        let system = SYSTEMS[i];
+        if let Some(e) = &s.error {
+            skipped.push(Skipped {
+                workload: workload.clone(),
+                system: system.name(),
+                reason: e.clone(),
+            });
+            continue;
+        }
+        let run_min = s.values.iter().copied().fold(f64::INFINITY, f64::min);
+        let run_max = s.values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let value = median(&mut s.values);
+        let ratio = if higher_is_better {
+            fast / value
+        } else {
+            value / fast
+        };
+        rows.push(Row {
+            workload: workload.clone(),
+            system: system.name(),
+            value,
+            unit: figure.unit(),
+            higher_is_better,
+            ratio_vs_probestack: if i == 0 { 1.0 } else { ratio },
+            run_min,
+            run_max,
+            ns_per_datagram: per_datagram.then(|| 1e9 / value),
+            delivered_fraction: per_datagram.then(|| s.intact as f64 / s.sent.max(1) as f64),
+            link_mtu: match figure {
+                Figure::Bulk(_) if system == System::LinuxLoopback => Some(LOOPBACK_MTU),
+                Figure::Bulk(mtu) => Some(mtu),
+                _ => None,
+            },
+            retransmitted_segments: s.retransmitted,
+        });
+    }
+}
+
 /// Runs every workload on every system.
 pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results, String> {
     let runs = settings.runs.max(1);
     let millis = settings.millis.max(1);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    let mut emit = |workload: String,
-                    series: &mut [Series],
-                    unit: &'static str,
-                    higher_is_better: bool,
-                    per_datagram: bool,
-                    rows: &mut Vec<Row>| {
-        let fast = median(&mut series[0].values.clone());
-        for (i, s) in series.iter_mut().enumerate() {
-            let system = SYSTEMS[i];
-            if let Some(e) = &s.error {
-                skipped.push(Skipped {
-                    workload: workload.clone(),
-                    system: system.name(),
-                    reason: e.clone(),
-                });
-                continue;
-            }
-            let run_min = s.values.iter().copied().fold(f64::INFINITY, f64::min);
-            let run_max = s.values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let value = median(&mut s.values);
-            let ratio = if higher_is_better {
-                fast / value
-            } else {
-                value / fast
-            };
-            rows.push(Row {
-                workload: workload.clone(),
-                system: system.name(),
-                value,
-                unit,
-                higher_is_better,
-                ratio_vs_probestack: if i == 0 { 1.0 } else { ratio },
-                run_min,
-                run_max,
-                ns_per_datagram: per_datagram.then(|| 1e9 / value),
-                delivered_fraction: per_datagram.then(|| s.intact as f64 / s.sent.max(1) as f64),
-            });
-        }
-    };
+    let measure_all = |_: System| None;
 
     for size in ONE_WAY_SIZES {
         let name = format!("udp_one_way_{size}");
         let mut series = rounds(
             runs,
+            measure_all,
             |system| one_way(system, size, millis),
             |s, r| {
                 s.values.push(r.rate());
@@ -887,13 +1676,20 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
                 }
             }
         }
-        emit(name, &mut series, "datagrams/s", true, true, &mut rows);
+        emit(
+            &mut rows,
+            &mut skipped,
+            name,
+            &mut series,
+            Figure::Datagrams,
+        );
     }
 
     let name = format!("udp_rr_{RR_SIZE}");
     let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); SYSTEMS.len()];
     let mut medians = rounds(
         runs,
+        measure_all,
         |system| {
             let mut rtts = request_response(system, RR_SIZE, millis)?;
             rtts.sort_by(|a, b| a.total_cmp(b));
@@ -912,26 +1708,70 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         .zip(p99s)
         .map(|(m, values)| Series {
             values,
-            sent: 0,
-            intact: 0,
             error: m.error.clone(),
+            ..Series::new()
         })
         .collect();
     emit(
+        &mut rows,
+        &mut skipped,
         format!("{name}_median"),
         &mut medians,
-        "ns",
-        false,
-        false,
-        &mut rows,
+        Figure::RoundTrip,
     );
     emit(
+        &mut rows,
+        &mut skipped,
         format!("{name}_p99"),
         &mut tails,
-        "ns",
-        false,
-        false,
+        Figure::RoundTrip,
+    );
+
+    let largest = TCP_MTUS[TCP_MTUS.len() - 1];
+    for mtu in TCP_MTUS {
+        let name = format!("tcp_bulk_{mtu}");
+        let mut series = rounds(
+            runs,
+            |system| {
+                (system == System::LinuxLoopback && mtu != largest).then(|| {
+                    format!(
+                        "the loopback device's MTU is fixed at {LOOPBACK_MTU}; the kernel's \
+                         TCP bulk is reported once, under tcp_bulk_{largest}"
+                    )
+                })
+            },
+            |system| tcp_bulk(system, mtu, millis),
+            |s, r| {
+                s.values.push(r.gbits());
+                if let Some(n) = r.retransmitted {
+                    *s.retransmitted.get_or_insert(0) += n;
+                }
+            },
+            |round| progress(&format!("{name}: round {round} of {runs}")),
+        )?;
+        emit(
+            &mut rows,
+            &mut skipped,
+            name,
+            &mut series,
+            Figure::Bulk(mtu),
+        );
+    }
+
+    let name = format!("tcp_rr_{TCP_RR_SIZE}");
+    let mut series = rounds(
+        runs,
+        measure_all,
+        |system| tcp_request_response(system, millis),
+        |s, r| s.values.push(r.rate()),
+        |round| progress(&format!("{name}: round {round} of {runs}")),
+    )?;
+    emit(
         &mut rows,
+        &mut skipped,
+        name,
+        &mut series,
+        Figure::Transactions,
     );
 
     Ok(Results {
@@ -939,7 +1779,8 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         runs,
         millis_per_run: millis,
         burst: BURST,
-        note: NOTE.to_string(),
+        tcp_write: TCP_WRITE,
+        note: format!("{NOTE} {TCP_NOTE}"),
         skipped,
         rows,
     })
@@ -1031,6 +1872,69 @@ pub fn tables(r: &Results) -> Vec<Table> {
     skip_notes(&mut t, r, &[wm.as_str(), wp.as_str()]);
     t.note(NOTE);
     out.push(t);
+
+    for mtu in TCP_MTUS {
+        let w = format!("tcp_bulk_{mtu}");
+        let mut t = Table::new(
+            format!(
+                "TCP bulk one way, IP MTU {mtu}: payload delivered to B's application \
+                 ({} KiB writes, both ends on one thread)",
+                r.tcp_write / 1024
+            ),
+            &[
+                "system",
+                "Gbit/s",
+                "runs (Gbit/s)",
+                "retransmitted",
+                "fast / system",
+            ],
+        );
+        for system in SYSTEMS {
+            if let Some(x) = find(r, &w, system) {
+                let label = match x.link_mtu {
+                    Some(m) if m != mtu => format!("{} (MTU {m})", system.label()),
+                    _ => system.label().to_string(),
+                };
+                t.row(vec![
+                    label,
+                    format!("{:.2}", x.value),
+                    format!("{:.2}-{:.2}", x.run_min, x.run_max),
+                    x.retransmitted_segments
+                        .map_or_else(|| "not counted".to_string(), |n| n.to_string()),
+                    format!("{:.2}", x.ratio_vs_probestack),
+                ]);
+            }
+        }
+        t.note(rounds_note.clone());
+        skip_notes(&mut t, r, &[w.as_str()]);
+        out.push(t);
+    }
+    let w = format!("tcp_rr_{TCP_RR_SIZE}");
+    let mut t = Table::new(
+        format!("TCP request/response, {TCP_RR_SIZE} bytes each way, one outstanding, Nagle off"),
+        &[
+            "system",
+            "transactions/s",
+            "µs/transaction",
+            "runs (k/s)",
+            "fast / system",
+        ],
+    );
+    for system in SYSTEMS {
+        if let Some(x) = find(r, &w, system) {
+            t.row(vec![
+                system.label().to_string(),
+                format!("{:.0} k", x.value / 1e3),
+                format!("{:.2}", 1e6 / x.value),
+                format!("{:.0}-{:.0}", x.run_min / 1e3, x.run_max / 1e3),
+                format!("{:.2}", x.ratio_vs_probestack),
+            ]);
+        }
+    }
+    t.note(rounds_note);
+    skip_notes(&mut t, r, &[w.as_str()]);
+    t.note(TCP_NOTE);
+    out.push(t);
     out
 }
 
@@ -1046,7 +1950,22 @@ mod tests {
             .collect();
         names.push(format!("udp_rr_{RR_SIZE}_median"));
         names.push(format!("udp_rr_{RR_SIZE}_p99"));
+        names.extend(TCP_MTUS.iter().map(|m| format!("tcp_bulk_{m}")));
+        names.push(format!("tcp_rr_{TCP_RR_SIZE}"));
         names
+    }
+
+    /// The unit a workload's rows promise.
+    fn unit_of(workload: &str) -> &'static str {
+        if workload.starts_with("udp_one_way") {
+            "datagrams/s"
+        } else if workload.starts_with("udp_rr") {
+            "ns"
+        } else if workload.starts_with("tcp_bulk") {
+            "Gbit/s"
+        } else {
+            "transactions/s"
+        }
     }
 
     const IN_PROCESS: [System; 3] = [
@@ -1070,6 +1989,11 @@ mod tests {
                 let row = rows
                     .iter()
                     .find(|x| x["workload"] == w.as_str() && x["system"] == system.name());
+                // The kernel's bulk is measured once, at its own MTU, beside 65535.
+                let once = w.starts_with("tcp_bulk") && w != "tcp_bulk_65535";
+                if system == System::LinuxLoopback && once {
+                    assert!(skipped, "{w}: the kernel is left out");
+                }
                 if system == System::LinuxLoopback && skipped {
                     assert!(row.is_none(), "{w}: a skipped system has no row");
                     continue;
@@ -1079,14 +2003,165 @@ mod tests {
                 assert!(value > 0.0 && value.is_finite(), "{w} {}", system.name());
                 let ratio = row["ratio_vs_probestack"].as_f64().unwrap();
                 assert!(ratio > 0.0 && ratio.is_finite(), "{w} {}", system.name());
-                assert!(row["unit"].is_string());
-                assert!(row["higher_is_better"].is_boolean());
+                assert_eq!(row["unit"], unit_of(&w), "{w}");
+                assert_eq!(row["higher_is_better"], unit_of(&w) != "ns", "{w}");
                 if system == System::ProbestackFast {
                     assert_eq!(ratio, 1.0);
                 }
+                if let Some(mtu) = w.strip_prefix("tcp_bulk_") {
+                    let want = if system == System::LinuxLoopback {
+                        LOOPBACK_MTU.to_string()
+                    } else {
+                        mtu.to_string()
+                    };
+                    assert_eq!(row["link_mtu"].to_string(), want, "{w}");
+                    let counted = row.get("retransmitted_segments").is_some();
+                    let probestack =
+                        matches!(system, System::ProbestackFast | System::ProbestackBsd);
+                    assert_eq!(counted, probestack, "{w} {}", system.name());
+                }
             }
         }
-        assert!(!tables(&r).is_empty());
+        let printed = tables(&r);
+        assert_eq!(printed.len(), ONE_WAY_SIZES.len() + 1 + TCP_MTUS.len() + 1);
+    }
+
+    /// Runs of TCP bulk on `system` at every MTU it is measured at, B checking every byte
+    /// it reads; `None` when the kernel cannot open a loopback connection here.
+    fn checked_bulk(system: System) -> Vec<(usize, Option<BulkRun>)> {
+        if system == System::LinuxLoopback {
+            let run = match KernelStreams::connect(false) {
+                Ok(mut s) => Some(bulk_on(&mut s, &RealClock::new(), 3, true, TCP_STALL).unwrap()),
+                Err(e) => {
+                    eprintln!("no loopback TCP here: {e}");
+                    None
+                }
+            };
+            return vec![(LOOPBACK_MTU, run)];
+        }
+        TCP_MTUS
+            .iter()
+            .map(|&mtu| (mtu, Some(tcp_bulk_checked(system, mtu, 3, true).unwrap())))
+            .collect()
+    }
+
+    #[test]
+    fn peers_tcp_streams_arrive_intact() {
+        for system in SYSTEMS {
+            // Every byte B reads is compared with the byte A wrote at that offset, and
+            // everything A wrote must arrive before the run ends.
+            for (mtu, run) in checked_bulk(system) {
+                if let Some(run) = run {
+                    assert!(run.bytes > 0, "{} at MTU {mtu}", system.name());
+                    assert!(run.gbits() > 0.0, "{} at MTU {mtu}", system.name());
+                }
+            }
+            // Every response is compared with its request inside the run.
+            if system == System::LinuxLoopback && KernelStreams::connect(true).is_err() {
+                continue;
+            }
+            let rr = tcp_request_response(system, 3).unwrap();
+            assert!(rr.transactions > 0, "{}", system.name());
+        }
+    }
+
+    #[test]
+    fn peers_tcp_takes_the_mtu_asked() {
+        let clock = RealClock::new();
+        for mtu in TCP_MTUS {
+            // probestack: the MSS follows the MTU (IP and TCP headers of 20 bytes each).
+            for tuning in [Tuning::fast(), Tuning::bsd()] {
+                let s = StackStreams::connect(tuning, mtu, false, &clock).unwrap();
+                let c = s.pair.a.tcp_connection(s.a).unwrap();
+                assert_eq!(c.mss(), (mtu - 40, mtu - 40));
+            }
+            // smoltcp: a full window goes out in frames of the Ethernet MTU asked.
+            let mut s = SmolStreams::connect(mtu, false, &clock).unwrap();
+            let data = stream_pattern();
+            assert_eq!(s.send(End::A, &data[..TCP_WRITE]).unwrap(), TCP_WRITE);
+            s.poll(End::A, clock.now());
+            let largest = s.link.a_to_b.frames.iter().map(Vec::len).max();
+            assert_eq!(largest, Some(mtu + ETHERNET_HEADER), "MTU {mtu}");
+        }
+    }
+
+    /// Wraps a system so that B hears nothing: its stack is never polled and it never
+    /// reads.
+    struct Deaf<S>(S);
+
+    impl<S: Streams> Streams for Deaf<S> {
+        fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String> {
+            self.0.send(end, data)
+        }
+
+        fn recv(&mut self, end: End, buf: &mut [u8]) -> Result<Option<usize>, String> {
+            match end {
+                End::A => self.0.recv(end, buf),
+                End::B => Ok(None),
+            }
+        }
+
+        fn poll(&mut self, end: End, now: Instant) {
+            if end == End::A {
+                self.0.poll(end, now);
+            }
+        }
+    }
+
+    /// Wraps a system so that one byte B reads, well into the stream, is changed.
+    struct Garbled<S> {
+        inner: S,
+        reads: usize,
+    }
+
+    impl<S: Streams> Streams for Garbled<S> {
+        fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String> {
+            self.inner.send(end, data)
+        }
+
+        fn recv(&mut self, end: End, buf: &mut [u8]) -> Result<Option<usize>, String> {
+            let r = self.inner.recv(end, buf)?;
+            if let (End::B, Some(n)) = (end, r) {
+                self.reads += 1;
+                if self.reads == 5 {
+                    buf[n / 2] ^= 0x40;
+                }
+            }
+            Ok(r)
+        }
+
+        fn poll(&mut self, end: End, now: Instant) {
+            self.inner.poll(end, now);
+        }
+    }
+
+    #[test]
+    fn peers_tcp_stalls_end_in_errors() {
+        let clock = RealClock::new();
+        let stall = std::time::Duration::from_millis(50);
+        // Bulk: nothing reaches B's application, so the warm-up never ends; the stall
+        // timeout ends the run.
+        let s = StackStreams::connect(Tuning::fast(), 1500, false, &clock).unwrap();
+        let start = WallInstant::now();
+        let e = bulk_on(&mut Deaf(s), &clock, 1, false, stall).unwrap_err();
+        assert!(e.contains("stalled"), "{e}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        let s = SmolStreams::connect(1500, false, &clock).unwrap();
+        let e = bulk_on(&mut Deaf(s), &clock, 1, false, stall).unwrap_err();
+        assert!(e.contains("stalled"), "{e}");
+        // Request/response: no response comes; the transaction times out.
+        let s = StackStreams::connect(Tuning::fast(), 1500, true, &clock).unwrap();
+        let e = rr_stream_on(&mut Deaf(s), &clock, 1, 50_000_000).unwrap_err();
+        assert!(e.contains("no response"), "{e}");
+    }
+
+    #[test]
+    fn peers_tcp_check_catches_a_changed_byte() {
+        let clock = RealClock::new();
+        let s = StackStreams::connect(Tuning::fast(), 1500, false, &clock).unwrap();
+        let mut g = Garbled { inner: s, reads: 0 };
+        let e = bulk_on(&mut g, &clock, 1, true, TCP_STALL).unwrap_err();
+        assert!(e.contains("differs"), "{e}");
     }
 
     #[test]
