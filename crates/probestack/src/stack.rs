@@ -316,12 +316,14 @@ impl Stack {
 
         for i in 0..self.ifaces.len() {
             self.drain_device(i, now);
+            self.tcp_flush_deferred();
         }
         while let Some(p) = self.loopback.pop_front() {
             self.in_message(p.len(), |s| {
                 s.ip_input(crate::ip::LOOPBACK, p, crate::driver::RxChecksum::None, now)
             });
         }
+        self.tcp_flush_deferred();
         self.tcp_unblock();
         self.run_timers(now);
         let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Timer);

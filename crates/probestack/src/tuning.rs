@@ -48,6 +48,13 @@ pub struct Tuning {
     /// Jacobson's TCP header prediction (4.4BSD `tcp_input`): the expected pure ACK or
     /// in-order data segment takes a short path; off, every segment takes the full one.
     pub header_prediction: bool,
+    /// TCP output once per receive batch. With interrupt coalescing the stack takes a
+    /// batch of frames per notification (paper 004 §3.4); on, TCP input only marks the
+    /// connections that have something to send, and their output (the ACK, a window
+    /// update, the data an ACK let out) runs once after the batch, so one ACK answers the
+    /// batch's segments, as Linux's GRO arranges. Off: output after every segment, as
+    /// 4.4BSD's `tcp_input` ends.
+    pub tcp_output_per_batch: bool,
 }
 
 impl Tuning {
@@ -66,6 +73,7 @@ impl Tuning {
             checksum_elision: false,
             fused_copy_checksum: false,
             header_prediction: false,
+            tcp_output_per_batch: false,
         }
     }
 
@@ -84,6 +92,7 @@ impl Tuning {
             checksum_elision: true,
             fused_copy_checksum: true,
             header_prediction: true,
+            tcp_output_per_batch: true,
         }
     }
 }
@@ -122,6 +131,7 @@ mod tests {
         assert_ne!(b.checksum_elision, f.checksum_elision);
         assert_ne!(b.fused_copy_checksum, f.fused_copy_checksum);
         assert_ne!(b.header_prediction, f.header_prediction);
+        assert_ne!(b.tcp_output_per_batch, f.tcp_output_per_batch);
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

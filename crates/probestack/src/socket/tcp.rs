@@ -132,6 +132,9 @@ pub(crate) struct TcpSockets {
     pub config: TcpConfig,
     /// Connections with output waiting for room in their device's transmit queue.
     pub blocked: Vec<usize>,
+    /// Connections whose output waits for the end of the receive batch
+    /// (`tcp_output_per_batch`).
+    pub deferred: Vec<usize>,
 }
 
 impl TcpSockets {
@@ -144,6 +147,7 @@ impl TcpSockets {
             port_counter: 0,
             config,
             blocked: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 

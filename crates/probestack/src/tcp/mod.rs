@@ -193,8 +193,30 @@ impl Stack {
         if was == State::SynReceived && is != State::SynReceived {
             self.tcp_handshake_done(index, parent, is);
         }
+        if self.tuning.tcp_output_per_batch {
+            if !self.tcp.deferred.contains(&index) {
+                self.tcp.deferred.push(index);
+            }
+            return;
+        }
         self.tcp_output(index);
         self.tcp_reap(index);
+    }
+
+    /// The end of a receive batch: output for the connections input marked.
+    pub(crate) fn tcp_flush_deferred(&mut self) {
+        if self.tcp.deferred.is_empty() {
+            return;
+        }
+        // Output never leads back into input (a datagram to ourselves waits in the
+        // loopback queue), so nothing is deferred meanwhile; the vector is kept for reuse.
+        let mut deferred = std::mem::take(&mut self.tcp.deferred);
+        for &i in &deferred {
+            self.tcp_output(i);
+            self.tcp_reap(i);
+        }
+        deferred.clear();
+        self.tcp.deferred = deferred;
     }
 
     /// A SYN for a listener: a new connection in SYN-RECEIVED, if the backlog has room.
