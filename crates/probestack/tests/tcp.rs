@@ -740,3 +740,46 @@ fn blocking_sockets_on_two_threads() {
         "B's connection closed and freed"
     );
 }
+
+/// A flow held back by the receiver's window does not grow cwnd (RFC 7661's
+/// cwnd-limited test): it stays near what the window lets out.
+#[test]
+fn cwnd_grows_only_while_it_limits() {
+    let mut a = host(1500, Tuning::fast());
+    let mut b = host(1500, Tuning::fast());
+    a.stack.tcp.send_buffer = 1 << 20;
+    b.stack.tcp.recv_buffer = 64 * 1024;
+    let mut p = Pair::new(a, b).unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 8 << 20, Duration::from_secs(30));
+    let cwnd = p.a.tcp_connection(c).unwrap().cwnd();
+    assert!(cwnd <= 4 * 64 * 1024, "cwnd {cwnd}");
+}
+
+/// Request/response with Nagle off: every segment carries data and acknowledges the last
+/// reply, which header prediction takes too.
+#[test]
+fn request_response_is_predicted() {
+    let mut p = pair(1500);
+    let (c, _l, s) = connect(&mut p);
+    p.a.tcp_set_nodelay(c, true).unwrap();
+    p.b.tcp_set_nodelay(s, true).unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..200u32 {
+        let request = i.to_be_bytes().repeat(16);
+        assert_eq!(p.a.tcp_send(c, &request), Ok(64));
+        assert!(p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s) == Ok(64)));
+        assert_eq!(p.b.tcp_recv(s, &mut buf), Ok(64));
+        assert_eq!(buf.to_vec(), request);
+        assert_eq!(p.b.tcp_send(s, &buf), Ok(64));
+        assert!(p.run_until(Duration::from_secs(1), |p| p.a.tcp_recv_queued(c) == Ok(64)));
+        assert_eq!(p.a.tcp_recv(c, &mut buf), Ok(64));
+    }
+    for stack in [&p.a, &p.b] {
+        let hits = stack
+            .ledger()
+            .counters()
+            .get(Counter::TcpPredictionDataHits);
+        assert!(hits >= 190, "{hits} of 200 requests or replies predicted");
+    }
+}

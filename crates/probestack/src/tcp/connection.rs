@@ -802,17 +802,19 @@ impl Connection {
         };
         let window = usize::from(seg.window_len) << self.snd_shift;
         let len = seg.payload.len();
-        // Jacobson's predicate wants the window unchanged. A pure ACK may move it here as
-        // long as it neither opens nor closes it (the persist timer is the slow path's):
-        // a receiver whose reader lags advertises a new window with every ACK, and the
-        // §3.10.7.4 update rule holds for an in-order segment with a new ACK, so taking it
-        // is the same work the slow path would do. Output runs after input either way.
-        let window_ok = if len == 0 {
-            window > 0 && self.snd_wnd > 0
-        } else {
-            window == self.snd_wnd
-        };
-        if !window_ok {
+        // Jacobson's predicate wants the window unchanged. Here it may move as long as it
+        // neither opens nor closes (the persist timer is the slow path's): a receiver whose
+        // reader lags advertises a new window with every ACK, and the §3.10.7.4 update
+        // rule holds for every in-order segment with an acceptable ACK, so taking it is
+        // the same work the slow path would do. Output runs after input either way.
+        let window_ok = window == self.snd_wnd || (window > 0 && self.snd_wnd > 0);
+        if !window_ok
+            || self.dup_acks != 0
+            || ack.lt(self.snd_una)
+            || ack.gt(self.snd_max)
+            || (len == 0 && ack == self.snd_una)
+            || (len > 0 && (!self.ooo.is_empty() || len > self.rx.free()))
+        {
             return false;
         }
         // PAWS and the timestamp to echo (RFC 7323 §4.3, §5.3).
@@ -822,34 +824,29 @@ impl Connection {
                 _ => return false,
             }
         }
-        if len == 0 {
-            // The pure ACK: new data acknowledged, outside recovery. (4.4BSD also wanted
-            // cwnd >= the send window, i.e. no growth to do; like FreeBSD today we grow
-            // cwnd here, so slow start takes the fast path too.)
-            if ack.gt(self.snd_una) && ack.le(self.snd_max) && self.dup_acks == 0 {
-                self.update_ts_recent(seg);
-                self.snd_wnd = window;
-                self.max_snd_wnd = self.max_snd_wnd.max(window);
-                self.snd_wl1 = seg.seq_number;
-                self.snd_wl2 = ack;
-                self.ack_new_data(ack, now);
-                self.stats.hp_ack_hits += 1;
-                ledger.counters().inc(Counter::TcpPredictionAckHits);
-                return true;
-            }
-            return false;
+        // Predicted: the pure ACK of new data, or in-order data that fits, possibly
+        // acknowledging new data too (4.4BSD took only data that acknowledged nothing new;
+        // Linux's fast path takes both, which is what a request/response exchange sends).
+        // 4.4BSD also wanted cwnd >= the send window, i.e. no growth to do; like FreeBSD
+        // today we grow cwnd here, so slow start takes the fast path too.
+        self.update_ts_recent(seg);
+        self.snd_wnd = window;
+        self.max_snd_wnd = self.max_snd_wnd.max(window);
+        self.snd_wl1 = seg.seq_number;
+        self.snd_wl2 = ack;
+        if ack.gt(self.snd_una) {
+            self.ack_new_data(ack, now);
         }
-        if ack == self.snd_una && self.ooo.is_empty() && len <= self.rx.free() {
-            // The pure in-order data segment.
-            self.update_ts_recent(seg);
-            self.snd_wl1 = seg.seq_number;
+        if len == 0 {
+            self.stats.hp_ack_hits += 1;
+            ledger.counters().inc(Counter::TcpPredictionAckHits);
+        } else {
             self.accept_in_order(seg.payload, data_in_rx, ledger);
             self.schedule_ack(now);
             self.stats.hp_data_hits += 1;
             ledger.counters().inc(Counter::TcpPredictionDataHits);
-            return true;
         }
-        false
+        true
     }
 
     fn update_ts_recent(&mut self, seg: &TcpRepr) {
@@ -1193,6 +1190,16 @@ impl Connection {
     /// New data acknowledged: the send buffer, the RTT, the timers and the congestion
     /// window (RFC 5681 §3.1, RFC 6582 §3.2 for partial ACKs).
     fn ack_new_data(&mut self, ack: SeqNumber, now: Instant) {
+        // Whether the window was what held the sender back (RFC 7661's "cwnd-limited",
+        // in Linux's form: in slow start, while cwnd is under twice the flight). A flow
+        // held back by the receiver's window or the application does not grow cwnd,
+        // which would otherwise climb without bound and stop restraining bursts.
+        let flight = self.flight_size();
+        let cwnd_limited = if self.cwnd < self.ssthresh {
+            self.cwnd < 2 * flight
+        } else {
+            flight + self.snd_mss >= self.cwnd
+        };
         let mut acked = ack.bytes_since(self.snd_una);
         self.stats.bytes_acked += acked as u64;
         if self.snd_una == self.iss {
@@ -1235,6 +1242,7 @@ impl Connection {
                 self.dup_acks = 0;
                 self.rtx_pending = None;
             }
+            None if !cwnd_limited => self.dup_acks = 0,
             None => {
                 self.dup_acks = 0;
                 if self.cwnd < self.ssthresh {
