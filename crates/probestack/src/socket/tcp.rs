@@ -222,6 +222,11 @@ impl TcpSockets {
     }
 
     /// Slot indices of every connection.
+    /// Slots in use or free: indices below this may hold a socket.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
     pub fn connection_indices(&self) -> impl Iterator<Item = usize> + '_ {
         self.slots.iter().enumerate().filter_map(|(i, s)| {
             matches!(

@@ -538,20 +538,15 @@ impl Stack {
 
     /// Runs the connections' timers that are due, then their output.
     pub(crate) fn tcp_timers(&mut self, now: Instant) {
-        let due: Vec<usize> = self
-            .tcp
-            .connection_indices()
-            .filter(|&i| {
-                self.tcp.at(i).is_some_and(|s| match &s.kind {
-                    Kind::Stream(c) => c.next_deadline().is_some_and(|d| d <= now),
-                    Kind::Listener(_) => false,
-                })
-            })
-            .collect();
-        for i in due {
+        // Slots are visited by index: a timer's output may free its own slot, never add
+        // one (a connection is only created by a SYN or the application).
+        for i in 0..self.tcp.slot_count() {
             let Some(c) = self.tcp.conn_mut(i) else {
                 continue;
             };
+            if c.next_deadline().is_none_or(|d| d > now) {
+                continue;
+            }
             let rst = {
                 let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Timer);
                 c.on_timers(now, &self.ledger)
