@@ -783,3 +783,34 @@ fn request_response_is_predicted() {
         assert!(hits >= 190, "{hits} of 200 requests or replies predicted");
     }
 }
+
+/// Nagle in Minshall's form: the short tail of a write goes at once when no other short
+/// segment is unacknowledged, instead of waiting for the delayed ACK of the odd full
+/// segment before it (40 ms on an otherwise instant link).
+#[test]
+fn nagle_does_not_hold_the_tail_of_a_write() {
+    let t = Tuning {
+        tcp_output_per_batch: false,
+        ..Tuning::fast()
+    };
+    let mut p = Pair::new(host(1500, t), host(1500, t)).unwrap();
+    let (c, _l, s) = connect(&mut p);
+    assert!(p.a.tcp_connection(c).unwrap().timestamps_enabled());
+    // 69 full segments of 1448 bytes (an odd number: the last one's ACK is delayed) and a
+    // short tail; B does not read meanwhile, so no window update hurries an ACK.
+    let total = 69 * 1448 + 100;
+    assert_eq!(p.a.tcp_send(c, &pattern(0, total)), Ok(total));
+    let start = p.now();
+    assert!(
+        p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s)
+            == Ok(total))
+    );
+    let ms = (p.now() - start).as_millis();
+    assert!(ms < 40, "the tail waited {ms} ms");
+    // Two short writes in a row: the second waits for the first's ACK (Nagle proper).
+    p.a.tcp_send(c, b"first").unwrap();
+    p.a.tcp_send(c, b"second").unwrap();
+    let out = p.a.ledger().counters().get(Counter::TcpSegmentsOut);
+    p.a.tcp_send(c, b"third").unwrap();
+    assert_eq!(p.a.ledger().counters().get(Counter::TcpSegmentsOut), out);
+}

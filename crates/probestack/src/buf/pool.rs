@@ -276,6 +276,9 @@ impl ClassState {
 /// Blocks a depot moves at a time: one lock per this many frees or allocations.
 pub const MAGAZINE: usize = 32;
 
+/// The most blocks a class keeps on its free list when it has a depot to pass the rest to.
+const KEEP_WITH_DEPOT: usize = 4 * MAGAZINE;
+
 /// Free blocks shared by the pools of stacks that hand buffers to each other: Bonwick's
 /// depot of full magazines (USENIX 2001), in front of the global allocator.
 ///
@@ -483,7 +486,13 @@ impl Pool {
         }
         if self.buffer_cache {
             if let Some(older) = state.cache.replace(block) {
-                if state.free.len() < state.max_free {
+                // With a depot to share with, a class keeps a few magazines and passes
+                // the rest on, so blocks circulate as soon as traffic is one way.
+                let keep = match self.depot {
+                    Some(_) => state.max_free.min(KEEP_WITH_DEPOT),
+                    None => state.max_free,
+                };
+                if state.free.len() < keep {
                     state.free.push(older);
                 } else if let Some(depot) = &self.depot {
                     state.spill.push(older);

@@ -315,6 +315,8 @@ pub struct Connection {
     rtx_deadline: Option<Instant>,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
+    /// The end of the last short segment sent (Minshall's Nagle).
+    snd_sml: SeqNumber,
     keepalive_deadline: Option<Instant>,
     keepalive_sent: u32,
     close_deadline: Option<Instant>,
@@ -417,6 +419,7 @@ impl Connection {
             rtx_deadline: None,
             persist_deadline: None,
             persist_backoff: 0,
+            snd_sml: iss,
             keepalive_deadline: None,
             keepalive_sent: 0,
             close_deadline: None,
@@ -812,7 +815,7 @@ impl Connection {
             || self.dup_acks != 0
             || ack.lt(self.snd_una)
             || ack.gt(self.snd_max)
-            || (len == 0 && ack == self.snd_una)
+            || (len == 0 && ack == self.snd_una && window == self.snd_wnd)
             || (len > 0 && (!self.ooo.is_empty() || len > self.rx.free()))
         {
             return false;
@@ -824,9 +827,11 @@ impl Connection {
                 _ => return false,
             }
         }
-        // Predicted: the pure ACK of new data, or in-order data that fits, possibly
-        // acknowledging new data too (4.4BSD took only data that acknowledged nothing new;
-        // Linux's fast path takes both, which is what a request/response exchange sends).
+        // Predicted: the pure ACK of new data, a pure window update (a reader made room;
+        // the same ACK with the same window would be a duplicate, for the slow path), or
+        // in-order data that fits, possibly acknowledging new data too (4.4BSD took only
+        // data that acknowledged nothing new; Linux's fast path takes both, which is what
+        // a request/response exchange sends).
         // 4.4BSD also wanted cwnd >= the send window, i.e. no growth to do; like FreeBSD
         // today we grow cwnd here, so slow start takes the fast path too.
         self.update_ts_recent(seg);
@@ -1568,14 +1573,21 @@ impl Connection {
 
         if len > 0 {
             // Sender silly-window avoidance and Nagle (RFC 9293 §3.8.6.2.1, RFC 1122
-            // §4.2.3.4): send a full segment; or everything left, if nothing is
-            // unacknowledged or Nagle is off; or at least half the largest window seen.
+            // §4.2.3.4): send a full segment; or everything left, if Nagle allows it or
+            // is off; or at least half the largest window seen. Nagle in Minshall's form
+            // (as Linux has it): a short segment waits only while an earlier short one
+            // is unacknowledged, not while any data is, so the short tail of a bulk write
+            // does not wait for the peer's delayed ACK of the full segments before it.
             let all = len == unsent;
+            let short_in_flight = self.snd_sml.gt(self.snd_una);
             let ok = len == mss
-                || (all && (in_flight == 0 || !self.config.nagle || fin_unsent))
+                || (all && (!short_in_flight || !self.config.nagle || fin_unsent))
                 || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2);
             if ok {
                 let seq = self.snd_nxt;
+                if len < mss {
+                    self.snd_sml = seq + len;
+                }
                 return self.emit_range(seq, len, Send::Next, now);
             }
         }
