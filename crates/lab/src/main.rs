@@ -68,6 +68,25 @@ enum Lab {
     /// probestack beside smoltcp and the Linux kernel on the same UDP workloads: one-way
     /// datagram rates and request/response round-trip times.
     Peers(PeersArgs),
+    /// One-way TCP bulk transfer between two stacks on two threads: Gbit/s of payload and
+    /// header-prediction hit rate by MTU, tuning, and whether the application touches the data.
+    Bulk(BulkArgs),
+}
+
+#[derive(Args)]
+struct BulkArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// 8 MiB per run instead of 32 MiB (still five timed runs after a warm-up run).
+    #[arg(long)]
+    quick: bool,
+    /// Timed runs per figure (the median is reported), after one warm-up run.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Link MTUs (comma-separated, 576 to 65535); default 1500,4352,9000,16384,32768,65535.
+    #[arg(long, value_delimiter = ',')]
+    mtu: Vec<usize>,
 }
 
 #[derive(Args)]
@@ -274,6 +293,37 @@ fn main() -> ExitCode {
                 }
             });
             finish(r, json, experiments::peers::tables)
+        }
+        Command::Lab(Lab::Bulk(a)) => {
+            let base = if a.quick {
+                experiments::bulk::Settings::QUICK
+            } else {
+                experiments::bulk::Settings::FULL
+            };
+            let settings = experiments::bulk::Settings {
+                runs: a.runs.max(1),
+                ..base
+            };
+            let mtus = if a.mtu.is_empty() {
+                experiments::bulk::MTUS.to_vec()
+            } else {
+                a.mtu
+            };
+            let json = a.json;
+            let r = experiments::bulk::run(&mtus, settings, |s| {
+                if !json {
+                    eprintln!("  bulk: {s}");
+                }
+            });
+            if let Ok(r) = &r {
+                for f in &r.failures {
+                    eprintln!(
+                        "probestack: bulk: MTU {} {} (touch {}) failed: {}",
+                        f.mtu, f.config, f.app_touches_data, f.error
+                    );
+                }
+            }
+            finish(r, json, experiments::bulk::tables)
         }
         Command::Report(a) => {
             let effort = if a.full { Effort::FULL } else { Effort::QUICK };

@@ -1,6 +1,7 @@
 //! The lab's experiments, one module each. Each has a `run` that returns serialisable
 //! results and a `tables` that renders them.
 
+pub mod bulk;
 pub mod checksum;
 pub mod discard;
 pub mod echo;
