@@ -65,8 +65,8 @@ enum Lab {
     /// What the ledger's probes cost: throughput of a probe-free build against default
     /// sampling and every message probed.
     Overhead(OverheadArgs),
-    /// probestack beside smoltcp and the Linux kernel on the same UDP workloads: one-way
-    /// datagram rates and request/response round-trip times.
+    /// probestack beside smoltcp and the Linux kernel on the same UDP and TCP workloads:
+    /// one-way rates, request/response times, TCP bulk at three MTUs.
     Peers(PeersArgs),
     /// One-way TCP bulk transfer between two stacks on two threads: Gbit/s of payload and
     /// header-prediction hit rate by MTU, tuning, and whether the application touches the data.

@@ -18,7 +18,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
          Written by `cargo run --release -- report`.\n\n",
     );
 
-    eprintln!("[1/3] checksum: kernels, copy, fused copy+checksum, peers");
+    eprintln!("[1/5] checksum: kernels, copy, fused copy+checksum, peers");
     let r = experiments::checksum::run(&experiments::checksum::SIZES, effort, |s| {
         eprint!("\r  {s} bytes...        ");
         let _ = io::stderr().flush();
@@ -31,7 +31,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 
-    eprintln!("[2/3] ping: two stacks over the memory link");
+    eprintln!("[2/5] ping: two stacks over the memory link");
     let count = if effort.samples > Effort::QUICK.samples {
         100
     } else {
@@ -45,7 +45,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 
-    eprintln!("[3/3] echo: paper 000's UDP echo on B");
+    eprintln!("[3/5] echo: paper 000's UDP echo on B");
     let (sizes, reps) = if effort.samples > Effort::QUICK.samples {
         (experiments::echo::sizes(), 100)
     } else {
@@ -61,6 +61,45 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
     )?;
     fs::write(
         out.join("data/echo.json"),
+        serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
+    )?;
+
+    let full = effort.samples > Effort::QUICK.samples;
+    eprintln!("[4/5] bulk: TCP between two stacks on two threads, by MTU");
+    let settings = if full {
+        experiments::bulk::Settings::FULL
+    } else {
+        experiments::bulk::Settings::QUICK
+    };
+    let r = experiments::bulk::run(&experiments::bulk::MTUS, settings, |s| {
+        eprint!("\r  {s}...{:20}", "");
+        let _ = io::stderr().flush();
+    })
+    .map_err(io::Error::other)?;
+    eprint!("\r{:60}\r", "");
+    let tables = experiments::bulk::tables(&r);
+    write_section(out, &mut md, "bulk", "TCP bulk (paper 004 Fig. 2)", &tables)?;
+    fs::write(
+        out.join("data/bulk.json"),
+        serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
+    )?;
+
+    eprintln!("[5/5] peers: probestack, smoltcp and Linux on the same workloads");
+    let settings = if full {
+        experiments::peers::Settings::FULL
+    } else {
+        experiments::peers::Settings::QUICK
+    };
+    let r = experiments::peers::run(settings, |s| {
+        eprint!("\r  {s}...{:20}", "");
+        let _ = io::stderr().flush();
+    })
+    .map_err(io::Error::other)?;
+    eprint!("\r{:60}\r", "");
+    let tables = experiments::peers::tables(&r);
+    write_section(out, &mut md, "peers", "Peers", &tables)?;
+    fs::write(
+        out.join("data/peers.json"),
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 

@@ -1486,8 +1486,9 @@ pub const TCP_NOTE: &str = "TCP: every run opens a fresh connection and moves 4 
     polled, B's application reads everything waiting into a 256 KiB buffer without looking \
     at it; Gbit/s counts the payload it read, headers excluded. probestack: 1 MiB send and \
     receive buffers, window scaling, timestamps and SACK negotiated, Reno congestion \
-    control from an initial window of 10 segments, an ACK for every second full segment \
-    (delayed ACK 40 ms otherwise); fast negotiates RFC 1146's alternate checksum on its \
+    control from an initial window of 10 segments; fast sends one ACK per receive batch \
+    (tcp_output_per_batch), bsd one for every second segment (delayed ACK 40 ms \
+    otherwise); fast negotiates RFC 1146's alternate checksum on its \
     one-hop CRC link, so it computes and verifies no TCP checksum, and takes header \
     prediction's fast path; bsd sums every segment with RFC 1071's loop and takes the full \
     input path. smoltcp 0.14: device MTU = IP MTU + 14, no max burst size (so no clamp on \
@@ -1496,8 +1497,8 @@ pub const TCP_NOTE: &str = "TCP: every run opens a fresh connection and moves 4 
     window allows), no timestamps (no generator set), SACK blocks sent but none acted on \
     (no SACK recovery: irrelevant on a link that loses nothing), delayed ACK 10 ms with an \
     ACK at once when more than one MSS is unacknowledged; its poll takes in every waiting \
-    frame before it transmits, so one ACK answers a whole batch of segments, where \
-    probestack acknowledges as segments arrive; it computes and verifies every TCP \
+    frame before it transmits, so one ACK answers a whole batch of segments, as in \
+    probestack fast; it computes and verifies every TCP \
     checksum in software. So the per-byte work differs: probestack fast computes no TCP \
     checksum, but its memory link computes and checks a CRC-32 over every frame; smoltcp \
     sums every segment and its link computes no CRC; probestack bsd pays both. Linux: \
