@@ -7,8 +7,9 @@ use crate::driver::{ConfigError, Device, MemoryLink, MemoryNic, NicConfig};
 use crate::ip::route::Ipv4Cidr;
 use crate::stack::{InterfaceConfig, Stack, StackConfig};
 use crate::time::{Clock, Duration, Instant, VirtualClock};
-use crate::wire::ethernet::EthernetAddress;
-use crate::wire::Ipv4Address;
+use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetRepr};
+use crate::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
+use crate::wire::{Checksum, Ipv4Address};
 
 /// Host A's address in simulations: 198.18.0.1/15 (RFC 2544's benchmarking range).
 pub const ADDR_A: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
@@ -167,4 +168,55 @@ impl Pair {
         let limit = self.now() + d;
         while self.step(limit) {}
     }
+}
+
+/// An IPv4 header from `src` to `dst` carrying `payload_len` bytes of `protocol`: TTL 64,
+/// no options, not a fragment, identifier 0. Set other fields with struct update syntax.
+pub fn ipv4_header(
+    src: Ipv4Address,
+    dst: Ipv4Address,
+    protocol: IpProtocol,
+    payload_len: usize,
+) -> Ipv4Repr {
+    Ipv4Repr {
+        src,
+        dst,
+        protocol,
+        ttl: 64,
+        dscp: 0,
+        ecn: 0,
+        ident: 0,
+        dont_frag: false,
+        more_frags: false,
+        frag_offset: 0,
+        payload_len,
+        options: Ipv4Options::NONE,
+    }
+}
+
+/// A whole Ethernet frame around an IPv4 datagram, as it would come off the wire: the
+/// header `ip` with its checksum, then its `payload_len` bytes as `fill` writes them. For
+/// tests and tools that craft frames to inject.
+///
+/// Panics if `ip` cannot be emitted (a field out of range): a crafted frame is the
+/// caller's own.
+pub fn ipv4_frame(
+    source: EthernetAddress,
+    destination: EthernetAddress,
+    ip: &Ipv4Repr,
+    fill: impl FnOnce(&mut [u8]),
+) -> Vec<u8> {
+    let mut f = vec![0u8; ethernet::HEADER_LEN + ip.buffer_len()];
+    let eth = EthernetRepr {
+        source,
+        destination,
+        ethertype: EtherType::Ipv4,
+    };
+    eth.emit(&mut ethernet::Frame::new_unchecked(&mut f[..]))
+        .expect("an Ethernet header fits");
+    let mut packet = ipv4::Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]);
+    ip.emit(&mut packet, Checksum::Check)
+        .expect("a valid IPv4 header");
+    fill(packet.payload_mut());
+    f
 }

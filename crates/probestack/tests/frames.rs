@@ -3,6 +3,7 @@
 //! parse with ours and verify.
 
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+use probestack::sim::{ipv4_frame, ipv4_header};
 use probestack::wire::ethernet::{self, EtherType, EthernetAddress, EthernetRepr};
 use probestack::wire::icmpv4::{self, Icmpv4Repr};
 use probestack::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
@@ -24,31 +25,12 @@ fn frame(
     fill: impl FnOnce(&mut [u8]),
 ) -> Vec<u8> {
     let ip = Ipv4Repr {
-        src: SRC,
-        dst: DST,
-        protocol,
-        ttl: 64,
-        dscp: 0,
-        ecn: 0,
         ident: 0x1234,
         dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-        payload_len: l4_len,
         options: Ipv4Options::new(options).unwrap(),
+        ..ipv4_header(SRC, DST, protocol, l4_len)
     };
-    let mut buf = vec![0u8; ethernet::HEADER_LEN + ip.buffer_len()];
-    let eth = EthernetRepr {
-        source: MAC_A,
-        destination: MAC_B,
-        ethertype: EtherType::Ipv4,
-    };
-    eth.emit(&mut ethernet::Frame::new_unchecked(&mut buf[..]))
-        .unwrap();
-    let mut packet = ipv4::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN..]);
-    ip.emit(&mut packet, Checksum::Check).unwrap();
-    fill(packet.payload_mut());
-    buf
+    ipv4_frame(MAC_A, MAC_B, &ip, fill)
 }
 
 /// The IPv4 header checksum etherparse computes for the frame equals the one we wrote.

@@ -11,13 +11,11 @@ use probestack::driver::{
 use probestack::ip::reassembly::ReassemblyConfig;
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::{Counter, Ledger};
-use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::stack::{InterfaceConfig, Stack, StackConfig};
 use probestack::time::{Clock, Duration, Instant, VirtualClock};
 use probestack::tuning::Tuning;
-use probestack::wire::ethernet::{self, EtherType, EthernetRepr};
-use probestack::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
-use probestack::wire::Checksum;
+use probestack::wire::ipv4::{IpProtocol, Ipv4Repr};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
@@ -275,31 +273,12 @@ fn fragment_frame(ident: u16, offset: usize, len: usize, fill: u8) -> Vec<u8> {
 
 fn fragment_of(protocol: IpProtocol, ident: u16, offset: usize, len: usize, fill: u8) -> Vec<u8> {
     let ip = Ipv4Repr {
-        src: ADDR_A,
-        dst: ADDR_B,
-        protocol,
-        ttl: 64,
-        dscp: 0,
-        ecn: 0,
         ident,
-        dont_frag: false,
         more_frags: true,
         frag_offset: offset as u16,
-        payload_len: len,
-        options: Ipv4Options::NONE,
+        ..ipv4_header(ADDR_A, ADDR_B, protocol, len)
     };
-    let mut f = vec![0u8; ethernet::HEADER_LEN + ip.buffer_len()];
-    EthernetRepr {
-        source: MAC_A,
-        destination: MAC_B,
-        ethertype: EtherType::Ipv4,
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]))
-    .unwrap();
-    let mut p = ipv4::Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]);
-    ip.emit(&mut p, Checksum::Check).unwrap();
-    p.payload_mut().fill(fill);
-    f
+    ipv4_frame(MAC_A, MAC_B, &ip, |payload| payload.fill(fill))
 }
 
 fn inject(raw: &mut probestack::driver::MemoryNic, frame: &[u8], now: Instant) {

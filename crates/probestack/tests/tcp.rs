@@ -11,14 +11,14 @@ use probestack::driver::{
     TxMeta,
 };
 use probestack::probe::Counter;
-use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::tcp::State;
 use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
-use probestack::wire::ethernet::{self, EtherType, EthernetRepr};
+use probestack::wire::ethernet;
 use probestack::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr};
-use probestack::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
+use probestack::wire::ipv4::{IpProtocol, Ipv4Repr};
 use probestack::wire::Checksum;
 
 const PORT: u16 = 5001;
@@ -511,34 +511,13 @@ impl NarrowPath {
             Icmpv4Repr::dst_unreachable(DstUnreachable::FragRequired, self.reported_mtu, &quoted)
                 .unwrap();
         let ip = Ipv4Repr {
-            src: ADDR_B,
-            dst: ADDR_A,
-            protocol: IpProtocol::Icmp,
-            ttl: 64,
-            dscp: 0,
-            ecn: 0,
             ident: 1,
-            dont_frag: false,
-            more_frags: false,
-            frag_offset: 0,
-            payload_len: icmp.buffer_len(),
-            options: Ipv4Options::NONE,
+            ..ipv4_header(ADDR_B, ADDR_A, IpProtocol::Icmp, icmp.buffer_len())
         };
-        let mut f = vec![0u8; ethernet::HEADER_LEN + ip.buffer_len()];
-        EthernetRepr {
-            source: MAC_B,
-            destination: MAC_A,
-            ethertype: EtherType::Ipv4,
-        }
-        .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]))
-        .unwrap();
-        let mut p = ipv4::Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]);
-        ip.emit(&mut p, Checksum::Check).unwrap();
-        icmp.emit(
-            &mut icmpv4::Packet::new_unchecked(p.payload_mut()),
-            Checksum::Check,
-        )
-        .unwrap();
+        let f = ipv4_frame(MAC_B, MAC_A, &ip, |payload| {
+            icmp.emit(&mut icmpv4::Packet::new_unchecked(payload), Checksum::Check)
+                .unwrap();
+        });
         PacketBuf::from_slice(&f, 0).unwrap()
     }
 }

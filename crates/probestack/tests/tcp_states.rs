@@ -28,13 +28,13 @@ use probestack::driver::{
     Device, DeviceCaps, DeviceContext, DeviceError, MemoryNic, RxChecksum, RxFrame, TxMeta,
 };
 use probestack::probe::Counter;
-use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::tcp::State;
 use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
-use probestack::wire::ethernet::{self, EtherType, EthernetRepr};
-use probestack::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
+use probestack::wire::ethernet::{self, EtherType};
+use probestack::wire::ipv4::{self, IpProtocol, Ipv4Repr};
 use probestack::wire::tcp::{self as tcp_wire, Control, SeqNumber, TcpRepr, TcpTimestamp};
 use probestack::wire::Checksum;
 
@@ -245,36 +245,19 @@ impl Net {
         let (src, src_mac) = from.addresses();
         let (dst, dst_mac) = from.peer().addresses();
         let ip = Ipv4Repr {
-            src,
-            dst,
-            protocol: IpProtocol::Tcp,
-            ttl: 64,
-            dscp: 0,
-            ecn: 0,
             ident: 0x5961,
             dont_frag: true,
-            more_frags: false,
-            frag_offset: 0,
-            payload_len: seg.buffer_len(),
-            options: Ipv4Options::NONE,
+            ..ipv4_header(src, dst, IpProtocol::Tcp, seg.buffer_len())
         };
-        let mut f = vec![0u8; ethernet::HEADER_LEN + ip.buffer_len()];
-        EthernetRepr {
-            source: src_mac,
-            destination: dst_mac,
-            ethertype: EtherType::Ipv4,
-        }
-        .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]))
-        .unwrap();
-        let mut p = ipv4::Packet::new_unchecked(&mut f[ethernet::HEADER_LEN..]);
-        ip.emit(&mut p, Checksum::Check).unwrap();
-        seg.emit(
-            &mut tcp_wire::Packet::new_unchecked(p.payload_mut()),
-            src,
-            dst,
-            Checksum::Check,
-        )
-        .unwrap();
+        let f = ipv4_frame(src_mac, dst_mac, &ip, |payload| {
+            seg.emit(
+                &mut tcp_wire::Packet::new_unchecked(payload),
+                src,
+                dst,
+                Checksum::Check,
+            )
+            .unwrap();
+        });
         let frame = PacketBuf::from_slice(&f, 0).unwrap();
         self.lock().inbox[from.peer().index()].push_back(frame);
     }

@@ -185,6 +185,19 @@ pub struct Outgoing {
     pub retransmission: bool,
 }
 
+impl Outgoing {
+    /// A segment of header alone: SYN, FIN, a pure ACK, a keepalive probe.
+    fn header_only(repr: TcpRepr<'static>, no_checksum: bool, retransmission: bool) -> Outgoing {
+        Outgoing {
+            repr,
+            data_offset: 0,
+            data_len: 0,
+            no_checksum,
+            retransmission,
+        }
+    }
+}
+
 /// A RST to send in reply to a segment that belongs to no connection state (RFC 9293
 /// §3.10.7.1 and the unacceptable-ACK cases of §3.10.7.3-4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1552,13 +1565,7 @@ impl Connection {
             if matches!(self.state, State::Established | State::CloseWait) {
                 let repr = self.header(self.snd_una - 1, Control::None, now);
                 self.note_ack_sent(&repr);
-                return Some(Outgoing {
-                    repr,
-                    data_offset: 0,
-                    data_len: 0,
-                    no_checksum: self.no_checksum,
-                    retransmission: false,
-                });
+                return Some(Outgoing::header_only(repr, self.no_checksum, false));
             }
         }
 
@@ -1653,25 +1660,13 @@ impl Connection {
             self.rtx_deadline = Some(now + self.rtt.rto());
         }
         self.note_ack_sent(&repr);
-        Outgoing {
-            repr,
-            data_offset: 0,
-            data_len: 0,
-            no_checksum: false,
-            retransmission,
-        }
+        Outgoing::header_only(repr, false, retransmission)
     }
 
     fn emit_pure_ack(&mut self, now: Instant) -> Outgoing {
         let repr = self.header(self.snd_nxt, Control::None, now);
         self.note_ack_sent(&repr);
-        Outgoing {
-            repr,
-            data_offset: 0,
-            data_len: 0,
-            no_checksum: self.no_checksum,
-            retransmission: false,
-        }
+        Outgoing::header_only(repr, self.no_checksum, false)
     }
 
     fn emit_fin(&mut self, now: Instant) -> Outgoing {
@@ -1686,13 +1681,7 @@ impl Connection {
             self.rtx_deadline = Some(now + self.rtt.rto());
         }
         self.note_ack_sent(&repr);
-        Outgoing {
-            repr,
-            data_offset: 0,
-            data_len: 0,
-            no_checksum: self.no_checksum,
-            retransmission,
-        }
+        Outgoing::header_only(repr, self.no_checksum, retransmission)
     }
 
     /// A data segment for [seq, seq+len) of the send buffer (clamped to the data held),
