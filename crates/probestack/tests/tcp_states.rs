@@ -1375,15 +1375,23 @@ fn segment_without_timestamp_is_dropped() {
     assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
 }
 
-/// RFC 5961 §5.2: data whose ACK acknowledges something never sent (beyond SND.NXT) is
-/// dropped with an ACK; the data never reaches the application.
-#[test]
-fn data_with_ack_beyond_snd_nxt_is_dropped() {
-    let (mut p, net, c, s) = victim();
+/// B's address "sends" A data at RCV.NXT with each of `acks`: A delivers none of it, and
+/// counts each under `drop` and answers each with a challenge ACK (RFC 5961 §5.2).
+fn forged_data_is_dropped(
+    p: &mut Pair,
+    net: &Net,
+    c: TcpHandle,
+    acks: &[SeqNumber],
+    drop: Counter,
+) {
     let conn = p.a.tcp_connection(c).unwrap();
     let (rcv_nxt, snd_nxt) = (conn.rcv_nxt(), conn.snd_nxt());
+    let (dropped, challenged) = (
+        counter(p, Host::A, drop),
+        counter(p, Host::A, Counter::TcpChallengeAcks),
+    );
     let mark = net.mark();
-    for ack in [snd_nxt + 1, snd_nxt + 100_000] {
+    for &ack in acks {
         net.inject(
             Host::B,
             &TcpRepr {
@@ -1391,17 +1399,35 @@ fn data_with_ack_beyond_snd_nxt_is_dropped() {
                 ack_number: Some(ack),
                 psh: true,
                 payload: b"FORGED",
-                ..from_b(&p, &net, c)
+                ..from_b(p, net, c)
             },
         );
         p.settle();
     }
+    let n = acks.len() as u64;
     assert_eq!(p.a.tcp_recv_queued(c), Ok(0), "nothing delivered");
     assert_eq!(p.a.tcp_connection(c).unwrap().rcv_nxt(), rcv_nxt);
-    assert_eq!(counter(&p, Host::A, Counter::TcpDropAckTooNew), 2);
-    assert_eq!(counter(&p, Host::A, Counter::TcpChallengeAcks), 2);
+    assert_eq!(counter(p, Host::A, drop) - dropped, n);
+    assert_eq!(
+        counter(p, Host::A, Counter::TcpChallengeAcks) - challenged,
+        n
+    );
     let sent = net.sent_since(mark, Host::A);
-    assert_eq!(challenge_acks(&sent, snd_nxt, rcv_nxt), 2, "{sent:?}");
+    assert_eq!(
+        challenge_acks(&sent, snd_nxt, rcv_nxt),
+        acks.len(),
+        "{sent:?}"
+    );
+}
+
+/// RFC 5961 §5.2: data whose ACK acknowledges something never sent (beyond SND.NXT) is
+/// dropped with an ACK; the data never reaches the application.
+#[test]
+fn data_with_ack_beyond_snd_nxt_is_dropped() {
+    let (mut p, net, c, s) = victim();
+    let snd_nxt = p.a.tcp_connection(c).unwrap().snd_nxt();
+    let acks = [snd_nxt + 1, snd_nxt + 100_000];
+    forged_data_is_dropped(&mut p, &net, c, &acks, Counter::TcpDropAckTooNew);
     // B's real data at the same sequence numbers is what A reads.
     p.b.tcp_send(s, b"genuine").unwrap();
     p.run_for(Duration::from_millis(100));
@@ -1445,26 +1471,8 @@ fn data_with_ack_older_than_max_snd_wnd_is_dropped() {
     assert_eq!(snd_una, snd_nxt);
     const MAX_SND_WND: usize = 65_535;
 
-    let mark = net.mark();
-    for ack in [snd_una - (MAX_SND_WND + 1), snd_una - 1_000_000] {
-        net.inject(
-            Host::B,
-            &TcpRepr {
-                seq_number: rcv_nxt,
-                ack_number: Some(ack),
-                psh: true,
-                payload: b"FORGED",
-                ..from_b(&p, &net, c)
-            },
-        );
-        p.settle();
-    }
-    assert_eq!(p.a.tcp_recv_queued(c), Ok(0), "nothing delivered");
-    assert_eq!(p.a.tcp_connection(c).unwrap().rcv_nxt(), rcv_nxt);
-    assert_eq!(counter(&p, Host::A, Counter::TcpDropAckTooOld), 2);
-    assert_eq!(counter(&p, Host::A, Counter::TcpChallengeAcks), 2);
-    let sent = net.sent_since(mark, Host::A);
-    assert_eq!(challenge_acks(&sent, snd_nxt, rcv_nxt), 2, "{sent:?}");
+    let acks = [snd_una - (MAX_SND_WND + 1), snd_una - 1_000_000];
+    forged_data_is_dropped(&mut p, &net, c, &acks, Counter::TcpDropAckTooOld);
 
     // At exactly SND.UNA − MAX.SND.WND the ACK is acceptable (a pure ACK, so that the
     // streams stay in step): processed quietly, no challenge ACK, nothing dropped.
