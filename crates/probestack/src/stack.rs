@@ -248,6 +248,15 @@ impl Stack {
         index
     }
 
+    /// The file descriptors of the devices that have one ([`Device::readiness_fd`]), for a
+    /// runner to wait on with epoll between polls.
+    pub fn readiness_fds(&self) -> Vec<i32> {
+        self.ifaces
+            .iter()
+            .filter_map(|i| i.device.readiness_fd())
+            .collect()
+    }
+
     /// The routing table, to add gateways and default routes.
     pub fn routes_mut(&mut self) -> &mut RouteTable {
         &mut self.routes

@@ -180,6 +180,12 @@ pub trait Device {
     fn buffer_depot(&self) -> Option<crate::buf::Depot> {
         None
     }
+
+    /// A file descriptor that becomes readable when frames arrive, for a runner's epoll
+    /// (a TAP or packet socket). In-memory devices have none: a runner polls them.
+    fn readiness_fd(&self) -> Option<i32> {
+        None
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -211,5 +217,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn buffer_depot(&self) -> Option<crate::buf::Depot> {
         (**self).buffer_depot()
+    }
+    fn readiness_fd(&self) -> Option<i32> {
+        (**self).readiness_fd()
     }
 }

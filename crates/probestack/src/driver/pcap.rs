@@ -214,6 +214,10 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn buffer_depot(&self) -> Option<crate::buf::Depot> {
         self.inner.buffer_depot()
     }
+
+    fn readiness_fd(&self) -> Option<i32> {
+        self.inner.readiness_fd()
+    }
 }
 
 impl<D: Device + fmt::Debug, W: Write> fmt::Debug for PcapWriter<D, W> {
