@@ -866,6 +866,42 @@ fn syn_sent_to_closed_on_close() {
     assert_eq!(p.a.tcp_state(c2), Err(TcpError::BadHandle));
 }
 
+/// Data written during SYN-SENT and then a shutdown: the FIN waits behind the data and
+/// the SYN-ACK takes A to FIN-WAIT-1 (RFC 9293 §3.10.4's rule for pending sends), so
+/// nothing written is lost.
+#[test]
+fn syn_sent_with_queued_data_to_fin_wait_1_on_shutdown() {
+    let (mut p, net) = tapped();
+    let l = p.b.tcp_listen((ADDR_B, PORT), 4).unwrap();
+    net.hold_into(Host::A, |s| s.control == Control::Syn);
+    let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(p.a.tcp_send(c, b"written early"), Ok(13));
+    p.a.tcp_shutdown(c).unwrap();
+    assert_eq!(p.a.tcp_state(c), Ok(State::SynSent));
+
+    net.release();
+    let mut b = None;
+    wait(&mut p, Duration::from_secs(2), "B accepts", |p| {
+        b = p.b.tcp_accept(l).ok();
+        b.is_some()
+    });
+    let b = b.unwrap();
+    p.settle();
+    assert_eq!(p.a.tcp_state(c), Ok(State::FinWait2));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    loop {
+        match p.b.tcp_recv(b, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("B: {e}"),
+        }
+    }
+    assert_eq!(got, b"written early", "the data, then end of stream");
+    assert_eq!(p.b.tcp_state(b), Ok(State::CloseWait));
+}
+
 /// SYN-SENT → CLOSED on a RST that acknowledges our SYN (connection refused). A RST whose
 /// ACK does not acknowledge the SYN, or without an ACK, is ignored (RFC 9293 §3.10.7.3,
 /// RFC 5961 §3).

@@ -684,9 +684,16 @@ impl Connection {
     /// a FIN follows the queued data.
     pub fn shutdown_write(&mut self) {
         match self.state {
+            State::SynSent if !self.tx.is_empty() => {
+                // Data written while the handshake is under way must not be lost: the
+                // FIN waits behind it, and the SYN-ACK moves us to FIN-WAIT-1 (the
+                // treatment RFC 9293 §3.10.4 gives SYN-RECEIVED with pending data).
+                self.queue_fin();
+            }
             State::SynSent | State::Closed | State::Listen => {
-                // RFC 9293 §3.10.4: the TCB goes, and with it the SYN's retransmission
-                // timer (left running, it would time the closed connection out).
+                // RFC 9293 §3.10.4: with nothing queued the TCB goes, and with it the
+                // SYN's retransmission timer (left running, it would time the closed
+                // connection out).
                 self.state = State::Closed;
                 self.clear_timers();
             }
