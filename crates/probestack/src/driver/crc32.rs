@@ -14,7 +14,8 @@
 //! definition, one bit at a time: the reference the fast routine is tested against.
 //!
 //! On x86-64 with PCLMULQDQ, frames of 64 bytes and more are folded with carry-less
-//! multiplication instead ([`x86::update_clmul`]): Gopal et al., "Fast CRC Computation for
+//! multiplication instead (`x86::update_clmul`, and four lanes at a time with AVX-512's
+//! VPCLMULQDQ, `x86::update_vpclmul`): Gopal et al., "Fast CRC Computation for
 //! Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), the method Linux's
 //! `crc32-pclmul` and zlib-ng use; several times faster than slicing on a 1500-byte frame.
 //!
