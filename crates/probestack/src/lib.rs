@@ -11,6 +11,8 @@ pub mod ip;
 pub mod link;
 pub mod probe;
 pub mod rng;
+#[cfg(target_os = "linux")]
+pub mod runner;
 pub mod sim;
 pub mod socket;
 pub mod stack;

@@ -55,6 +55,15 @@ pub struct Tuning {
     /// batch's segments, as Linux's GRO arranges. Off: output after every segment, as
     /// 4.4BSD's `tcp_input` ends.
     pub tcp_output_per_batch: bool,
+    /// Transmit checksum offload (paper 004 §3.2): where the interface's device can
+    /// complete a transport checksum, TCP puts only the pseudo-header sum in the field
+    /// and copies its data without summing it; the device (or the kernel, through a TAP)
+    /// sums the segment. Off: the stack sums every segment itself.
+    pub checksum_offload: bool,
+    /// TCP segmentation offload: where the device can also segment (and checksum
+    /// offload is on), TCP hands it super-segments of up to 64 KiB of whole segments and
+    /// the device cuts them, as Linux's TSO/GSO does. Off: one segment per frame.
+    pub segmentation_offload: bool,
 }
 
 impl Tuning {
@@ -74,6 +83,8 @@ impl Tuning {
             fused_copy_checksum: false,
             header_prediction: false,
             tcp_output_per_batch: false,
+            checksum_offload: false,
+            segmentation_offload: false,
         }
     }
 
@@ -93,6 +104,8 @@ impl Tuning {
             fused_copy_checksum: true,
             header_prediction: true,
             tcp_output_per_batch: true,
+            checksum_offload: true,
+            segmentation_offload: true,
         }
     }
 }
@@ -132,6 +145,8 @@ mod tests {
         assert_ne!(b.fused_copy_checksum, f.fused_copy_checksum);
         assert_ne!(b.header_prediction, f.header_prediction);
         assert_ne!(b.tcp_output_per_batch, f.tcp_output_per_batch);
+        assert_ne!(b.checksum_offload, f.checksum_offload);
+        assert_ne!(b.segmentation_offload, f.segmentation_offload);
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

@@ -123,7 +123,7 @@ mod pool;
 
 pub use chain::{BufChain, Segment};
 pub use loan::{ExtBuf, Loan};
-pub use packet::PacketBuf;
+pub use packet::{PacketBuf, TxOffload};
 pub use pool::{
     Class, ClassStats, Depot, Pool, PoolConfig, PoolStats, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE,
     JUMBO9K_SIZE, MAGAZINE, SMALL_SIZE,

@@ -24,6 +24,22 @@ pub struct PacketBuf {
     /// The id of the pool that handed the block out and counts it as outstanding, or
     /// [`NO_POOL`].
     origin: u64,
+    /// Work left for the device on transmit.
+    tx_offload: TxOffload,
+}
+
+/// What a frame on its way out leaves for the device to finish: Linux keeps the same two
+/// facts in its `sk_buff` (`ip_summed == CHECKSUM_PARTIAL`, `gso_size`). The layers set
+/// it; the link turns it into the device's transmit request. A buffer from a pool starts
+/// with none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxOffload {
+    /// The transport checksum field holds only the pseudo-header sum (not complemented);
+    /// the device sums the transport header and data into it.
+    pub l4_checksum: bool,
+    /// A TCP super-segment the device cuts into segments of this many data bytes; 0 for
+    /// an ordinary frame.
+    pub gso_size: u16,
 }
 
 impl PacketBuf {
@@ -43,6 +59,7 @@ impl PacketBuf {
             start: headroom,
             end: headroom + len,
             origin: NO_POOL,
+            tx_offload: TxOffload::default(),
         })
     }
 
@@ -160,6 +177,17 @@ impl PacketBuf {
         Ok(())
     }
 
+    /// What the device is asked to finish on transmit.
+    #[inline]
+    pub fn tx_offload(&self) -> TxOffload {
+        self.tx_offload
+    }
+
+    #[inline]
+    pub fn set_tx_offload(&mut self, offload: TxOffload) {
+        self.tx_offload = offload;
+    }
+
     /// Empties the window and places it `headroom` bytes into the block.
     pub fn reset(&mut self, headroom: usize) -> Result<(), BufError> {
         if headroom > self.block.len() {
@@ -170,6 +198,7 @@ impl PacketBuf {
         }
         self.start = headroom;
         self.end = headroom;
+        self.tx_offload = TxOffload::default();
         Ok(())
     }
 
@@ -183,6 +212,7 @@ impl PacketBuf {
             start,
             end,
             origin,
+            tx_offload: TxOffload::default(),
         }
     }
 

@@ -453,6 +453,7 @@ impl Device for MemoryNic {
             has_crc: true,
             copy_mode: self.config.copy_mode,
             checksum_offload: self.config.checksum_offload,
+            tso_max: 0,
         }
     }
 

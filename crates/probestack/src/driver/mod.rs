@@ -21,14 +21,20 @@ mod coalesce;
 pub mod crc32;
 pub mod faults;
 pub mod memlink;
+#[cfg(target_os = "linux")]
+pub mod packet;
 pub mod pcap;
 pub mod ring;
+#[cfg(target_os = "linux")]
+pub mod tap;
+#[cfg(target_os = "linux")]
+pub mod vnet;
 
 pub use faults::{FaultConfig, FaultConfigError, FaultStats};
 pub use memlink::{ConfigError, MemoryLink, MemoryNic, NicConfig, NicStats};
 pub use pcap::{PcapMode, PcapSink, PcapWriter};
 
-use crate::buf::PacketBuf;
+use crate::buf::{PacketBuf, TxOffload};
 use crate::probe::Ledger;
 use crate::time::Instant;
 
@@ -68,6 +74,10 @@ pub struct DeviceCaps {
     pub has_crc: bool,
     pub copy_mode: CopyMode,
     pub checksum_offload: ChecksumOffload,
+    /// TCP segmentation offload: the largest IPv4 datagram (a TCP super-segment) the
+    /// device cuts into MTU-sized segments itself ([`TxMeta::gso_size`]); 0 when it does
+    /// not segment. Only together with `checksum_offload.l4_tx`.
+    pub tso_max: usize,
 }
 
 /// What the device says about a received frame's transport checksum.
@@ -99,6 +109,35 @@ pub struct TxMeta {
     /// holds the pseudo-header sum, and the device sums from `checksum_start` to the end
     /// (Linux's `csum_start`/`csum_offset`, virtio-net's NEEDS_CSUM).
     pub l4_checksum: Option<(u16, u16)>,
+    /// A TCP super-frame (with `l4_checksum` set): cut it into segments of this many data
+    /// bytes, each with a copy of the headers (virtio-net's GSO_TCPV4 `gso_size`); 0 for
+    /// an ordinary frame.
+    pub gso_size: u16,
+}
+
+impl TxMeta {
+    /// The request for an Ethernet II frame carrying IPv4 whose buffer asks for
+    /// `offload`: the IPv4 header's length and protocol place the transport checksum
+    /// (16 bytes into TCP's header, 6 into UDP's).
+    pub fn for_frame(frame: &[u8], offload: TxOffload) -> TxMeta {
+        if !offload.l4_checksum {
+            return TxMeta::default();
+        }
+        let (Some(&vihl), Some(&protocol)) = (frame.get(14), frame.get(23)) else {
+            return TxMeta::default();
+        };
+        let start = 14 + usize::from(vihl & 0x0f) * 4;
+        let offset = match protocol {
+            6 => 16,
+            17 => 6,
+            _ => return TxMeta::default(),
+        };
+        TxMeta {
+            ipv4_checksum: false,
+            l4_checksum: Some((start as u16, offset)),
+            gso_size: offload.gso_size,
+        }
+    }
 }
 
 /// Why a device refused a frame.

@@ -274,7 +274,9 @@ impl Stack {
             options: Ipv4Options::NONE,
         };
         let hop = route.map(|r| (r.interface, r.next_hop));
-        if repr.buffer_len() > mtu {
+        // A TCP super-segment is larger than the MTU on purpose: the device cuts it.
+        let segmented_by_device = payload.tx_offload().gso_size != 0 && hop.is_some();
+        if repr.buffer_len() > mtu && !segmented_by_device {
             if dont_frag {
                 self.ledger.counters().inc(Counter::IpDropNeedFrag);
                 self.free(Layer::Ip, Side::Send, payload);

@@ -232,9 +232,8 @@ impl Stack {
                 // The frame leaves the stack: the pool stops counting it (the device, or
                 // the stack at the other end of a memory link, frees it).
                 let frame = self.pool.detach(frame);
-                dev.transmit(frame, TxMeta::default(), &cx)
-                    .err()
-                    .map(|_| None)
+                let meta = TxMeta::for_frame(frame.data(), frame.tx_offload());
+                dev.transmit(frame, meta, &cx).err().map(|_| None)
             } else {
                 Some(Some(frame))
             }

@@ -183,6 +183,9 @@ pub struct Outgoing {
     pub no_checksum: bool,
     /// Retransmission (counted by the caller).
     pub retransmission: bool,
+    /// A super-segment for the device to cut into segments of this many data bytes
+    /// (TCP segmentation offload); 0 for an ordinary segment.
+    pub gso_size: u16,
 }
 
 impl Outgoing {
@@ -194,6 +197,7 @@ impl Outgoing {
             data_len: 0,
             no_checksum,
             retransmission,
+            gso_size: 0,
         }
     }
 }
@@ -330,6 +334,9 @@ pub struct Connection {
     persist_backoff: u32,
     /// The end of the last short segment sent (Minshall's Nagle).
     snd_sml: SeqNumber,
+    /// The most data one super-segment may carry when the device segments (TSO); 0
+    /// when it does not. Set by the stack before each output.
+    tso_max: usize,
     keepalive_deadline: Option<Instant>,
     keepalive_sent: u32,
     close_deadline: Option<Instant>,
@@ -433,6 +440,7 @@ impl Connection {
             persist_deadline: None,
             persist_backoff: 0,
             snd_sml: iss,
+            tso_max: 0,
             keepalive_deadline: None,
             keepalive_sent: 0,
             close_deadline: None,
@@ -564,6 +572,12 @@ impl Connection {
             self.fin_queued = true;
             self.fin_out = Some(self.tx_head_seq() + self.tx.len());
         }
+    }
+
+    /// Lets [`Connection::next_segment`] build super-segments of up to `max` data bytes
+    /// for a device that segments them (TCP segmentation offload); 0 turns it off.
+    pub fn set_segmentation_offload(&mut self, max: usize) {
+        self.tso_max = max;
     }
 
     /// The most data one segment carries: the MSS less the options it will carry
@@ -1551,7 +1565,12 @@ impl Connection {
         let in_flight = self.snd_nxt.bytes_since(self.snd_una);
         let usable = window.saturating_sub(in_flight);
         let mss = self.segment_data_max();
-        let len = unsent.min(usable).min(mss);
+        let mut len = unsent.min(usable).min(self.tso_max.max(mss));
+        if len > mss && len < unsent {
+            // A super-segment holds whole segments; the short tail waits for Nagle's
+            // test on its own, as it would without the offload.
+            len -= len % mss;
+        }
 
         if std::mem::take(&mut self.probe_now) && unsent > 0 {
             if self.snd_wnd == 0 {
@@ -1594,12 +1613,12 @@ impl Connection {
             // does not wait for the peer's delayed ACK of the full segments before it.
             let all = len == unsent;
             let short_in_flight = self.snd_sml.gt(self.snd_una);
-            let ok = len == mss
+            let ok = len >= mss
                 || (all && (!short_in_flight || !self.config.nagle || fin_unsent))
                 || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2);
             if ok {
                 let seq = self.snd_nxt;
-                if len < mss {
+                if !len.is_multiple_of(mss) {
                     self.snd_sml = seq + len;
                 }
                 return self.emit_range(seq, len, Send::Next, now);
@@ -1705,7 +1724,15 @@ impl Connection {
         if offset > self.tx.len() {
             return None;
         }
-        let len = len.min(self.tx.len() - offset).min(self.segment_data_max());
+        let mss = self.segment_data_max();
+        // Only new data goes out in super-segments; a retransmission or probe is one
+        // segment at most.
+        let max = if kind == Send::Next {
+            self.tso_max.max(mss)
+        } else {
+            mss
+        };
+        let len = len.min(self.tx.len() - offset).min(max);
         let end = seq + len;
         let fin = kind != Send::Probe
             && self.fin_queued
@@ -1753,6 +1780,7 @@ impl Connection {
             data_len: len,
             no_checksum: self.no_checksum,
             retransmission,
+            gso_size: if len > mss { mss as u16 } else { 0 },
         })
     }
 

@@ -28,7 +28,7 @@ pub mod scoreboard;
 
 pub use connection::{ConnError, ConnStats, Connection, State, TcpConfig};
 
-use crate::buf::PacketBuf;
+use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
 use crate::probe::{Counter, Layer, Op, Side};
@@ -336,6 +336,7 @@ impl Stack {
         } else {
             self.routes.lookup(remote).map(|r| r.interface)
         };
+        let (csum_offload, tso_max) = self.tcp_offloads(iface);
         loop {
             if let Some(i) = iface {
                 if !self.ifaces.get_mut(i).is_some_and(|i| i.device.tx_ready()) {
@@ -350,25 +351,50 @@ impl Stack {
                     return;
                 };
                 let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+                c.set_segmentation_offload(tso_max);
                 c.next_segment(now)
             };
             let Some(out) = out else {
                 return;
             };
-            if self.tcp_send_segment(index, &out).is_err() {
+            if self.tcp_send_segment(index, &out, csum_offload).is_err() {
                 return;
             }
         }
     }
 
+    /// What the device toward a peer finishes for TCP (`Tuning::checksum_offload`,
+    /// `Tuning::segmentation_offload`): whether it completes checksums, and the most data
+    /// a super-segment for it to cut may hold (0: none). Loopback has no device and
+    /// needs whole checksums.
+    fn tcp_offloads(&self, iface: Option<usize>) -> (bool, usize) {
+        let Some(caps) = iface.and_then(|i| self.ifaces.get(i)).map(|i| i.caps) else {
+            return (false, 0);
+        };
+        let csum = self.tuning.checksum_offload && caps.checksum_offload.l4_tx;
+        let tso = if csum && self.tuning.segmentation_offload && caps.tso_max > caps.mtu {
+            // The datagram less IPv4's and TCP's largest headers.
+            caps.tso_max.saturating_sub(20 + 60)
+        } else {
+            0
+        };
+        (csum, tso)
+    }
+
     /// Builds the frame of one segment: header, the data copied out of the send buffer
-    /// (summed on the way with `fused_copy_checksum`, else in a second pass), the
-    /// checksum, and down to IP with don't-fragment set (TCP sizes its segments itself).
-    fn tcp_send_segment(&mut self, index: usize, out: &Outgoing) -> Result<(), ()> {
+    /// (summed on the way with `fused_copy_checksum`, else in a second pass, or not at
+    /// all when the device completes the checksum), the checksum, and down to IP with
+    /// don't-fragment set (TCP sizes its segments itself).
+    fn tcp_send_segment(
+        &mut self,
+        index: usize,
+        out: &Outgoing,
+        csum_offload: bool,
+    ) -> Result<(), ()> {
         let header_len = out.repr.header_len();
         let total = header_len + out.data_len;
         self.ledger.begin_message(out.data_len);
-        let result = self.tcp_build_and_send(index, out, header_len, total);
+        let result = self.tcp_build_and_send(index, out, header_len, total, csum_offload);
         self.ledger.end_message();
         result
     }
@@ -379,6 +405,7 @@ impl Stack {
         out: &Outgoing,
         header_len: usize,
         total: usize,
+        csum_offload: bool,
     ) -> Result<(), ()> {
         let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, total) else {
             return Err(());
@@ -399,7 +426,9 @@ impl Stack {
             return Err(());
         }
         let kernel = self.tuning.checksum;
-        let fused = self.tuning.fused_copy_checksum;
+        // With the device summing, the copy is only a copy.
+        let offload = csum_offload && !out.no_checksum;
+        let fused = self.tuning.fused_copy_checksum && !offload;
         let (a, b) = c.tx.slices(out.data_offset, out.data_len);
         let data = &mut buf.data_mut()[header_len..];
         let mut payload_sum = None;
@@ -416,7 +445,17 @@ impl Stack {
                 db.copy_from_slice(b);
             }
         }
-        if !out.no_checksum {
+        if offload {
+            // CHECKSUM_PARTIAL (tap-offload.md §1.4): the pseudo-header sum over the
+            // whole segment's length, not complemented, for the device to sum on from.
+            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Checksum);
+            let seed = checksum::pseudo_header_v4(src.0, dst.0, tcp_wire::PROTOCOL, total as u16);
+            tcp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(seed);
+            buf.set_tx_offload(TxOffload {
+                l4_checksum: true,
+                gso_size: out.gso_size,
+            });
+        } else if !out.no_checksum {
             let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Checksum);
             let seed = checksum::pseudo_header_v4(src.0, dst.0, tcp_wire::PROTOCOL, total as u16);
             let mut acc = Accumulator::with_seed(seed);

@@ -53,6 +53,7 @@ fn nics_are_send_and_report_their_caps() {
             has_crc: true,
             copy_mode: CopyMode::Pio,
             checksum_offload: ChecksumOffload::default(),
+            tso_max: 0,
         }
     );
     assert_eq!(b.caps().mtu, 65535);
