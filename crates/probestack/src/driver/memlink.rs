@@ -11,9 +11,10 @@
 //!
 //! ```text
 //!  sender                                                    receiver
-//!  transmit ─ copy (PIO) ─ FCS ─ tx ring ══ wire (faults, delay) ══ MAC: length, FCS
-//!                                                    └─ receive queue ─ notify (N or T)
-//!                                                                 └─ receive ─ copy (PIO)
+//!  transmit ─ copy (PIO) ─ offload (checksums, TSO) ─ FCS ─ tx ring
+//!      ══ wire (faults, delay) ══ MAC: length, FCS ─ checksum offload
+//!                                     └─ receive queue ─ notify (N or T)
+//!                                                  └─ receive ─ copy (PIO)
 //! ```
 //!
 //! - **MTU** ([`NicConfig::mtu`], 576 to 65535): `transmit` refuses a frame longer than
@@ -41,8 +42,38 @@
 //! - **Interrupt coalescing**: a notification after [`NicConfig::coalesce_frames`] frames
 //!   or [`NicConfig::coalesce_time`] after the first frame not yet notified, whichever
 //!   comes first (see `coalesce.rs`).
-//! - **Checksum offload** flags are reported in [`DeviceCaps`]; the NIC does not act on
-//!   them yet.
+//! - **Checksum offload** ([`NicConfig::checksum_offload`], paper 004 §3.2), acted on
+//!   by the engines in `memlink/offload.rs`:
+//!   - `l4_tx`: a frame whose [`TxMeta::l4_checksum`] is set has its TCP or UDP checksum
+//!     completed by the NIC from the stack's pseudo-header seed, as its DMA engine reads
+//!     the frame (counted in [`NicStats::tx_csum_offloaded`]). `ipv4_tx`: the NIC fills
+//!     the IPv4 header checksum when [`TxMeta::ipv4_checksum`] asks. A request the NIC
+//!     was not given the flag for is done by the driver in software before the frame goes
+//!     to the device, as Linux does for a device without the feature
+//!     (`skb_checksum_help`), and charged to the host (`Driver`, `Checksum`), so nothing
+//!     leaves with a seed where a checksum belongs.
+//!   - `ipv4_rx` and `l4_rx`: the receiving NIC verifies the IPv4 header and TCP or UDP
+//!     checksums of each frame that passed its MAC, and tells the stack
+//!     [`RxChecksum::Verified`] only when it checked everything the stack would then skip
+//!     and all of it held; a wrong checksum is left to the stack (`None`), which drops
+//!     and counts it as without offload. So a frame corrupted with its CRC recomputed
+//!     (`FaultConfig::flip_passed`) is still caught. With `l4_rx` alone the NIC reports
+//!     the raw sum ([`RxChecksum::RawSum`]): the stack must still check the IPv4 header.
+//! - **TCP segmentation offload** ([`NicConfig::tso`], with `l4_tx`): the NIC takes TCP
+//!   super-frames of up to a 65,535-byte datagram ([`DeviceCaps::tso_max`]) and cuts each
+//!   into segments of [`TxMeta::gso_size`] data bytes, each with a copy of the headers,
+//!   its own IPv4 length, identification and header checksum, sequence number, flags and
+//!   completed checksum (the rules are in `memlink/offload.rs`), then sends each segment
+//!   as an ordinary frame with its own FCS. A super-frame takes one slot of the transmit
+//!   ring, as one descriptor does on a real NIC; its segments enter the wire one by one
+//!   and meet its faults one by one. Counted in [`NicStats::tx_super_frames`] and
+//!   [`NicStats::tx_segments`].
+//! - **Who pays**: everything the NIC does (FCS, checksums, segmentation and the copies
+//!   it makes of segments) is timed with [`Ledger::device_work`]: real wall time, but the
+//!   device's, charged to no layer and subtracted from the host's share (the ledger's
+//!   `device_ns`), as paper 004 counts a NIC's checksum engine; it is not split by
+//!   operation. What the host does for the NIC (a PIO copy, a software checksum for a
+//!   missing offload) stays the host's, in the `Driver` layer.
 //!
 //! # Time
 //!
@@ -53,6 +84,8 @@
 //!
 //! A frame pushed by another thread does not wake the receiver: a stack on its own thread
 //! polls (or spins); `next_deadline` covers frames already in the ring.
+//!
+//! [`Ledger::device_work`]: crate::probe::Ledger::device_work
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -65,10 +98,14 @@ use super::{
     ChecksumOffload, CopyMode, Device, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame,
     TxMeta,
 };
-use crate::buf::{Depot, PacketBuf, HEADROOM};
-use crate::probe::{Counter, Counters, Layer, Ledger, Op, Side};
+use crate::buf::{Class, Depot, PacketBuf, TxOffload, HEADROOM};
+use crate::probe::{Counter, Counters, Layer, Op, Side};
 use crate::time::{Duration, Instant};
 use crate::wire::ethernet;
+
+mod offload;
+
+use offload::SuperFrame;
 
 /// The smallest MTU a NIC accepts (the datagram every IPv4 host must take, RFC 791).
 pub const MIN_MTU: usize = 576;
@@ -78,6 +115,9 @@ pub const MAX_MTU: usize = 65535;
 pub const MAX_QUEUE_DEPTH: usize = 65536;
 /// Host buffers kept for PIO receive, from [`Device::recycle`] and emptied frames.
 const RX_POOL_MAX: usize = 64;
+/// Device blocks kept aside for PIO transmit when the one the peer gave back did not fit
+/// the frame at hand (super-frames and their segments differ in size).
+const DEVICE_SPARES_MAX: usize = 64;
 
 const _: () = assert!(MAX_QUEUE_DEPTH <= MAX_CAPACITY);
 
@@ -87,8 +127,15 @@ pub struct NicConfig {
     /// The largest IP datagram a frame carries: 576 to 65535.
     pub mtu: usize,
     pub copy_mode: CopyMode,
-    /// Reported in [`DeviceCaps`]; not acted on yet.
+    /// Checksum work the NIC does (see the module documentation), reported in
+    /// [`DeviceCaps`].
     pub checksum_offload: ChecksumOffload,
+    /// TCP segmentation offload: the NIC cuts TCP super-frames of up to 65,535 bytes of
+    /// datagram ([`DeviceCaps::tso_max`]). Only together with `checksum_offload.l4_tx`: a
+    /// NIC segments only what it also checksums, and without `l4_tx` the flag is dropped
+    /// (`tso_max` 0), as Linux drops TSO from a device that cannot checksum
+    /// (`netdev_fix_features`).
+    pub tso: bool,
     /// Frames the transmit ring holds (1 to 65536).
     pub tx_queue_depth: usize,
     /// Frames the receive queue holds before the host takes them (1 to 65536).
@@ -108,6 +155,7 @@ impl Default for NicConfig {
             mtu: 1500,
             copy_mode: CopyMode::default(),
             checksum_offload: ChecksumOffload::default(),
+            tso: false,
             tx_queue_depth: 256,
             rx_queue_depth: 256,
             coalesce_frames: 1,
@@ -136,6 +184,25 @@ impl NicConfig {
             coalesce_time: Duration::from_micros(50),
             ..NicConfig::default()
         }
+    }
+
+    /// This configuration with every checksum offload and TCP segmentation offload on.
+    pub fn with_offloads(self) -> NicConfig {
+        NicConfig {
+            checksum_offload: ChecksumOffload {
+                ipv4_tx: true,
+                ipv4_rx: true,
+                l4_tx: true,
+                l4_rx: true,
+            },
+            tso: true,
+            ..self
+        }
+    }
+
+    /// Whether the NIC cuts super-frames: `tso` with `l4_tx`.
+    pub const fn segments(&self) -> bool {
+        self.tso && self.checksum_offload.l4_tx
     }
 
     /// The longest frame (Ethernet header onward, no FCS) the MTU allows.
@@ -220,31 +287,62 @@ impl From<RingError> for ConfigError {
 /// What one NIC did, for tests and reports (the ledger's counters say the same per stack).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NicStats {
+    /// Frames sent onto the wire, and their bytes (no FCS): a super-frame counts as the
+    /// segments it was cut into.
     pub tx_frames: u64,
     pub tx_bytes: u64,
     pub tx_queue_full: u64,
     pub tx_too_large: u64,
     /// DMA frames copied for want of tailroom for the FCS.
     pub tx_bounced: u64,
+    /// Transport checksums the NIC completed (`l4_tx`): one per frame on the wire, so one
+    /// per segment of a super-frame.
+    pub tx_csum_offloaded: u64,
+    /// Transport checksums the driver completed in software because the NIC was not
+    /// given `l4_tx`.
+    pub tx_csum_software: u64,
+    /// Checksum requests whose field lay outside the frame: sent without the checksum.
+    pub tx_csum_bad_request: u64,
+    /// TCP super-frames the NIC cut (TSO).
+    pub tx_super_frames: u64,
+    /// The segments it cut them into.
+    pub tx_segments: u64,
     pub rx_frames: u64,
     pub rx_bytes: u64,
     pub rx_bad_fcs: u64,
     pub rx_too_long: u64,
     pub rx_overrun: u64,
+    /// Received frames the NIC verified and reported [`RxChecksum::Verified`].
+    pub rx_csum_verified: u64,
+    /// Received frames with a checksum the NIC found wrong (left to the stack, which
+    /// drops them).
+    pub rx_csum_bad: u64,
     /// Notifications the host took.
     pub notifications: u64,
 }
 
-/// A frame in the ring: the bytes with their FCS, and when they were sent.
+/// An entry in the transmit ring: the bytes of a frame with their FCS, and when they were
+/// sent; for a super-frame, its first segment, the others behind it in `more` (empty for
+/// an ordinary frame, which then allocates nothing).
 struct WireFrame {
     frame: PacketBuf,
+    more: Vec<PacketBuf>,
     sent_at: Instant,
 }
 
-/// A frame in the receive queue (FCS checked and trimmed).
+impl WireFrame {
+    /// Frames the entry puts on the wire.
+    fn frames(&self) -> usize {
+        1 + self.more.len()
+    }
+}
+
+/// A frame in the receive queue (FCS checked and trimmed), and what the NIC found of its
+/// checksums.
 struct Arrived {
     frame: PacketBuf,
     at: Instant,
+    checksum: RxChecksum,
 }
 
 /// Makes memory links.
@@ -273,6 +371,7 @@ impl MemoryLink {
             rx,
             spares_in,
             spares_out,
+            device_spares: Vec::new(),
             wire: Wire::new(config.rx_faults),
             rx_queue: VecDeque::with_capacity(config.rx_queue_depth.min(1024)),
             coalescer: Coalescer::new(config.coalesce_frames, config.coalesce_time),
@@ -297,6 +396,8 @@ pub struct MemoryNic {
     spares_in: Consumer<PacketBuf>,
     /// Device blocks given back to the peer.
     spares_out: Producer<PacketBuf>,
+    /// Device blocks from `spares_in` that did not fit a frame, for later ones.
+    device_spares: Vec<PacketBuf>,
     /// The wire into this NIC.
     wire: Wire,
     rx_queue: VecDeque<Arrived>,
@@ -334,21 +435,56 @@ impl MemoryNic {
         !self.tx.is_abandoned()
     }
 
-    /// Frames on their way to this NIC: in the ring or on the wire.
+    /// Frames on their way to this NIC: in the ring or on the wire. A super-frame's
+    /// segments count once while they are in the ring (they take one slot of it).
     pub fn in_flight(&self) -> usize {
         self.rx.len() + self.wire.len()
     }
 
-    /// A device block for PIO transmit of `len` bytes: one the peer gave back, or new.
+    /// An empty device block for PIO transmit of `len` bytes and the FCS: the smallest
+    /// one set aside that fits, or one the peer gave back, or new.
     fn device_block(&mut self, len: usize) -> Result<PacketBuf, DeviceError> {
         let need = len + FCS_LEN;
+        let best = (self.device_spares.iter().enumerate())
+            .filter(|(_, b)| b.capacity() >= need)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            let mut b = self.device_spares.swap_remove(i);
+            if b.reset(0).is_ok() {
+                return Ok(b);
+            }
+        }
         while let Some(mut b) = self.spares_in.pop() {
             if b.capacity() >= need && b.reset(0).is_ok() {
                 return Ok(b);
             }
+            if self.device_spares.len() < DEVICE_SPARES_MAX {
+                self.device_spares.push(b);
+            }
         }
-        PacketBuf::new(0, 0, self.config.max_frame_len() + FCS_LEN)
+        PacketBuf::new(0, 0, need.max(self.config.max_frame_len() + FCS_LEN))
             .map_err(|_| DeviceError::QueueFull)
+    }
+
+    /// A buffer of exactly `len` bytes (and room for the FCS) for a segment the NIC cuts
+    /// out of a super-frame: a device block with PIO; with DMA a buffer of a pool class's
+    /// size with the stack's headroom, since the receiving stack takes it over as it takes
+    /// any DMA frame and its pool (and the pools' depot) can then reuse it.
+    fn segment_buffer(&mut self, len: usize) -> Result<PacketBuf, DeviceError> {
+        match self.config.copy_mode {
+            CopyMode::Pio => {
+                let mut b = self.device_block(len)?;
+                b.append(len).map_err(|_| DeviceError::QueueFull)?;
+                Ok(b)
+            }
+            CopyMode::Dma => {
+                let want = HEADROOM + len + FCS_LEN;
+                let capacity = Class::fitting(want).map_or(want, Class::size);
+                PacketBuf::new(len, HEADROOM, capacity - HEADROOM - len)
+                    .map_err(|_| DeviceError::QueueFull)
+            }
+        }
     }
 
     /// A frame off the wire this NIC is done with (emptied by a PIO receive, or dropped): a
@@ -393,12 +529,14 @@ impl MemoryNic {
         // most a ring's worth per call, so a fast sender on another core cannot keep the
         // receiver here.
         for _ in 0..self.rx.capacity() {
-            if self.rx_queue.len() + self.wire.len() >= self.config.rx_queue_depth {
+            if !self.admits_next() {
                 break;
             }
             let Some(wf) = self.rx.pop() else { break };
-            if let Some(dropped) = self.wire.inject(wf.frame, wf.sent_at, counters) {
-                self.reclaim(dropped);
+            for frame in std::iter::once(wf.frame).chain(wf.more) {
+                if let Some(dropped) = self.wire.inject(frame, wf.sent_at, counters) {
+                    self.reclaim(dropped);
+                }
             }
         }
         self.wire.expire_hold(now, counters);
@@ -411,7 +549,23 @@ impl MemoryNic {
         self.seen_until = now;
     }
 
-    /// The receiving MAC: length and FCS checks, then the receive queue.
+    /// Whether flow control lets the next entry of the ring onto the wire: the receive
+    /// queue and the wire must have room for all its frames (a super-frame's segments go
+    /// together). An entry with more segments than the whole receive queue holds goes
+    /// when the queue and the wire are empty, and the segments that do not fit are lost
+    /// as overruns: a receive queue shallower than a super-frame is a configuration that
+    /// cannot work without loss.
+    fn admits_next(&self) -> bool {
+        let queued = self.rx_queue.len() + self.wire.len();
+        let depth = self.config.rx_queue_depth;
+        match self.rx.peek() {
+            Some(wf) => queued == 0 || queued + wf.frames() <= depth,
+            None => queued < depth,
+        }
+    }
+
+    /// The receiving MAC: length and FCS checks, the checksum offload, then the receive
+    /// queue.
     fn mac_receive(&mut self, mut frame: PacketBuf, at: Instant, counters: &Counters) {
         let len = frame.len();
         if len > self.config.max_frame_len() + FCS_LEN {
@@ -432,17 +586,99 @@ impl MemoryNic {
             self.reclaim(frame);
             return;
         }
+        let check = offload::check_received(frame.data(), self.config.checksum_offload);
+        if check.bad {
+            self.stats.rx_csum_bad += 1;
+        }
+        if check.checksum == RxChecksum::Verified {
+            self.stats.rx_csum_verified += 1;
+        }
         self.coalescer.arrive(at);
-        self.rx_queue.push_back(Arrived { frame, at });
+        self.rx_queue.push_back(Arrived {
+            frame,
+            at,
+            checksum: check.checksum,
+        });
     }
 
-    /// Appends the FCS in the device (device work).
-    fn append_fcs(frame: &mut PacketBuf, ledger: &Ledger) -> Result<(), DeviceError> {
-        let _device = ledger.device_work();
+    /// Appends the FCS (device work; the caller has the span open).
+    fn append_fcs(frame: &mut PacketBuf) -> Result<(), DeviceError> {
         let sum = fcs(frame.data());
         frame
             .extend_from_slice(&sum)
             .map_err(|_| DeviceError::QueueFull)
+    }
+
+    /// The driver's part: what `meta` asks for and the NIC was not given the offload for,
+    /// done in software on the host's frame before the device sees it (host work, as
+    /// Linux's `skb_checksum_help` for a device without the feature). A super-frame's
+    /// segments get their IPv4 header checksums from the NIC, which cuts it.
+    fn software_offloads(
+        &mut self,
+        frame: &mut [u8],
+        meta: TxMeta,
+        cutting: bool,
+        cx: &DeviceContext<'_>,
+    ) {
+        let caps = self.config.checksum_offload;
+        if meta.ipv4_checksum && !caps.ipv4_tx && !cutting {
+            let _p = cx.ledger.probe(Layer::Driver, Side::Send, Op::Checksum);
+            offload::fill_ipv4_checksum(frame);
+        }
+        if let Some((start, offset)) = meta.l4_checksum.filter(|_| !caps.l4_tx) {
+            let done = {
+                let _p = cx.ledger.probe(Layer::Driver, Side::Send, Op::Checksum);
+                offload::complete_checksum(frame, start.into(), offset.into())
+            };
+            if done {
+                self.stats.tx_csum_software += 1;
+            } else {
+                self.stats.tx_csum_bad_request += 1;
+            }
+        }
+    }
+
+    /// The NIC's checksum work on an ordinary frame in its hands (device work; the caller
+    /// has the span open).
+    fn device_offloads(&mut self, frame: &mut [u8], meta: TxMeta) {
+        let caps = self.config.checksum_offload;
+        if meta.ipv4_checksum && caps.ipv4_tx {
+            offload::fill_ipv4_checksum(frame);
+        }
+        if let Some((start, offset)) = meta.l4_checksum.filter(|_| caps.l4_tx) {
+            if offload::complete_checksum(frame, start.into(), offset.into()) {
+                self.stats.tx_csum_offloaded += 1;
+            } else {
+                self.stats.tx_csum_bad_request += 1;
+            }
+        }
+    }
+
+    /// Cuts a super-frame into its segments (device work; the caller has the span open):
+    /// the second to the last copied out into buffers of their own, then the super-frame's
+    /// own buffer turned into the first and trimmed to it.
+    fn cut(
+        &mut self,
+        mut frame: PacketBuf,
+        plan: &SuperFrame,
+    ) -> Result<(PacketBuf, Vec<PacketBuf>), DeviceError> {
+        let n = plan.segments();
+        let mut more = Vec::with_capacity(n - 1);
+        for i in 1..n {
+            let (_, len) = plan.segment(i);
+            let mut segment = self.segment_buffer(len)?;
+            plan.cut(frame.data(), i, segment.data_mut());
+            more.push(segment);
+        }
+        plan.first_in_place(frame.data_mut());
+        let (_, first) = plan.segment(0);
+        frame
+            .trim_back(frame.len() - first)
+            .map_err(|_| DeviceError::QueueFull)?;
+        self.stats.tx_super_frames += 1;
+        self.stats.tx_segments += n as u64;
+        self.stats.tx_csum_offloaded += n as u64;
+        Ok((frame, more))
     }
 }
 
@@ -453,19 +689,31 @@ impl Device for MemoryNic {
             has_crc: true,
             copy_mode: self.config.copy_mode,
             checksum_offload: self.config.checksum_offload,
-            tso_max: 0,
+            tso_max: if self.config.segments() { MAX_MTU } else { 0 },
         }
     }
 
     fn transmit(
         &mut self,
-        frame: PacketBuf,
-        _meta: TxMeta,
+        mut frame: PacketBuf,
+        meta: TxMeta,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
         let len = frame.len();
         let max = self.config.max_frame_len();
-        if len > max {
+        // A super-frame the NIC cuts may be as long as the largest datagram (its IPv4
+        // total length, which the plan checks against the frame, cannot say more), as
+        // long as its segments fit the MTU; anything else must fit the MTU itself.
+        let plan = if meta.gso_size != 0 && self.config.segments() {
+            SuperFrame::plan(frame.data(), &meta)
+        } else {
+            None
+        };
+        let too_large = match &plan {
+            None => (len > max).then_some((len, max)),
+            Some(p) => (p.segment_frame_len() > max).then_some((p.segment_frame_len(), max)),
+        };
+        if let Some((len, max)) = too_large {
             self.stats.tx_too_large += 1;
             return Err(DeviceError::TooLarge { len, max });
         }
@@ -477,7 +725,8 @@ impl Device for MemoryNic {
             cx.ledger.counters().inc(Counter::DriverDropQueueFull);
             return Err(DeviceError::QueueFull);
         }
-        let mut out = match self.config.copy_mode {
+        self.software_offloads(frame.data_mut(), meta, plan.is_some(), cx);
+        let out = match self.config.copy_mode {
             CopyMode::Pio => {
                 let mut block = {
                     // Device memory: the model's, not the host's.
@@ -490,7 +739,8 @@ impl Device for MemoryNic {
                     .map_err(|_| DeviceError::QueueFull)?;
                 block
             }
-            CopyMode::Dma if frame.tailroom() >= FCS_LEN => frame,
+            // A super-frame's buffer ends up holding its first segment: room to spare.
+            CopyMode::Dma if plan.is_some() || frame.tailroom() >= FCS_LEN => frame,
             CopyMode::Dma => {
                 self.stats.tx_bounced += 1;
                 cx.ledger.counters().inc(Counter::DriverTxBounce);
@@ -501,11 +751,34 @@ impl Device for MemoryNic {
                 b
             }
         };
-        Self::append_fcs(&mut out, cx.ledger)?;
+        // The device's work, as its DMA engine reads the frame: checksums, segments, FCS.
+        let (first, more) = {
+            let _device = cx.ledger.device_work();
+            let (mut first, mut more) = match &plan {
+                Some(p) => self.cut(out, p)?,
+                None => {
+                    let mut out = out;
+                    self.device_offloads(out.data_mut(), meta);
+                    (out, Vec::new())
+                }
+            };
+            for f in std::iter::once(&mut first).chain(more.iter_mut()) {
+                // Nothing is left for anyone to do to it.
+                f.set_tx_offload(TxOffload::default());
+                Self::append_fcs(f)?;
+            }
+            (first, more)
+        };
+        let frames = 1 + more.len() as u64;
+        let bytes = std::iter::once(&first)
+            .chain(&more)
+            .map(|f| (f.len() - FCS_LEN) as u64)
+            .sum::<u64>();
         let pushed = {
             let _q = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceQueue);
             self.tx.push(WireFrame {
-                frame: out,
+                frame: first,
+                more,
                 sent_at: cx.now,
             })
         };
@@ -515,8 +788,8 @@ impl Device for MemoryNic {
             cx.ledger.counters().inc(Counter::DriverDropQueueFull);
             return Err(DeviceError::QueueFull);
         }
-        self.stats.tx_frames += 1;
-        self.stats.tx_bytes += len as u64;
+        self.stats.tx_frames += frames;
+        self.stats.tx_bytes += bytes;
         cx.ledger.counters().inc(Counter::DriverFramesOut);
         Ok(())
     }
@@ -582,7 +855,7 @@ impl Device for MemoryNic {
             cx.ledger.counters().inc(Counter::DriverFramesIn);
             return Some(RxFrame {
                 frame,
-                checksum: RxChecksum::None,
+                checksum: arrived.checksum,
             });
         }
     }
@@ -597,7 +870,7 @@ impl Device for MemoryNic {
         consider(self.wire.next_deadline());
         // Sent but not yet on the wire: it arrives no earlier than the wire's latency (if
         // flow control lets it leave the ring; else taking frames makes room first).
-        if self.rx_queue.len() + self.wire.len() < self.config.rx_queue_depth {
+        if self.admits_next() {
             consider(self.rx.peek().map(|f| f.sent_at + self.wire.min_latency()));
         }
         // Frames already notified and not yet taken (a batch budget ran out): now.
@@ -632,3 +905,6 @@ impl fmt::Debug for MemoryNic {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod offload_tests;

@@ -39,8 +39,10 @@
 //! offsets and the kernel takes it from there (it checks them in `virtio_net_hdr_to_skb`);
 //! without, the device completes the checksum in software first. An IPv4 header checksum
 //! ([`TxMeta::ipv4_checksum`]) is always filled in here: the kernel never does it for a
-//! frame written to it. The stack does not build TCP super-frames (it sends segments of
-//! at most its MSS), so no GSO field is ever set on transmit.
+//! frame written to it. A TCP super-frame ([`TxMeta::gso_size`], sent when the device
+//! reports `tso_max`, i.e. with offload on) also carries GSO_TCPV4, the MSS and the
+//! header length, and the kernel cuts it; its seed covers the whole super-frame, Linux's
+//! convention (`reference/tap-offload.md` §1.4).
 
 use std::io;
 
