@@ -5,7 +5,10 @@ mod bench;
 mod experiments;
 mod machine;
 mod report;
+#[cfg(target_os = "linux")]
+mod serve;
 mod table;
+mod tap_bench;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,6 +36,16 @@ enum Command {
     /// Run one experiment.
     #[command(subcommand)]
     Lab(Lab),
+    /// Serve echo, discard and chargen (UDP and TCP) on a TAP interface until Ctrl-C, then
+    /// print what the stack and the services did.
+    #[cfg(target_os = "linux")]
+    Serve(serve::ServeArgs),
+    /// Ping an address from our stack on a TAP interface.
+    #[cfg(target_os = "linux")]
+    Ping(serve::PingArgs),
+    /// Send UDP datagrams or a TCP bulk transfer from our stack on a TAP interface.
+    #[cfg(target_os = "linux")]
+    Send(serve::SendArgs),
 }
 
 #[derive(Args)]
@@ -71,6 +84,25 @@ enum Lab {
     /// One-way TCP bulk transfer between two stacks on two threads: Gbit/s of payload and
     /// header-prediction hit rate by MTU, tuning, and whether the application touches the data.
     Bulk(BulkArgs),
+    /// TCP throughput over real devices (iperf3): Linux to Linux over a veth pair, and
+    /// Linux to and from probestack `serve` on a TAP with and without offloads. Needs root,
+    /// /dev/net/tun, `ip` and `iperf3`; without them it says why and measures nothing.
+    Tap(TapArgs),
+}
+
+#[derive(Args)]
+struct TapArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Seconds per iperf3 run (1 to 3600).
+    #[arg(long, default_value_t = tap_bench::Settings::DEFAULT.seconds,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    seconds: u32,
+    /// Timed runs per workload (the median is reported), after one warm-up run (1 to 100).
+    #[arg(long, default_value_t = tap_bench::Settings::DEFAULT.runs as u32,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
 }
 
 #[derive(Args)]
@@ -325,6 +357,28 @@ fn main() -> ExitCode {
             }
             finish(r, json, experiments::bulk::tables)
         }
+        Command::Lab(Lab::Tap(a)) => {
+            let json = a.json;
+            let settings = tap_bench::Settings {
+                seconds: a.seconds,
+                runs: a.runs as usize,
+            };
+            let r = tap_bench::run(settings, |s| {
+                if !json {
+                    eprintln!("  tap: {s}");
+                }
+            });
+            if let Some(why) = &r.skipped {
+                eprintln!("probestack: lab tap cannot run here: {why}");
+            }
+            finish(Ok(r), json, tap_bench::tables)
+        }
+        #[cfg(target_os = "linux")]
+        Command::Serve(a) => done(serve::serve(a)),
+        #[cfg(target_os = "linux")]
+        Command::Ping(a) => done(serve::ping(a)),
+        #[cfg(target_os = "linux")]
+        Command::Send(a) => done(serve::send(a)),
         Command::Report(a) => {
             let effort = if a.full { Effort::FULL } else { Effort::QUICK };
             match report::run(&a.out, effort) {
@@ -334,6 +388,18 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// The exit of a command that prints its own results: its error, if any.
+#[cfg(target_os = "linux")]
+fn done(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("probestack: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -18,7 +18,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
          Written by `cargo run --release -- report`.\n\n",
     );
 
-    eprintln!("[1/5] checksum: kernels, copy, fused copy+checksum, peers");
+    eprintln!("[1/6] checksum: kernels, copy, fused copy+checksum, peers");
     let r = experiments::checksum::run(&experiments::checksum::SIZES, effort, |s| {
         eprint!("\r  {s} bytes...        ");
         let _ = io::stderr().flush();
@@ -31,7 +31,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 
-    eprintln!("[2/5] ping: two stacks over the memory link");
+    eprintln!("[2/6] ping: two stacks over the memory link");
     let count = if effort.samples > Effort::QUICK.samples {
         100
     } else {
@@ -45,7 +45,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 
-    eprintln!("[3/5] echo: paper 000's UDP echo on B");
+    eprintln!("[3/6] echo: paper 000's UDP echo on B");
     let (sizes, reps) = if effort.samples > Effort::QUICK.samples {
         (experiments::echo::sizes(), 100)
     } else {
@@ -65,7 +65,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
     )?;
 
     let full = effort.samples > Effort::QUICK.samples;
-    eprintln!("[4/5] bulk: TCP between two stacks on two threads, by MTU");
+    eprintln!("[4/6] bulk: TCP between two stacks on two threads, by MTU");
     let settings = if full {
         experiments::bulk::Settings::FULL
     } else {
@@ -84,7 +84,7 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 
-    eprintln!("[5/5] peers: probestack, smoltcp and Linux on the same workloads");
+    eprintln!("[5/6] peers: probestack, smoltcp and Linux on the same workloads");
     let settings = if full {
         experiments::peers::Settings::FULL
     } else {
@@ -100,6 +100,27 @@ pub fn run(out: &Path, effort: Effort) -> io::Result<()> {
     write_section(out, &mut md, "peers", "Peers", &tables)?;
     fs::write(
         out.join("data/peers.json"),
+        serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
+    )?;
+
+    eprintln!("[6/6] tap: iperf3 into probestack over a TAP vs Linux over veth (needs root)");
+    let settings = if full {
+        crate::tap_bench::Settings::DEFAULT
+    } else {
+        crate::tap_bench::Settings {
+            seconds: 2,
+            runs: 1,
+        }
+    };
+    let r = crate::tap_bench::run(settings, |s| {
+        eprint!("\r  {s}...{:20}", "");
+        let _ = io::stderr().flush();
+    });
+    eprint!("\r{:60}\r", "");
+    let tables = crate::tap_bench::tables(&r);
+    write_section(out, &mut md, "tap", "Real networks: TAP and veth", &tables)?;
+    fs::write(
+        out.join("data/tap.json"),
         serde_json::to_string_pretty(&r).map_err(io::Error::other)?,
     )?;
 

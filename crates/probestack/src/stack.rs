@@ -283,6 +283,13 @@ impl Stack {
         self.ifaces.get(iface).map(|i| i.caps)
     }
 
+    /// The counters the interface's device keeps itself ([`Device::counters`]).
+    pub fn interface_counters(&self, iface: usize) -> Vec<(&'static str, u64)> {
+        self.ifaces
+            .get(iface)
+            .map_or_else(Vec::new, |i| i.device.counters())
+    }
+
     /// The interface's address.
     pub fn interface_cidr(&self, iface: usize) -> Option<Ipv4Cidr> {
         self.ifaces.get(iface).map(|i| i.cidr)

@@ -225,6 +225,12 @@ pub trait Device {
     fn readiness_fd(&self) -> Option<i32> {
         None
     }
+
+    /// The device's own counters, by name, for a program to print (the stack's are in
+    /// its ledger). Devices without any return none.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -259,5 +265,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn readiness_fd(&self) -> Option<i32> {
         (**self).readiness_fd()
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        (**self).counters()
     }
 }

@@ -592,6 +592,17 @@ impl Device for PacketDevice {
     fn readiness_fd(&self) -> Option<i32> {
         Some(self.fd.as_raw_fd())
     }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats();
+        let mut c = s.vnet.named();
+        c.extend([
+            ("rx_outgoing", s.rx_outgoing),
+            ("rx_undescribed", s.rx_undescribed),
+            ("kernel_packets", s.kernel_packets),
+            ("kernel_drops", s.kernel_drops),
+        ]);
+        c
+    }
 }
 
 #[cfg(test)]

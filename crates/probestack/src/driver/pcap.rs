@@ -218,6 +218,9 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn readiness_fd(&self) -> Option<i32> {
         self.inner.readiness_fd()
     }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.counters()
+    }
 }
 
 impl<D: Device + fmt::Debug, W: Write> fmt::Debug for PcapWriter<D, W> {

@@ -339,6 +339,9 @@ impl Device for TapDevice {
     fn readiness_fd(&self) -> Option<i32> {
         Some(self.fd.as_raw_fd())
     }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.stats.named()
+    }
 }
 
 #[cfg(test)]

@@ -173,6 +173,32 @@ pub struct VnetStats {
     pub tx_errors: u64,
 }
 
+impl VnetStats {
+    /// The counters by name, in a fixed order (for [`super::Device::counters`]).
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("rx_frames", self.rx_frames),
+            ("rx_bytes", self.rx_bytes),
+            ("rx_gso_frames", self.rx_gso_frames),
+            ("rx_largest", self.rx_largest),
+            ("rx_csum_completed", self.rx_csum_completed),
+            ("rx_csum_valid", self.rx_csum_valid),
+            ("rx_malformed", self.rx_malformed),
+            ("rx_too_long", self.rx_too_long),
+            ("rx_errors", self.rx_errors),
+            ("rx_no_buffer", self.rx_no_buffer),
+            ("tx_frames", self.tx_frames),
+            ("tx_bytes", self.tx_bytes),
+            ("tx_csum_offloaded", self.tx_csum_offloaded),
+            ("tx_gso_frames", self.tx_gso_frames),
+            ("tx_csum_software", self.tx_csum_software),
+            ("tx_queue_full", self.tx_queue_full),
+            ("tx_too_large", self.tx_too_large),
+            ("tx_errors", self.tx_errors),
+        ]
+    }
+}
+
 /// What a received frame's virtio-net header said, once acted on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RxHeader {
