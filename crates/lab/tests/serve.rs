@@ -639,3 +639,8 @@ fn two_processes_over_veth_with_offloads() {
 fn two_processes_over_veth_without_offloads() {
     two_processes_over_veth(false);
 }
+
+#[test]
+fn iperf3_udp_with_offloads() {
+    iperf3(true, &["-u", "-b", "100M"]);
+}
