@@ -116,9 +116,33 @@ struct BulkArgs {
     /// Timed runs per figure (the median is reported), after one warm-up run.
     #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// Link MTUs (comma-separated, 576 to 65535); default 1500,4352,9000,16384,32768,65535.
+    /// Link MTUs (comma-separated, 576 to 65535); default 1500,4352,9000,16384,32768,65535
+    /// (with --matrix: 1500,4096,8192,16384,24576,32768,65535).
     #[arg(long, value_delimiter = ',')]
     mtu: Vec<usize>,
+    /// Configurations (comma-separated); default bsd,fast (with --matrix: all six).
+    /// bsd and fast: the Tuning presets, TCP checksums elided with fast. Paper 004's
+    /// variants, each Tuning::fast() with checksum elision off: none (copy, then checksum
+    /// in a second pass; no NIC offload), checksum_offload (the NICs complete and verify
+    /// the checksums), integrated_copy_checksum (sum while copying), checksum_offload_tso
+    /// (offload plus TSO, past paper 004). The NIC model's work is real wall time on the
+    /// same threads: figures are host plus NIC model.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bulk_config)]
+    configs: Vec<experiments::bulk::Config>,
+    /// Issue 7's full matrix: MTUs 1500,4096,8192,16384,24576,32768,65535 x all six
+    /// configurations x touching or not (--mtu and --configs still narrow it).
+    #[arg(long)]
+    matrix: bool,
+}
+
+fn parse_bulk_config(s: &str) -> Result<experiments::bulk::Config, String> {
+    experiments::bulk::Config::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = experiments::bulk::ALL_CONFIGS
+            .iter()
+            .map(|c| c.name())
+            .collect();
+        format!("unknown configuration {s:?}; one of {}", names.join(", "))
+    })
 }
 
 #[derive(Args)]
@@ -336,13 +360,18 @@ fn main() -> ExitCode {
                 runs: a.runs.max(1),
                 ..base
             };
-            let mtus = if a.mtu.is_empty() {
-                experiments::bulk::MTUS.to_vec()
-            } else {
-                a.mtu
+            let mtus = match (a.mtu.is_empty(), a.matrix) {
+                (false, _) => a.mtu,
+                (true, false) => experiments::bulk::MTUS.to_vec(),
+                (true, true) => experiments::bulk::MATRIX_MTUS.to_vec(),
+            };
+            let configs = match (a.configs.is_empty(), a.matrix) {
+                (false, _) => a.configs,
+                (true, false) => experiments::bulk::CONFIGS.to_vec(),
+                (true, true) => experiments::bulk::ALL_CONFIGS.to_vec(),
             };
             let json = a.json;
-            let r = experiments::bulk::run(&mtus, settings, |s| {
+            let r = experiments::bulk::run_configs(&mtus, &configs, settings, |s| {
                 if !json {
                     eprintln!("  bulk: {s}");
                 }

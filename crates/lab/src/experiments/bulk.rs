@@ -8,8 +8,9 @@
 //! [`probestack::sim::Pair`] at 198.18.0.1 and 198.18.0.2, joined by the memory link (both
 //! NICs at their defaults apart from the MTU: DMA hand-off, no checksum offload, queues of
 //! 256 frames, a notification per frame, a perfect wire). Both use the same [`Tuning`]
-//! preset, `bsd` or `fast`, and the stack's default TCP settings (1 MiB send and receive
-//! buffers, window scaling, timestamps, SACK, Nagle on). The connection is opened on the
+//! preset, `bsd` or `fast` (or one of paper 004's variants, [`Config`], which also set
+//! the NICs' checksum offload and TSO), and the stack's default TCP settings (1 MiB send
+//! and receive buffers, window scaling, timestamps, SACK, Nagle on). The connection is opened on the
 //! calling thread; then each stack moves to a thread of its own, which polls it without
 //! sleeping (it only yields its core, `sched_yield`, after 64 polls in a row that moved
 //! nothing), reading the time from one shared [`RealClock`] (the memory link wants one
@@ -25,8 +26,13 @@
 //! read the run's last byte. The figure is application payload delivered, in Gbit/s
 //! (10^9 bits per second), the median over the timed runs, which follow one warm-up run on
 //! the same connection (so ARP, the handshake, slow start and the buffer pools are behind
-//! it). One connection per cell of the matrix: MTU × tuning × whether the application
-//! touches the data.
+//! it). One connection per cell of the matrix: MTU × configuration × whether the
+//! application touches the data. By default the configurations are `bsd` and `fast`
+//! ([`CONFIGS`]); [`run_configs`] takes any of [`ALL_CONFIGS`], and issue 7's matrix is
+//! [`MATRIX_MTUS`] × [`ALL_CONFIGS`]. With the NIC's checksum offload or TSO on, the NIC
+//! model's work runs on the same two threads (the sender's transmit, the receiver's
+//! receive): the figures are the host's time plus the NIC model's, not the host's alone
+//! (the ledger, which could set the device's share apart, is not sampled here).
 //!
 //! When the application **touches the data**, B folds every byte it reads into a
 //! [`Digest`] and compares the result with the digest of what A sent, after the clock has
@@ -47,6 +53,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration as WallDuration, Instant as WallInstant};
 
+use probestack::driver::NicConfig;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
@@ -60,9 +67,12 @@ use serde::Serialize;
 use crate::bench::median;
 use crate::table::Table;
 
-/// The link MTUs measured: Ethernet, FDDI, jumbo Ethernet, then up to the largest IPv4
-/// datagram.
+/// The link MTUs measured by default: Ethernet, FDDI, jumbo Ethernet, then up to the
+/// largest IPv4 datagram.
 pub const MTUS: [usize; 6] = [1500, 4352, 9000, 16384, 32768, 65535];
+/// The MTUs of issue 7's full matrix (`--matrix`): Ethernet, then powers of two and their
+/// midpoint up to the largest IPv4 datagram.
+pub const MATRIX_MTUS: [usize; 7] = [1500, 4096, 8192, 16384, 24576, 32768, 65535];
 /// Bytes the sending application hands to the stack per `tcp_send` (iperf3's default
 /// TCP block).
 pub const WRITE_SIZE: usize = 128 * 1024;
@@ -81,27 +91,104 @@ const POLLS_PER_CHECK: u32 = 1024;
 /// thread run when the two share a core because the machine has other work.
 const POLLS_BEFORE_YIELD: u32 = 64;
 
-/// The tuning preset both stacks use.
+/// What both stacks and both NICs run: the basic presets `bsd` and `fast`, and the
+/// variants of paper 004's Figure 2 that exist (zero-copy sockets do not yet).
+///
+/// The paper-004 variants are [`Tuning::fast`] with three switches set as named and the
+/// memory NIC's checksum flags and TSO to match; everything else (the NIC's DMA, queues,
+/// one notification per frame) is as for `fast`. All four turn checksum elision off:
+/// `fast` negotiates RFC 1146's "no checksum" on the memory link (it has a CRC), and a
+/// variant that computes no checksum could not show what the checksum costs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Config {
+    /// `Tuning::bsd()`, the default NIC.
     Bsd,
+    /// `Tuning::fast()`, the default NIC (no offload, no TSO), so TCP checksums are
+    /// elided by agreement (RFC 1146).
     Fast,
+    /// Paper 004's `none`: the host copies the data and then sums it in a second pass on
+    /// each side; no checksum offload on the NIC, no TSO.
+    None,
+    /// Paper 004's checksum offload: the sending NIC completes the TCP checksum from the
+    /// pseudo-header seed and the receiving NIC verifies it (IPv4 and TCP, transmit and
+    /// receive); the host only copies. No TSO.
+    ChecksumOffload,
+    /// Paper 004's integrated copy and checksum: the host sums the data while it copies it
+    /// (`fused_copy_checksum`); no offload, no TSO.
+    IntegratedCopyChecksum,
+    /// Checksum offload plus TCP segmentation offload (super-segments of up to 64 KiB that
+    /// the NIC cuts): beyond paper 004, which had no TSO.
+    ChecksumOffloadTso,
 }
 
+/// The configurations `run` measures: the basic two.
 pub const CONFIGS: [Config; 2] = [Config::Bsd, Config::Fast];
+/// Paper 004's variants that exist, in the order of its Figure 2, then TSO.
+pub const PAPER004_CONFIGS: [Config; 4] = [
+    Config::None,
+    Config::ChecksumOffload,
+    Config::IntegratedCopyChecksum,
+    Config::ChecksumOffloadTso,
+];
+/// Every configuration, in table order.
+pub const ALL_CONFIGS: [Config; 6] = [
+    Config::Bsd,
+    Config::Fast,
+    Config::None,
+    Config::ChecksumOffload,
+    Config::IntegratedCopyChecksum,
+    Config::ChecksumOffloadTso,
+];
 
 impl Config {
     pub fn name(self) -> &'static str {
         match self {
             Config::Bsd => "bsd",
             Config::Fast => "fast",
+            Config::None => "none",
+            Config::ChecksumOffload => "checksum_offload",
+            Config::IntegratedCopyChecksum => "integrated_copy_checksum",
+            Config::ChecksumOffloadTso => "checksum_offload_tso",
         }
     }
 
+    /// The configuration of a name ([`Config::name`]).
+    pub fn from_name(name: &str) -> Option<Config> {
+        ALL_CONFIGS.into_iter().find(|c| c.name() == name)
+    }
+
     pub fn tuning(self) -> Tuning {
+        let paper004 = |fused: bool, offload: bool, tso: bool| Tuning {
+            checksum_elision: false,
+            fused_copy_checksum: fused,
+            checksum_offload: offload,
+            segmentation_offload: tso,
+            ..Tuning::fast()
+        };
         match self {
             Config::Bsd => Tuning::bsd(),
             Config::Fast => Tuning::fast(),
+            Config::None => paper004(false, false, false),
+            Config::ChecksumOffload => paper004(false, true, false),
+            Config::IntegratedCopyChecksum => paper004(true, false, false),
+            Config::ChecksumOffloadTso => paper004(false, true, true),
+        }
+    }
+
+    /// Both NICs' configuration at `mtu`: the default memory NIC (DMA, queues of 256, a
+    /// notification per frame, no offload), with the offloads the variant names.
+    pub fn nic(self, mtu: usize) -> NicConfig {
+        let base = NicConfig {
+            mtu,
+            ..NicConfig::default()
+        };
+        match self {
+            Config::Bsd | Config::Fast | Config::None | Config::IntegratedCopyChecksum => base,
+            Config::ChecksumOffload => NicConfig {
+                tso: false,
+                ..base.with_offloads()
+            },
+            Config::ChecksumOffloadTso => base.with_offloads(),
         }
     }
 }
@@ -678,6 +765,7 @@ pub fn run_cell(
 ) -> Result<CellFigures, String> {
     let mut host = HostConfig::with_mtu(mtu);
     host.stack.tuning = config.tuning();
+    host.nic = config.nic(mtu);
     let Pair {
         a: mut sa,
         b: mut sb,
@@ -772,7 +860,8 @@ pub fn run_cell(
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub mtu: usize,
-    /// `bsd` or `fast`.
+    /// `bsd`, `fast`, or a paper-004 variant: `none`, `checksum_offload`,
+    /// `integrated_copy_checksum`, `checksum_offload_tso` ([`Config::name`]).
     pub config: &'static str,
     /// Whether the receiving application read every byte (and checked the digest).
     pub app_touches_data: bool,
@@ -830,9 +919,29 @@ pub const NOTE: &str = "A one-way TCP transfer between two probestack stacks in 
     payload only. Both threads spin, so a figure also depends on what else runs on the \
     machine.";
 
+/// What the paper-004 rows are, for the tables.
+pub const PAPER004_NOTE: &str = "paper 004's variants, each Tuning::fast() with checksum \
+    elision off: none = copy, then checksum in a second pass, no NIC offload; \
+    checksum_offload = the NICs complete and verify the checksums (IPv4 and TCP), the host \
+    only copies; integrated_copy_checksum = the host sums while it copies; \
+    checksum_offload_tso = checksum offload plus TSO (past paper 004, which had no TSO); no \
+    TSO in the other three. The NIC model's work (checksums, TSO cutting, the CRC) is real \
+    wall time on the same two threads, so these figures are what the host spends plus the \
+    NIC model, not the host alone";
+
 /// Runs the matrix `mtus` × bsd, fast × touching or not; `progress` hears of each cell.
 pub fn run(
     mtus: &[usize],
+    settings: Settings,
+    progress: impl FnMut(&str),
+) -> Result<Results, String> {
+    run_configs(mtus, &CONFIGS, settings, progress)
+}
+
+/// Runs the matrix `mtus` × `configs` × touching or not; `progress` hears of each cell.
+pub fn run_configs(
+    mtus: &[usize],
+    configs: &[Config],
     settings: Settings,
     mut progress: impl FnMut(&str),
 ) -> Result<Results, String> {
@@ -848,18 +957,18 @@ pub fn run(
     // The process warms up first (the heap grows, the threads' first pages are touched,
     // the CPUs leave any idle state): one untimed cell, whose result is dropped; if it
     // fails, the same cell fails again below and says why.
-    if let Some(&mtu) = mtus.first() {
+    if let (Some(&mtu), Some(&config)) = (mtus.first(), configs.first()) {
         progress("warming up");
         let warm = Settings {
             runs: 1,
             ..settings
         };
-        let _ = run_cell(mtu, Config::Bsd, false, warm, &pattern, expected);
+        let _ = run_cell(mtu, config, false, warm, &pattern, expected);
     }
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for &mtu in mtus {
-        for config in CONFIGS {
+        for &config in configs {
             for touch in [false, true] {
                 progress(&format!(
                     "MTU {mtu}, {}, {}",
@@ -924,14 +1033,6 @@ pub fn run(
     })
 }
 
-/// The cells in table order: (config, touches the data).
-const COLUMNS: [(Config, bool); 4] = [
-    (Config::Bsd, false),
-    (Config::Bsd, true),
-    (Config::Fast, false),
-    (Config::Fast, true),
-];
-
 fn find(r: &Results, mtu: usize, config: Config, touch: bool) -> Option<&Row> {
     r.rows
         .iter()
@@ -944,6 +1045,17 @@ fn failed(r: &Results, mtu: usize, config: Config, touch: bool) -> bool {
         .any(|x| x.mtu == mtu && x.config == config.name() && x.app_touches_data == touch)
 }
 
+/// The configurations the results hold, in [`ALL_CONFIGS`] order.
+fn configs_of(r: &Results) -> Vec<Config> {
+    ALL_CONFIGS
+        .into_iter()
+        .filter(|c| {
+            r.rows.iter().any(|x| x.config == c.name())
+                || r.failures.iter().any(|x| x.config == c.name())
+        })
+        .collect()
+}
+
 pub fn tables(r: &Results) -> Vec<Table> {
     let mut mtus: Vec<usize> = r
         .rows
@@ -953,49 +1065,67 @@ pub fn tables(r: &Results) -> Vec<Table> {
         .collect();
     mtus.sort_unstable();
     mtus.dedup();
+    let configs = configs_of(r);
+    // The cells in table order: (config, touches the data).
+    let columns: Vec<(Config, bool)> = configs
+        .iter()
+        .flat_map(|&c| [(c, false), (c, true)])
+        .collect();
+    let label = |config: Config, touch: bool, prefix: &str| {
+        format!(
+            "{prefix}{}{}",
+            config.name(),
+            if touch { " touch" } else { "" }
+        )
+    };
+    // With the two basic presets the hit rates share the Gbit/s table; with more, they get
+    // a table of their own.
+    let hp_apart = configs.len() > 2;
 
+    let gbps_cell = |mtu: usize, config: Config, touch: bool| match find(r, mtu, config, touch) {
+        Some(x) => format!("{:.2}", x.gbps),
+        None if failed(r, mtu, config, touch) => "failed".into(),
+        None => "-".into(),
+    };
+    let hp_cell = |mtu: usize, config: Config, touch: bool| match find(r, mtu, config, touch) {
+        Some(x) => match x.hp_hit_rate {
+            Some(h) => format!("{:.1}%", 100.0 * h),
+            None => "off".into(),
+        },
+        None if failed(r, mtu, config, touch) => "failed".into(),
+        None => "-".into(),
+    };
+    let mss_of = |mtu: usize| {
+        r.rows
+            .iter()
+            .find(|x| x.mtu == mtu)
+            .map_or("-".to_string(), |x| x.mss.to_string())
+    };
+
+    let mut headers = vec!["MTU".to_string(), "MSS".to_string()];
+    headers.extend(columns.iter().map(|&(c, t)| label(c, t, "")));
+    if !hp_apart {
+        headers.extend(columns.iter().map(|&(c, t)| label(c, t, "hp ")));
+    }
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
     let mut t = Table::new(
         format!(
-            "TCP bulk transfer, one way, one stack per thread: Gbit/s of payload and header-prediction hit rate (median of {} runs of {} MiB)",
+            "TCP bulk transfer, one way, one stack per thread: Gbit/s of payload{} (median of {} runs of {} MiB)",
+            if hp_apart { "" } else { " and header-prediction hit rate" },
             r.runs,
             r.bytes_per_run >> 20
         ),
-        &[
-            "MTU",
-            "MSS",
-            "bsd",
-            "bsd touch",
-            "fast",
-            "fast touch",
-            "hp bsd",
-            "hp bsd touch",
-            "hp fast",
-            "hp fast touch",
-        ],
+        &headers,
     );
     for &mtu in &mtus {
-        let mss = r
-            .rows
-            .iter()
-            .find(|x| x.mtu == mtu)
-            .map_or("-".to_string(), |x| x.mss.to_string());
-        let mut cells = vec![mtu.to_string(), mss];
-        for (config, touch) in COLUMNS {
-            cells.push(match find(r, mtu, config, touch) {
-                Some(x) => format!("{:.2}", x.gbps),
-                None if failed(r, mtu, config, touch) => "failed".into(),
-                None => "-".into(),
-            });
+        let mut cells = vec![mtu.to_string(), mss_of(mtu)];
+        for &(config, touch) in &columns {
+            cells.push(gbps_cell(mtu, config, touch));
         }
-        for (config, touch) in COLUMNS {
-            cells.push(match find(r, mtu, config, touch) {
-                Some(x) => match x.hp_hit_rate {
-                    Some(h) => format!("{:.1}%", 100.0 * h),
-                    None => "off".into(),
-                },
-                None if failed(r, mtu, config, touch) => "failed".into(),
-                None => "-".into(),
-            });
+        if !hp_apart {
+            for &(config, touch) in &columns {
+                cells.push(hp_cell(mtu, config, touch));
+            }
         }
         t.row(cells);
     }
@@ -1006,7 +1136,12 @@ pub fn tables(r: &Results) -> Vec<Table> {
         r.read_size >> 10
     ));
     t.note("touch: the receiving application folds every byte into a digest and checks it against the sender's; otherwise it only copies the bytes out of the socket");
-    t.note("hp = (data hits + ACK hits) / (hits + misses), both stacks' ledgers; off: Tuning::bsd() has header prediction off");
+    if !hp_apart {
+        t.note("hp = (data hits + ACK hits) / (hits + misses), both stacks' ledgers; off: Tuning::bsd() has header prediction off");
+    }
+    if configs.iter().any(|c| PAPER004_CONFIGS.contains(c)) {
+        t.note(PAPER004_NOTE);
+    }
     t.note("for scale (reference/fast-stacks.md §5, this kind of 2-vCPU guest): Linux loopback across the two cores, netperf TCP_STREAM 7.0 Gb/s, iperf3 15.8 Gb/s");
     for f in &r.failures {
         t.note(format!(
@@ -1018,6 +1153,26 @@ pub fn tables(r: &Results) -> Vec<Table> {
         ));
     }
     t.note(NOTE);
+    let mut out = vec![t];
+
+    if hp_apart {
+        let mut headers = vec!["MTU".to_string()];
+        headers.extend(columns.iter().map(|&(c, t)| label(c, t, "")));
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let mut h = Table::new(
+            "TCP bulk transfer: header-prediction hit rate over the timed runs",
+            &headers,
+        );
+        for &mtu in &mtus {
+            let mut cells = vec![mtu.to_string()];
+            for &(config, touch) in &columns {
+                cells.push(hp_cell(mtu, config, touch));
+            }
+            h.row(cells);
+        }
+        h.note("(data hits + ACK hits) / (hits + misses), both stacks' ledgers; off: Tuning::bsd() has header prediction off");
+        out.push(h);
+    }
 
     let mut d = Table::new(
         format!(
@@ -1042,7 +1197,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
     );
     let runs = r.runs.max(1) as f64;
     for &mtu in &mtus {
-        for (config, touch) in COLUMNS {
+        for &(config, touch) in &columns {
             if let Some(x) = find(r, mtu, config, touch) {
                 let c = &x.counters;
                 d.row(vec![
@@ -1066,8 +1221,9 @@ pub fn tables(r: &Results) -> Vec<Table> {
             }
         }
     }
-    d.note("data segs: segments A sent; ACKs: segments B sent; the other counts are totals over the timed runs, both stacks; new buffers: packet buffers a stack's pool took from the global allocator");
-    vec![t, d]
+    d.note("data segs: segments A sent (with TSO, super-segments the NIC cut); ACKs: segments B sent; the other counts are totals over the timed runs, both stacks; new buffers: packet buffers a stack's pool took from the global allocator; no checksum: the connection negotiated RFC 1146's checksum elision");
+    out.push(d);
+    out
 }
 
 #[cfg(test)]
@@ -1166,5 +1322,131 @@ mod tests {
             }
         }
         assert_eq!(tables(&r).len(), 2);
+    }
+
+    #[test]
+    fn bulk_configs_differ_as_named() {
+        let names: Vec<&str> = ALL_CONFIGS.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "bsd",
+                "fast",
+                "none",
+                "checksum_offload",
+                "integrated_copy_checksum",
+                "checksum_offload_tso"
+            ]
+        );
+        for c in ALL_CONFIGS {
+            assert_eq!(Config::from_name(c.name()), Some(c));
+        }
+        assert_eq!(Config::from_name("zero_copy"), None);
+        let plain = NicConfig {
+            mtu: 9000,
+            ..NicConfig::default()
+        };
+        // The basic presets: as before, the default NIC.
+        assert_eq!(Config::Bsd.tuning(), Tuning::bsd());
+        assert_eq!(Config::Fast.tuning(), Tuning::fast());
+        assert_eq!(Config::Bsd.nic(9000), plain);
+        assert_eq!(Config::Fast.nic(9000), plain);
+        // The paper-004 variants: fast but for elision and the three switches named...
+        for c in PAPER004_CONFIGS {
+            let t = c.tuning();
+            assert!(!t.checksum_elision, "{}", c.name());
+            assert_eq!(
+                Tuning {
+                    checksum_elision: true,
+                    fused_copy_checksum: true,
+                    checksum_offload: true,
+                    segmentation_offload: true,
+                    ..t
+                },
+                Tuning::fast(),
+                "{}",
+                c.name()
+            );
+            let nic = c.nic(9000);
+            assert_eq!(nic.mtu, 9000);
+            assert_eq!(
+                NicConfig {
+                    checksum_offload: Default::default(),
+                    tso: false,
+                    ..nic
+                },
+                plain,
+                "{}: only the offloads differ from the default NIC",
+                c.name()
+            );
+        }
+        // ... and each as its name says: (fused, offload in tuning and on both NIC
+        // directions, TSO in tuning and NIC).
+        for (c, fused, offload, tso) in [
+            (Config::None, false, false, false),
+            (Config::ChecksumOffload, false, true, false),
+            (Config::IntegratedCopyChecksum, true, false, false),
+            (Config::ChecksumOffloadTso, false, true, true),
+        ] {
+            let (t, nic) = (c.tuning(), c.nic(1500));
+            assert_eq!(t.fused_copy_checksum, fused, "{}", c.name());
+            assert_eq!(t.checksum_offload, offload, "{}", c.name());
+            assert_eq!(nic.checksum_offload.l4_tx, offload, "{}", c.name());
+            assert_eq!(nic.checksum_offload.l4_rx, offload, "{}", c.name());
+            assert_eq!(nic.checksum_offload.ipv4_tx, offload, "{}", c.name());
+            assert_eq!(nic.checksum_offload.ipv4_rx, offload, "{}", c.name());
+            assert_eq!(t.segmentation_offload, tso, "{}", c.name());
+            assert_eq!(nic.segments(), tso, "{}", c.name());
+        }
+    }
+
+    #[test]
+    fn bulk_paper004_variants_deliver_intact_bytes() {
+        let settings = Settings {
+            runs: 1,
+            bytes_per_run: 512 << 10,
+            stall_timeout: WallDuration::from_secs(20),
+            run_timeout: WallDuration::from_secs(60),
+        };
+        let pattern = pattern();
+        let expected = expected_digest(&pattern, settings.bytes_per_run);
+        for c in PAPER004_CONFIGS {
+            let f = run_cell(1500, c, true, settings, &pattern, expected)
+                .unwrap_or_else(|e| panic!("{}: {e}", c.name()));
+            assert_eq!(f.digests, vec![expected; 2], "{}", c.name());
+            // Checksums are computed (by the host or the NIC), not elided.
+            assert!(!f.checksum_elided, "{}", c.name());
+            assert_eq!(f.mss, 1460);
+            let full_segments = (settings.bytes_per_run / 1460) as u64;
+            if c == Config::ChecksumOffloadTso {
+                // Super-segments: far fewer than one per MSS.
+                assert!(
+                    f.sender.segments_out < full_segments / 4,
+                    "{}",
+                    f.sender.segments_out
+                );
+            } else {
+                assert!(f.sender.segments_out >= full_segments, "{}", c.name());
+            }
+        }
+        // The rows name the variants; the hit rates get a table of their own.
+        let r = run_configs(&[1500], &PAPER004_CONFIGS, settings, |_| {}).unwrap();
+        assert!(r.failures.is_empty(), "{:?}", r.failures);
+        let names: Vec<&str> = r.rows.iter().map(|x| x.config).collect();
+        assert_eq!(
+            names,
+            [
+                "none",
+                "none",
+                "checksum_offload",
+                "checksum_offload",
+                "integrated_copy_checksum",
+                "integrated_copy_checksum",
+                "checksum_offload_tso",
+                "checksum_offload_tso"
+            ]
+        );
+        assert!(r.rows.iter().all(|x| !x.checksum_elided));
+        assert_eq!(tables(&r).len(), 3);
     }
 }
