@@ -1594,3 +1594,27 @@ fn challenge_ack_rate_limit() {
     );
     still_works(&mut p, c, s);
 }
+
+/// A short tail segment lost twice is sent again by the retransmission timer: after a
+/// timeout takes SND.NXT back, Minshall's Nagle must not hold the short segment as if it
+/// were still in flight (it would wait for its own acknowledgement forever). Found by
+/// `probestack soak --seed 3`.
+#[test]
+fn a_lost_short_tail_is_retransmitted_after_a_timeout() {
+    let (mut p, net) = tapped();
+    let (a, _l, b) = connect(&mut p);
+    net.drop_into(Host::B, 2, |s| {
+        s.from == Host::A && !s.payload.is_empty() && s.payload.len() < 1000
+    });
+    let data: Vec<u8> = (0..3 * 1448 + 100).map(|i| i as u8).collect();
+    assert_eq!(p.a.tcp_send(a, &data), Ok(data.len()));
+    let total = data.len();
+    wait(
+        &mut p,
+        Duration::from_secs(30),
+        "the whole write at B",
+        |p| p.b.tcp_recv_queued(b) == Ok(total),
+    );
+    assert_eq!(net.dropped().len(), 2, "the short tail was lost twice");
+    assert!(counter(&p, Host::A, Counter::TcpRetransmitTimeouts) >= 1);
+}

@@ -1612,7 +1612,10 @@ impl Connection {
             // is unacknowledged, not while any data is, so the short tail of a bulk write
             // does not wait for the peer's delayed ACK of the full segments before it.
             let all = len == unsent;
-            let short_in_flight = self.snd_sml.gt(self.snd_una);
+            // In flight means sent and not acknowledged: after a timeout took SND.NXT
+            // back, the short segment is to be sent again, not waited for (else the
+            // tail of a stream would wait for its own acknowledgement forever).
+            let short_in_flight = self.snd_sml.gt(self.snd_una) && self.snd_sml.le(self.snd_nxt);
             let ok = len >= mss
                 || (all && (!short_in_flight || !self.config.nagle || fin_unsent))
                 || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2);
