@@ -7,6 +7,7 @@ mod machine;
 mod report;
 #[cfg(target_os = "linux")]
 mod serve;
+mod soak;
 mod table;
 mod tap_bench;
 
@@ -46,6 +47,25 @@ enum Command {
     /// Send UDP datagrams or a TCP bulk transfer from our stack on a TAP interface.
     #[cfg(target_os = "linux")]
     Send(serve::SendArgs),
+    /// TCP and UDP transfers between two simulated stacks through a wire with seeded drops,
+    /// reordering, duplicates, jitter and CRC-passing corruption: phase 1 (checksums on)
+    /// must lose or alter nothing (exit 1 if it did); phase 2 (checksum elision on) counts
+    /// the corruption that gets through.
+    Soak(SoakArgs),
+}
+
+#[derive(Args)]
+struct SoakArgs {
+    /// Wall-time budget in seconds (70% phase 1, 30% phase 2); each phase always does its
+    /// minimum of transfers first, however long they take.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Seeds the faults, the stacks and the data: the same seed, the same transfers.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -408,6 +428,28 @@ fn main() -> ExitCode {
         Command::Ping(a) => done(serve::ping(a)),
         #[cfg(target_os = "linux")]
         Command::Send(a) => done(serve::send(a)),
+        Command::Soak(a) => {
+            let json = a.json;
+            let r = soak::run(
+                soak::Settings {
+                    seconds: a.seconds,
+                    seed: a.seed,
+                },
+                |s| {
+                    if !json {
+                        eprintln!("  soak: {s}");
+                    }
+                },
+            );
+            let passed = r.passed;
+            let code = finish(Ok(r), json, soak::tables);
+            if passed {
+                code
+            } else {
+                eprintln!("probestack: soak: phase 1 lost or altered data");
+                ExitCode::FAILURE
+            }
+        }
         Command::Report(a) => {
             let effort = if a.full { Effort::FULL } else { Effort::QUICK };
             match report::run(&a.out, effort) {
