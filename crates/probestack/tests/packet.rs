@@ -119,28 +119,7 @@ fn linux_pings_the_stack() {
             let clock = RealClock::new();
             runner::run(&mut stack, &clock, &stop, |_, _| {}).expect("runner");
         });
-        // 3000 bytes take two fragments each way.
-        for size in ["56", "1472", "3000"] {
-            let out = ns.exec(&[
-                "ping",
-                "-c",
-                "3",
-                "-i",
-                "0.1",
-                "-W",
-                "1",
-                "-s",
-                size,
-                "198.18.0.2",
-            ]);
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "ping -s {size} failed:\n{text}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(text.contains("3 received"), "ping -s {size}:\n{text}");
-        }
+        ns.ping_sizes("198.18.0.2");
     });
     let st = *stats.lock().unwrap();
     eprintln!("packet stats: {st:?}");

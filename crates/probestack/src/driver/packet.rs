@@ -101,7 +101,7 @@
 //! # What the stack is told
 //!
 //! [`DeviceCaps`]: the configured MTU; `has_crc: false` (no frame check sequence: no
-//! checksum may be elided on its account); [`CopyMode::Pio`] (the kernel copies every frame
+//! checksum may be elided on its account); [`CopyMode::Pio`](super::CopyMode::Pio) (the kernel copies every frame
 //! in and out); checksum offload as above. Readiness: [`Device::readiness_fd`] is the
 //! socket (readable when a frame waits); [`Device::take_notification`] always says yes.
 
@@ -111,10 +111,8 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::vnet::{self, Read, RxBlocks, VnetStats, ETHERNET_HEADER_LEN, MAX_SUPER_FRAME};
-use super::{
-    ChecksumOffload, CopyMode, Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta,
-};
+use super::vnet::{self, Read, RxBlocks, VnetStats, ETHERNET_HEADER_LEN};
+use super::{Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta};
 use crate::buf::PacketBuf;
 use crate::time::Instant;
 
@@ -468,21 +466,7 @@ fn outgoing(addr: &libc::sockaddr_ll) -> bool {
 
 impl Device for PacketDevice {
     fn caps(&self) -> DeviceCaps {
-        let csum = self.offload();
-        DeviceCaps {
-            mtu: self.config.mtu,
-            has_crc: false,
-            copy_mode: CopyMode::Pio,
-            checksum_offload: ChecksumOffload {
-                ipv4_tx: false,
-                ipv4_rx: csum,
-                l4_tx: csum,
-                l4_rx: csum,
-            },
-            // The kernel takes GSO_TCPV4 super-frames on any write with a virtio-net
-            // header; asked only when offloads are on.
-            tso_max: if csum { MAX_SUPER_FRAME } else { 0 },
-        }
+        vnet::caps(self.config.mtu, self.offload())
     }
 
     fn transmit(

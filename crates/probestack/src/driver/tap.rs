@@ -36,7 +36,7 @@
 //! # What the stack is told
 //!
 //! [`DeviceCaps`]: the configured MTU; `has_crc: false` (a TAP has no frame check
-//! sequence, so no checksum may be elided on its account); [`CopyMode::Pio`] (the kernel
+//! sequence, so no checksum may be elided on its account); [`CopyMode::Pio`](super::CopyMode::Pio) (the kernel
 //! copies every frame in and out, as `read` and `write` do); transport checksum offload in
 //! both directions, and IPv4 header verification on receive, exactly when `TUN_F_CSUM`
 //! was accepted.
@@ -48,10 +48,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::vnet::{self, Read, RxBlocks, ETHERNET_HEADER_LEN, MAX_SUPER_FRAME};
-use super::{
-    ChecksumOffload, CopyMode, Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta,
-};
+use super::vnet::{self, Read, RxBlocks, ETHERNET_HEADER_LEN};
+use super::{Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta};
 use crate::buf::PacketBuf;
 use crate::time::Instant;
 
@@ -254,21 +252,7 @@ impl TapDevice {
 
 impl Device for TapDevice {
     fn caps(&self) -> DeviceCaps {
-        let csum = self.csum_offload();
-        DeviceCaps {
-            mtu: self.config.mtu,
-            has_crc: false,
-            copy_mode: CopyMode::Pio,
-            checksum_offload: ChecksumOffload {
-                ipv4_tx: false,
-                ipv4_rx: csum,
-                l4_tx: csum,
-                l4_rx: csum,
-            },
-            // The kernel takes GSO_TCPV4 super-frames on any write with a virtio-net
-            // header; asked only when offloads are on.
-            tso_max: if csum { MAX_SUPER_FRAME } else { 0 },
-        }
+        vnet::caps(self.config.mtu, self.csum_offload())
     }
 
     fn transmit(

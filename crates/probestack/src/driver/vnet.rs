@@ -46,7 +46,9 @@
 
 use std::io;
 
-use super::{DeviceContext, DeviceError, RxChecksum, RxFrame, TxMeta};
+use super::{
+    ChecksumOffload, CopyMode, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame, TxMeta,
+};
 use crate::buf::{PacketBuf, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE};
 use crate::checksum;
 use crate::probe::{Counter, Layer, Op, Side};
@@ -278,6 +280,26 @@ pub(crate) fn fill_ipv4_checksum(frame: &mut [u8]) -> bool {
     let value = checksum::ipv4_header_checksum(header);
     header[10..12].copy_from_slice(&value.to_be_bytes());
     true
+}
+
+/// What a device with virtio-net headers tells the stack: no CRC (a frame never crossed
+/// a wire that would have checked it, so no checksum may be elided on its account); PIO
+/// (the kernel copies every frame in and out); and with `offload`, transport checksums
+/// left to the kernel and received ones vouched for, and TCP super-frames, which the
+/// kernel takes on any write with a virtio-net header.
+pub(crate) fn caps(mtu: usize, offload: bool) -> DeviceCaps {
+    DeviceCaps {
+        mtu,
+        has_crc: false,
+        copy_mode: CopyMode::Pio,
+        checksum_offload: ChecksumOffload {
+            ipv4_tx: false,
+            ipv4_rx: offload,
+            l4_tx: offload,
+            l4_rx: offload,
+        },
+        tso_max: if offload { MAX_SUPER_FRAME } else { 0 },
+    }
 }
 
 /// Acts on a frame's transmit requests and returns the header to send in front of it:

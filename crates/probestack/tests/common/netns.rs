@@ -124,6 +124,21 @@ impl Netns {
             .expect("ip netns exec")
     }
 
+    /// Linux's `ping` from the namespace to `to`, three echoes at each of 56, 1472 and
+    /// 3000 bytes (the last takes two fragments each way); all must come back.
+    pub fn ping_sizes(&self, to: &str) {
+        for size in ["56", "1472", "3000"] {
+            let out = self.exec(&["ping", "-c", "3", "-i", "0.1", "-W", "1", "-s", size, to]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "ping -s {size} failed:\n{text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(text.contains("3 received"), "ping -s {size}:\n{text}");
+        }
+    }
+
     /// The MAC address of interface `dev` in the namespace.
     pub fn mac_of(&self, dev: &str) -> [u8; 6] {
         let out =
