@@ -5,8 +5,11 @@
 //! caught when the receiving NIC verifies, and UDP (which does not ask for transmit
 //! offload) works as before.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
+use common::transfer::transfer;
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -15,7 +18,7 @@ use probestack::driver::{
 };
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
-use probestack::socket::tcp::{TcpError, TcpHandle};
+use probestack::socket::tcp::TcpHandle;
 use probestack::socket::udp::{UdpError, UdpHandle};
 use probestack::tcp::State;
 use probestack::time::{Duration, Instant};
@@ -150,65 +153,6 @@ fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle) {
         s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
     }));
     (c, s.unwrap())
-}
-
-/// Deterministic bytes that say where they are in the stream.
-fn pattern(offset: usize, len: usize) -> Vec<u8> {
-    (offset..offset + len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7) as u8)
-        .collect()
-}
-
-/// FNV-1a, 64-bit.
-fn fnv(h: &mut u64, data: &[u8]) {
-    for &b in data {
-        *h ^= u64::from(b);
-        *h = h.wrapping_mul(0x100_0000_01b3);
-    }
-}
-
-/// Sends `total` bytes from `tx` on A to `rx` on B and checks them by hash.
-fn transfer(p: &mut Pair, tx: TcpHandle, rx: TcpHandle, total: usize, limit: Duration) {
-    let (mut sent, mut got) = (0usize, 0usize);
-    let (mut hs, mut hr) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut pending = Vec::new();
-    let done = p.run_until(limit, |p| {
-        loop {
-            if pending.is_empty() && sent < total {
-                pending = pattern(sent, (256 * 1024).min(total - sent));
-            }
-            if pending.is_empty() {
-                break;
-            }
-            match p.a.tcp_send(tx, &pending) {
-                Ok(n) => {
-                    fnv(&mut hs, &pending[..n]);
-                    sent += n;
-                    pending.drain(..n);
-                }
-                Err(TcpError::WouldBlock) => break,
-                Err(e) => panic!("send: {e}"),
-            }
-        }
-        loop {
-            match p.b.tcp_recv(rx, &mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    fnv(&mut hr, &buf[..n]);
-                    got += n;
-                }
-                Err(TcpError::WouldBlock) => break,
-                Err(e) => panic!("recv: {e}"),
-            }
-        }
-        got == total
-    });
-    assert!(
-        done,
-        "transfer stalled: sent {sent}, received {got} of {total}"
-    );
-    assert_eq!(hs, hr, "the bytes received differ from the bytes sent");
 }
 
 /// Same ones'-complement zero: a computed checksum of 0 may travel as 0xFFFF.

@@ -1,5 +1,7 @@
-//! Helpers shared by the integration tests that touch Linux networking (`tap.rs`,
-//! `packet.rs`). Each test file uses a part of them.
-#![allow(dead_code)]
+//! Helpers shared by integration tests: `netns` for the ones that touch Linux networking
+//! (`tap.rs`, `packet.rs`), `transfer` for bulk TCP in the simulation (`tcp.rs`,
+//! `offload.rs`). Each test file uses a part of them.
+#![allow(dead_code, unused_macros, unused_imports)]
 
 pub mod netns;
+pub mod transfer;
