@@ -56,9 +56,10 @@ pub struct Tuning {
     /// 4.4BSD's `tcp_input` ends.
     pub tcp_output_per_batch: bool,
     /// Transmit checksum offload (paper 004 §3.2): where the interface's device can
-    /// complete a transport checksum, TCP puts only the pseudo-header sum in the field
-    /// and copies its data without summing it; the device (or the kernel, through a TAP)
-    /// sums the segment. Off: the stack sums every segment itself.
+    /// complete a transport checksum, TCP and UDP put only the pseudo-header sum in the
+    /// field and copy their data without summing it; the device (or the kernel, through a
+    /// TAP) sums the segment or datagram (UDP: only a datagram sent whole, not one IP
+    /// fragments). Off: the stack sums everything itself.
     pub checksum_offload: bool,
     /// TCP segmentation offload: where the device can also segment (and checksum
     /// offload is on), TCP hands it super-segments of up to 64 KiB of whole segments and

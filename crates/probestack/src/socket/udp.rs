@@ -411,12 +411,13 @@ impl Stack {
             let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
             no_checksum || self.checksum_elidable(dst.0)
         };
+        let offload = !elide && self.udp_checksum_offloadable(dst.0, buf.len());
         // The copy in: on the protocol-specific path it sums as it copies (paper 002 §7).
         let plan = {
             let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
             let mut at = crate::wire::udp::HEADER_LEN;
             let mut acc = checksum::Accumulator::new();
-            let fused = self.tuning.udp_fast_path && !elide;
+            let fused = self.tuning.udp_fast_path && !elide && !offload;
             for part in parts {
                 let dst = &mut buf.data_mut()[at..at + part.len()];
                 if fused {
@@ -431,6 +432,8 @@ impl Stack {
             }
             if elide {
                 UdpChecksum::Elided
+            } else if offload {
+                UdpChecksum::Offloaded
             } else if fused {
                 UdpChecksum::PayloadSummed(acc.sum())
             } else {

@@ -14,7 +14,7 @@
 
 pub mod pcb;
 
-use crate::buf::PacketBuf;
+use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum;
 use crate::driver::RxChecksum;
 use crate::probe::{Counter, Layer, Op, Side};
@@ -35,9 +35,27 @@ pub(crate) enum UdpChecksum {
     PayloadSummed(u16),
     /// UDP output sums the whole datagram in a second pass (the generic path).
     SecondPass,
+    /// The device completes it (`Tuning::checksum_offload`): only the pseudo-header sum
+    /// goes in the field, as for TCP.
+    Offloaded,
 }
 
 impl Stack {
+    /// Whether the device toward `dst` will complete the checksum of a UDP datagram of
+    /// `len` bytes: the switch on, the device able, and the datagram sent whole (a device
+    /// sums one frame, not a datagram IP cut into fragments). Loopback has no device.
+    pub(crate) fn udp_checksum_offloadable(&self, dst: Ipv4Address, len: usize) -> bool {
+        if !self.tuning.checksum_offload || self.is_own_address(dst) {
+            return false;
+        }
+        let caps = self
+            .routes
+            .lookup(dst)
+            .and_then(|r| self.ifaces.get(r.interface))
+            .map(|i| i.caps);
+        caps.is_some_and(|c| c.checksum_offload.l4_tx && 20 + len <= c.mtu)
+    }
+
     /// The sum of the pseudo-header and the whole datagram with the configured kernel.
     fn udp_full_sum(&self, src: Ipv4Address, dst: Ipv4Address, datagram: &[u8]) -> u16 {
         let seed =
@@ -209,7 +227,20 @@ impl Stack {
                         max: crate::socket::udp::MAX_UDP_PAYLOAD,
                     })
                 } else {
-                    if plan != UdpChecksum::Elided {
+                    if plan == UdpChecksum::Offloaded {
+                        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::Checksum);
+                        let seed = checksum::pseudo_header_v4(
+                            src.0,
+                            dst.0 .0,
+                            udp_wire::PROTOCOL,
+                            buf.len() as u16,
+                        );
+                        udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(seed);
+                        buf.set_tx_offload(TxOffload {
+                            l4_checksum: true,
+                            gso_size: 0,
+                        });
+                    } else if plan != UdpChecksum::Elided {
                         let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::Checksum);
                         let sum = match plan {
                             // Header and pseudo-header now; the payload was summed while copied.
