@@ -68,15 +68,8 @@ pub struct Settings {
 /// jitter, 0.1% corrupted with the CRC recomputed.
 pub fn faults(seed: u64) -> FaultConfig {
     FaultConfig {
-        seed,
-        drop: 0.01,
-        duplicate: 0.01,
-        reorder: 0.01,
-        reorder_hold: Duration::from_micros(200),
-        latency: Duration::from_micros(50),
-        jitter: Duration::from_micros(20),
         flip_passed: 0.001,
-        ..FaultConfig::none()
+        ..FaultConfig::lossy(seed)
     }
 }
 

@@ -249,26 +249,13 @@ fn offloaded_checksums_are_right_on_the_wire() {
     }
 }
 
-fn faulty(seed: u64) -> FaultConfig {
-    FaultConfig {
-        seed,
-        drop: 0.01,
-        duplicate: 0.01,
-        reorder: 0.01,
-        reorder_hold: Duration::from_micros(200),
-        latency: Duration::from_micros(50),
-        jitter: Duration::from_micros(20),
-        ..FaultConfig::none()
-    }
-}
-
 /// 16 MiB from A to B with checksum offload (and TSO when asked) under seeded drops,
 /// duplicates and reordering; returns the sender's NIC statistics.
 fn bulk_under_faults(mtu: usize, tso: bool) -> NicStats {
     let mut a = host(mtu, tso);
     let mut b = host(mtu, tso);
-    a.nic.rx_faults = faulty(17);
-    b.nic.rx_faults = faulty(18);
+    a.nic.rx_faults = FaultConfig::lossy(17);
+    b.nic.rx_faults = FaultConfig::lossy(18);
     let mut w = World::new(a, b);
     let (c, s) = connect(&mut w.p);
     transfer(&mut w.p, c, s, 16 << 20, Duration::from_secs(600));

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use common::netns::{
-    datagram, feature_on, pattern, set_feature, skip_unless_able, BulkSink, BulkSource, Feature,
-    Netns, StopOnDrop, UdpFrame, Watched,
+    datagram, feature_on, pattern, set_feature, skip_unless_able, udp_echo_from_linux, BulkSink,
+    BulkSource, Feature, Netns, StopOnDrop, UdpFrame, Watched,
 };
 use probestack::checksum;
 use probestack::driver::packet::{PacketConfig, PacketDevice, PacketStats};
@@ -32,7 +32,6 @@ use probestack::driver::{Device, DeviceContext, RxChecksum, TxMeta};
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Ledger;
 use probestack::runner;
-use probestack::socket::udp::UdpError;
 use probestack::stack::{InterfaceConfig, Stack, StackConfig};
 use probestack::time::{Instant, RealClock};
 use probestack::wire::ethernet::EthernetAddress;
@@ -133,58 +132,7 @@ fn udp_both_ways() {
     let Some((_ns, mut stack, stats)) = with_linux(2, ON) else {
         return;
     };
-    let h = stack.udp_open();
-    stack.udp_bind(h, STACK, 7777).unwrap();
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&stop);
-        s.spawn(|| {
-            // An echo server: every datagram goes back to where it came from.
-            let clock = RealClock::new();
-            let mut buf = vec![0u8; 65536];
-            runner::run(&mut stack, &clock, &stop, |st, _| loop {
-                match st.udp_recv_from(h, &mut buf) {
-                    Ok(r) => {
-                        assert!(!r.truncated);
-                        st.udp_send_to(h, &buf[..r.len], r.from.0, r.from.1)
-                            .expect("echo");
-                    }
-                    Err(UdpError::WouldBlock) => break,
-                    Err(e) => panic!("udp_recv_from: {e}"),
-                }
-            })
-            .expect("runner");
-        });
-        // This thread is in the namespace: the socket is Linux's, on pv1's subnet.
-        let sock = UdpSocket::bind("198.18.0.1:0").expect("bind");
-        sock.set_read_timeout(Some(StdDuration::from_millis(500)))
-            .unwrap();
-        let mut buf = vec![0u8; 65536];
-        for (seq, len) in [1usize, 100, 1472, 1473, 8000, 30000, 65507]
-            .into_iter()
-            .enumerate()
-        {
-            let d = datagram(seq, len);
-            let mut answer = None;
-            // The first datagram waits for ARP; a lost one is tried again.
-            for _ in 0..4 {
-                sock.send_to(&d, "198.18.0.2:7777").expect("send_to");
-                match sock.recv_from(&mut buf) {
-                    Ok((n, from)) => {
-                        answer = Some((n, from));
-                        break;
-                    }
-                    Err(e)
-                        if e.kind() == std::io::ErrorKind::WouldBlock
-                            || e.kind() == std::io::ErrorKind::TimedOut => {}
-                    Err(e) => panic!("recv_from: {e}"),
-                }
-            }
-            let (n, from) = answer.unwrap_or_else(|| panic!("no echo of {len} bytes"));
-            assert_eq!(from, "198.18.0.2:7777".parse::<SocketAddr>().unwrap());
-            assert_eq!(&buf[..n], &d[..], "echo of {len} bytes");
-        }
-    });
+    udp_echo_from_linux(&mut stack, &[1, 100, 1472, 1473, 8000, 30000, 65507]);
     let st = *stats.lock().unwrap();
     eprintln!("packet stats: {st:?}");
     no_drops(&st);

@@ -144,24 +144,11 @@ fn bulk_transfer_one_mib_clean() {
     }
 }
 
-fn faulty(seed: u64) -> FaultConfig {
-    FaultConfig {
-        seed,
-        drop: 0.01,
-        duplicate: 0.01,
-        reorder: 0.01,
-        reorder_hold: Duration::from_micros(200),
-        latency: Duration::from_micros(50),
-        jitter: Duration::from_micros(20),
-        ..FaultConfig::none()
-    }
-}
-
 fn bulk_under_faults(mtu: usize, total: usize, tuning: Tuning) {
     let mut a = host(mtu, tuning);
     let mut b = host(mtu, tuning);
-    a.nic.rx_faults = faulty(7);
-    b.nic.rx_faults = faulty(8);
+    a.nic.rx_faults = FaultConfig::lossy(7);
+    b.nic.rx_faults = FaultConfig::lossy(8);
     let mut p = Pair::new(a, b).unwrap();
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, total, Duration::from_secs(600));

@@ -99,6 +99,22 @@ impl FaultConfig {
         }
     }
 
+    /// The lossy wire the transfer tests and `probestack soak` use: 1% of frames
+    /// dropped, 1% duplicated and 1% reordered (held 200 µs), every frame 50 µs late with
+    /// up to 20 µs of jitter; nothing corrupted.
+    pub const fn lossy(seed: u64) -> FaultConfig {
+        FaultConfig {
+            seed,
+            drop: 0.01,
+            duplicate: 0.01,
+            reorder: 0.01,
+            reorder_hold: Duration::from_micros(200),
+            latency: Duration::from_micros(50),
+            jitter: Duration::from_micros(20),
+            ..FaultConfig::none()
+        }
+    }
+
     /// Whether the wire does anything at all.
     pub fn is_none(&self) -> bool {
         self.drop <= 0.0

@@ -486,16 +486,7 @@ impl Device for PacketDevice {
             &mut self.stats.vnet,
             cx,
             |hdr, data| {
-                let mut iov = [
-                    libc::iovec {
-                        iov_base: hdr.as_ptr() as *mut libc::c_void,
-                        iov_len: hdr.len(),
-                    },
-                    libc::iovec {
-                        iov_base: data.as_ptr() as *mut libc::c_void,
-                        iov_len: data.len(),
-                    },
-                ];
+                let mut iov = vnet::iovecs(hdr, data);
                 // SAFETY: msghdr is a plain C struct for which all zeroes is valid (no
                 // name: the socket is bound; no control data).
                 let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };

@@ -265,16 +265,7 @@ impl Device for TapDevice {
         let csum = self.csum_offload();
         let fd = self.fd.as_raw_fd();
         vnet::transmit(frame, meta, csum, max, &mut self.stats, cx, |hdr, data| {
-            let iov = [
-                libc::iovec {
-                    iov_base: hdr.as_ptr() as *mut libc::c_void,
-                    iov_len: hdr.len(),
-                },
-                libc::iovec {
-                    iov_base: data.as_ptr() as *mut libc::c_void,
-                    iov_len: data.len(),
-                },
-            ];
+            let iov = vnet::iovecs(hdr, data);
             // SAFETY: both iovecs describe memory borrowed for the call (the header, the
             // frame's window), with their exact lengths; writev only reads it despite the
             // `*mut` in `iovec`. `fd` is open: `self` owns it.

@@ -347,6 +347,21 @@ pub(crate) fn prepare_tx(
     hdr.to_bytes()
 }
 
+/// The two buffers one frame is written from: the virtio-net header, then the frame.
+/// (`iovec` says `*mut`; the kernel only reads them on a write.)
+pub(crate) fn iovecs(hdr: &[u8; VNET_HDR_LEN], frame: &[u8]) -> [libc::iovec; 2] {
+    [
+        libc::iovec {
+            iov_base: hdr.as_ptr() as *mut libc::c_void,
+            iov_len: hdr.len(),
+        },
+        libc::iovec {
+            iov_base: frame.as_ptr() as *mut libc::c_void,
+            iov_len: frame.len(),
+        },
+    ]
+}
+
 /// Sends one frame through `write`, which makes one attempt at writing the two buffers
 /// (the header, the frame) as one frame and says how many bytes went: the header
 /// ([`prepare_tx`]), the write (charged as the device copy), and the outcome counted.

@@ -334,9 +334,6 @@ pub struct Connection {
     persist_backoff: u32,
     /// The end of the last short segment sent (Minshall's Nagle).
     snd_sml: SeqNumber,
-    /// The most data one super-segment may carry when the device segments (TSO); 0
-    /// when it does not. Set by the stack before each output.
-    tso_max: usize,
     keepalive_deadline: Option<Instant>,
     keepalive_sent: u32,
     close_deadline: Option<Instant>,
@@ -440,7 +437,6 @@ impl Connection {
             persist_deadline: None,
             persist_backoff: 0,
             snd_sml: iss,
-            tso_max: 0,
             keepalive_deadline: None,
             keepalive_sent: 0,
             close_deadline: None,
@@ -572,12 +568,6 @@ impl Connection {
             self.fin_queued = true;
             self.fin_out = Some(self.tx_head_seq() + self.tx.len());
         }
-    }
-
-    /// Lets [`Connection::next_segment`] build super-segments of up to `max` data bytes
-    /// for a device that segments them (TCP segmentation offload); 0 turns it off.
-    pub fn set_segmentation_offload(&mut self, max: usize) {
-        self.tso_max = max;
     }
 
     /// The most data one segment carries: the MSS less the options it will carry
@@ -1520,8 +1510,10 @@ impl Connection {
     }
 
     /// What to send next, if anything; call until `None`. Updates the sequence variables
-    /// and timers as if the segment was sent.
-    pub fn next_segment(&mut self, now: Instant) -> Option<Outgoing> {
+    /// and timers as if the segment was sent. `tso_max`: for a device that segments
+    /// (TCP segmentation offload), the most new data one super-segment may carry; 0 for
+    /// one segment per frame.
+    pub fn next_segment(&mut self, now: Instant, tso_max: usize) -> Option<Outgoing> {
         match self.state {
             State::Closed | State::Listen => return None,
             State::SynSent | State::SynReceived => {
@@ -1565,7 +1557,7 @@ impl Connection {
         let in_flight = self.snd_nxt.bytes_since(self.snd_una);
         let usable = window.saturating_sub(in_flight);
         let mss = self.segment_data_max();
-        let mut len = unsent.min(usable).min(self.tso_max.max(mss));
+        let mut len = unsent.min(usable).min(tso_max.max(mss));
         if len > mss && len < unsent {
             // A super-segment holds whole segments; the short tail waits for Nagle's
             // test on its own, as it would without the offload.
@@ -1728,14 +1720,14 @@ impl Connection {
             return None;
         }
         let mss = self.segment_data_max();
-        // Only new data goes out in super-segments; a retransmission or probe is one
-        // segment at most.
-        let max = if kind == Send::Next {
-            self.tso_max.max(mss)
+        // Only new data goes out in super-segments (its caller sized `len`); a
+        // retransmission or probe is one segment at most.
+        let len = if kind == Send::Next {
+            len
         } else {
-            mss
+            len.min(mss)
         };
-        let len = len.min(self.tx.len() - offset).min(max);
+        let len = len.min(self.tx.len() - offset);
         let end = seq + len;
         let fin = kind != Send::Probe
             && self.fin_queued

@@ -351,8 +351,7 @@ impl Stack {
                     return;
                 };
                 let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
-                c.set_segmentation_offload(tso_max);
-                c.next_segment(now)
+                c.next_segment(now, tso_max)
             };
             let Some(out) = out else {
                 return;
