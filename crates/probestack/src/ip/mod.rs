@@ -138,6 +138,9 @@ impl Stack {
         now: Instant,
     ) -> Option<(Ipv4Repr, PacketBuf)> {
         self.ledger.counters().inc(Counter::IpFragmentsIn);
+        // Datagrams evicted at the memory cap to make room for this fragment are drops
+        // too, though `add` succeeds: count them with the fragments it refuses.
+        let evicted_before = self.reassembler.stats().evicted_for_memory;
         let result = {
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
             let (header, payload) = buf.data().split_at(repr.header_len());
@@ -151,6 +154,8 @@ impl Stack {
             )
         };
         self.free(Layer::Ip, Side::Receive, buf);
+        let evicted = self.reassembler.stats().evicted_for_memory - evicted_before;
+        self.ledger.counters().add(Counter::IpDropFragMemory, evicted);
         let Reassembled { header, payload } = match result {
             Ok(Some(r)) => r,
             Ok(None) => return None,
@@ -363,5 +368,59 @@ impl Stack {
         self.ledger.counters().inc(Counter::IpPacketsOut);
         self.free(Layer::Ip, Side::Send, payload);
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::{MemoryLink, NicConfig};
+    use crate::ip::reassembly::ReassemblyConfig;
+    use crate::ip::route::Ipv4Cidr;
+    use crate::sim::{ipv4_header, ADDR_A, ADDR_B, MAC_B};
+    use crate::stack::{InterfaceConfig, StackConfig};
+
+    /// First fragments of more datagrams than the reassembly memory cap holds: each is
+    /// either still held or counted in `ip.drop.frag_memory`, the datagrams evicted to
+    /// make room included (they were dropped without a word before).
+    #[test]
+    fn datagrams_evicted_at_the_memory_cap_are_counted() {
+        let (_peer, nic) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
+        let mut st = Stack::new(StackConfig {
+            reassembly: ReassemblyConfig {
+                max_bytes: 32 << 10,
+                ..ReassemblyConfig::default()
+            },
+            ..StackConfig::default()
+        });
+        st.add_interface(
+            Box::new(nic),
+            InterfaceConfig {
+                mac: MAC_B,
+                cidr: Ipv4Cidr {
+                    address: ADDR_B,
+                    prefix_len: 15,
+                },
+            },
+        );
+        const SENT: u16 = 100;
+        for ident in 0..SENT {
+            let ip = Ipv4Repr {
+                ident,
+                more_frags: true,
+                ..ipv4_header(ADDR_A, ADDR_B, IpProtocol::Udp, 1480)
+            };
+            let mut bytes = vec![0u8; ip.buffer_len()];
+            ip.emit(&mut ipv4::Packet::new_unchecked(&mut bytes[..]), Checksum::Check)
+                .unwrap();
+            let buf = PacketBuf::from_slice(&bytes, 0).unwrap();
+            st.ip_input(0, buf, RxChecksum::None, Instant::ZERO);
+        }
+        let held = st.reassembler().datagrams_held() as u64;
+        let c = st.ledger().counters();
+        assert_eq!(c.get(Counter::IpFragmentsIn), u64::from(SENT));
+        assert!(held > 0 && held < u64::from(SENT), "{held} held");
+        assert_eq!(st.reassembler().stats().refused_for_memory, 0);
+        assert_eq!(held + c.get(Counter::IpDropFragMemory), u64::from(SENT));
     }
 }
