@@ -155,7 +155,9 @@ impl Stack {
         };
         self.free(Layer::Ip, Side::Receive, buf);
         let evicted = self.reassembler.stats().evicted_for_memory - evicted_before;
-        self.ledger.counters().add(Counter::IpDropFragMemory, evicted);
+        self.ledger
+            .counters()
+            .add(Counter::IpDropFragMemory, evicted);
         let Reassembled { header, payload } = match result {
             Ok(Some(r)) => r,
             Ok(None) => return None,
@@ -411,8 +413,11 @@ mod tests {
                 ..ipv4_header(ADDR_A, ADDR_B, IpProtocol::Udp, 1480)
             };
             let mut bytes = vec![0u8; ip.buffer_len()];
-            ip.emit(&mut ipv4::Packet::new_unchecked(&mut bytes[..]), Checksum::Check)
-                .unwrap();
+            ip.emit(
+                &mut ipv4::Packet::new_unchecked(&mut bytes[..]),
+                Checksum::Check,
+            )
+            .unwrap();
             let buf = PacketBuf::from_slice(&bytes, 0).unwrap();
             st.ip_input(0, buf, RxChecksum::None, Instant::ZERO);
         }
