@@ -499,3 +499,16 @@ pub fn udp_echo_from_linux(stack: &mut Stack, sizes: &[usize]) {
         }
     });
 }
+
+/// Why `python` cannot import `module`, if it cannot (such as scapy, from Debian's
+/// `python3-scapy`, for `/usr/bin/python3`).
+pub fn python_module_missing(python: &str, module: &str) -> Option<String> {
+    match Command::new(python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+    {
+        Ok(o) if o.status.success() => None,
+        Ok(_) => Some(format!("{python} cannot import {module}")),
+        Err(e) => Some(format!("no {python}: {e}")),
+    }
+}
