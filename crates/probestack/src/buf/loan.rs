@@ -147,6 +147,12 @@ fn resolve(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize),
 /// it as outstanding.
 impl From<PacketBuf> for ExtBuf {
     fn from(buf: PacketBuf) -> ExtBuf {
+        if buf.has_frags() {
+            // Fragments cannot join the block without a copy; never lose them.
+            let mut all = vec![0; buf.total_len()];
+            let _ = buf.gather_into(&mut all);
+            return ExtBuf::new(all);
+        }
         let (block, start, end) = buf.into_parts();
         ExtBuf {
             block: Arc::new(block.into_vec()),

@@ -295,6 +295,8 @@ pub struct NicStats {
     pub tx_too_large: u64,
     /// DMA frames copied for want of tailroom for the FCS.
     pub tx_bounced: u64,
+    /// Frames sent with fragments (loaned data), which the NIC gathered.
+    pub tx_gathered: u64,
     /// Transport checksums the NIC completed (`l4_tx`): one per frame on the wire, so one
     /// per segment of a super-frame.
     pub tx_csum_offloaded: u64,
@@ -601,6 +603,39 @@ impl MemoryNic {
         });
     }
 
+    /// A frame with fragments made whole. With DMA the NIC's engine follows the
+    /// fragment list itself (device work); with PIO the CPU's copy into device memory
+    /// reads the fragments where they are (host work, the PIO copy the frame needs
+    /// anyway, so it is not copied a second time).
+    fn gather(
+        &mut self,
+        frame: PacketBuf,
+        cx: &DeviceContext<'_>,
+    ) -> Result<PacketBuf, DeviceError> {
+        let len = frame.total_len();
+        let mut whole = match self.config.copy_mode {
+            CopyMode::Pio => {
+                let mut block = {
+                    let _device = cx.ledger.device_work();
+                    self.device_block(len)?
+                };
+                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+                block.append(len).map_err(|_| DeviceError::QueueFull)?;
+                let _ = frame.gather_into(block.data_mut());
+                block
+            }
+            CopyMode::Dma => {
+                let _device = cx.ledger.device_work();
+                let mut b = self.segment_buffer(len)?;
+                let _ = frame.gather_into(b.data_mut());
+                b
+            }
+        };
+        whole.set_tx_offload(frame.tx_offload());
+        self.stats.tx_gathered += 1;
+        Ok(whole)
+    }
+
     /// Appends the FCS (device work; the caller has the span open).
     fn append_fcs(frame: &mut PacketBuf) -> Result<(), DeviceError> {
         let sum = fcs(frame.data());
@@ -690,17 +725,28 @@ impl Device for MemoryNic {
             copy_mode: self.config.copy_mode,
             checksum_offload: self.config.checksum_offload,
             tso_max: if self.config.segments() { MAX_MTU } else { 0 },
+            scatter_gather: true,
         }
     }
 
     fn transmit(
         &mut self,
-        mut frame: PacketBuf,
+        frame: PacketBuf,
         meta: TxMeta,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
-        let len = frame.len();
+        let len = frame.total_len();
         let max = self.config.max_frame_len();
+        // Scatter-gather: the frame's fragments (loaned data, a zero-copy send) are read
+        // where they are, into one frame.
+        let (mut frame, in_device_memory) = if frame.has_frags() {
+            (
+                self.gather(frame, cx)?,
+                self.config.copy_mode == CopyMode::Pio,
+            )
+        } else {
+            (frame, false)
+        };
         // A super-frame the NIC cuts may be as long as the largest datagram (its IPv4
         // total length, which the plan checks against the frame, cannot say more), as
         // long as its segments fit the MTU; anything else must fit the MTU itself.
@@ -727,6 +773,7 @@ impl Device for MemoryNic {
         }
         self.software_offloads(frame.data_mut(), meta, plan.is_some(), cx);
         let out = match self.config.copy_mode {
+            CopyMode::Pio if in_device_memory => frame,
             CopyMode::Pio => {
                 let mut block = {
                     // Device memory: the model's, not the host's.

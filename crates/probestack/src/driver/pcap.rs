@@ -180,6 +180,9 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
         // The device takes the buffer; keep the bytes to record once it has accepted it.
         self.scratch.clear();
         self.scratch.extend_from_slice(frame.data());
+        for f in frame.frags() {
+            self.scratch.extend_from_slice(f);
+        }
         self.inner.transmit(frame, meta, cx)?;
         let bytes = std::mem::take(&mut self.scratch);
         self.record(cx.now, &bytes);

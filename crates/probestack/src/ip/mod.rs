@@ -228,8 +228,8 @@ impl Stack {
         dont_frag: bool,
         now: Instant,
     ) -> Result<(), SendError> {
-        if payload.len() > MAX_PAYLOAD {
-            let len = payload.len();
+        if payload.total_len() > MAX_PAYLOAD {
+            let len = payload.total_len();
             self.free(Layer::Ip, Side::Send, payload);
             return Err(SendError::TooLarge {
                 len,
@@ -270,7 +270,7 @@ impl Stack {
             dont_frag,
             more_frags: false,
             frag_offset: 0,
-            payload_len: payload.len(),
+            payload_len: payload.total_len(),
             options: Ipv4Options::NONE,
         };
         let hop = route.map(|r| (r.interface, r.next_hop));
@@ -297,7 +297,18 @@ impl Stack {
     fn ip_to_link(&mut self, hop: Option<(usize, Ipv4Address)>, datagram: PacketBuf, now: Instant) {
         match hop {
             Some((iface, next_hop)) => self.link_output(iface, next_hop, datagram, now),
-            None => self.loopback.push_back(datagram),
+            None => {
+                // Our own input parses one contiguous buffer.
+                let datagram = if datagram.has_frags() {
+                    match self.linearize(datagram) {
+                        Ok(d) => d,
+                        Err(()) => return,
+                    }
+                } else {
+                    datagram
+                };
+                self.loopback.push_back(datagram)
+            }
         }
     }
 
@@ -308,7 +319,8 @@ impl Stack {
             return false;
         }
         let mut p = ipv4::Packet::new_unchecked(buf.data_mut());
-        if repr.emit(&mut p, Checksum::Skip).is_err() {
+        // The header alone: the payload may go on in the buffer's fragments.
+        if repr.emit_header(&mut p, Checksum::Skip).is_err() {
             return false;
         }
         let _c = self.ledger.probe(Layer::Ip, Side::Send, Op::Checksum);
@@ -330,6 +342,11 @@ impl Stack {
         mtu: usize,
         now: Instant,
     ) -> Result<(), SendError> {
+        let payload = if payload.has_frags() {
+            self.linearize(payload).map_err(|()| SendError::NoBuffer)?
+        } else {
+            payload
+        };
         let per_fragment = (mtu - repr.header_len()) / 8 * 8;
         let total = payload.len();
         let mut offset = 0;

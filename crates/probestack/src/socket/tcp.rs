@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use crate::buf::ExtBuf;
 use crate::probe::{Counter, Layer, Op, Side};
 use crate::socket::blocking::block_on;
 use crate::stack::Stack;
@@ -456,6 +457,31 @@ impl Stack {
     /// Queues data to send; returns how much was taken (fewer bytes than given when the
     /// send buffer is full; [`TcpError::WouldBlock`] when it has no room at all).
     pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
+        self.tcp_queue(h, data.len(), Op::UserCopy, |c| c.send_slices(data))
+    }
+
+    /// Zero-copy send (paper 004 §3.1): queues as much of the loaned `data` as the send
+    /// buffer has room for, by reference, and returns how much. The stack holds slices of
+    /// the loan until the peer acknowledges them; the application learns that it may
+    /// reuse the memory from [`Loan::is_complete`](crate::buf::Loan::is_complete) (or
+    /// [`Loan::try_reclaim`](crate::buf::Loan::try_reclaim)) once every byte it loaned is
+    /// acknowledged and no frame holds it. Over a device that cannot gather
+    /// ([`DeviceCaps::scatter_gather`](crate::driver::DeviceCaps::scatter_gather)) the
+    /// driver copies the data after all, counted as `driver.tx_linearized`. Errors as
+    /// [`tcp_send`](Self::tcp_send).
+    pub fn tcp_send_loan(&mut self, h: TcpHandle, data: &ExtBuf) -> Result<usize, TcpError> {
+        self.tcp_queue(h, data.len(), Op::SocketCheck, |c| c.send_loan(data))
+    }
+
+    /// The checks both sends share, then `queue` (which takes what fits, charged to
+    /// `op`), then output.
+    fn tcp_queue(
+        &mut self,
+        h: TcpHandle,
+        len: usize,
+        op: Op,
+        queue: impl FnOnce(&mut Connection) -> usize,
+    ) -> Result<usize, TcpError> {
         let n = {
             let _p = self
                 .ledger
@@ -470,7 +496,7 @@ impl Stack {
                     _ => TcpError::Shutdown,
                 });
             }
-            if data.is_empty() {
+            if len == 0 {
                 return Ok(0);
             }
             let Some(TcpSocket {
@@ -480,8 +506,8 @@ impl Stack {
             else {
                 return Err(TcpError::BadHandle);
             };
-            let _c = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
-            c.send_slices(data)
+            let _c = self.ledger.probe(Layer::Socket, Side::Send, op);
+            queue(c)
         };
         if n == 0 {
             return Err(TcpError::WouldBlock);

@@ -28,11 +28,13 @@
 //! - RFC 1146's alternate checksum negotiation, as paper 000 proposes it: both SYNs name
 //!   "no checksum" and only then do data segments go without one.
 
+use crate::buf::ExtBuf;
 use crate::probe::{Counter, Layer, Ledger, Op, Side};
 use crate::tcp::assembler::Assembler;
 use crate::tcp::ring::ByteRing;
 use crate::tcp::rtt::{RtoConfig, RttEstimator, RttTimer};
 use crate::tcp::scoreboard::Scoreboard;
+use crate::tcp::send_buffer::SendBuffer;
 use crate::time::{Duration, Instant};
 use crate::wire::tcp::{AltChecksum, Control, SeqNumber, TcpRepr, TcpTimestamp, MAX_WINDOW_SHIFT};
 use crate::wire::Ipv4Address;
@@ -302,7 +304,7 @@ pub struct Connection {
     /// The MSS we advertise (from our interface's MTU).
     rcv_mss: usize,
 
-    pub(crate) tx: ByteRing,
+    pub(crate) tx: SendBuffer,
     pub(crate) rx: ByteRing,
     ooo: Assembler,
     /// The sequence number of a FIN received beyond RCV.NXT, processed when the data before
@@ -418,7 +420,7 @@ impl Connection {
             rcv_shift: 0,
             rcv_adv: SeqNumber(0),
             rcv_mss: mss,
-            tx: ByteRing::new(config.send_buffer),
+            tx: SendBuffer::new(config.send_buffer),
             rx: ByteRing::new(config.recv_buffer),
             ooo: Assembler::new(config.max_ooo_ranges),
             fin_seq: None,
@@ -659,6 +661,13 @@ impl Connection {
     /// full). The caller checks the state first.
     pub fn send_slices(&mut self, data: &[u8]) -> usize {
         self.tx.push(data)
+    }
+
+    /// Queues loaned memory to send without a copy (zero-copy send); returns bytes taken
+    /// (fewer than offered when the buffer is full). The connection holds slices of the
+    /// loan until they are acknowledged. The caller checks the state first.
+    pub fn send_loan(&mut self, data: &ExtBuf) -> usize {
+        self.tx.push_loan(data)
     }
 
     /// The application reads: bytes come out of the receive buffer. Opening the window

@@ -2,7 +2,9 @@
 //!
 //! - [`connection`]: one connection's state machine, windows, timers and congestion
 //!   control, free of frames and devices;
-//! - [`ring`]: the send and receive buffers; [`assembler`]: the out-of-order queue's
+//! - [`ring`]: the byte ring behind the receive buffer and the send buffer;
+//!   [`send_buffer`]: the send buffer, copied bytes and loaned memory (zero-copy send);
+//!   [`assembler`]: the out-of-order queue's
 //!   bookkeeping; [`rtt`]: the RFC 6298 timer; [`scoreboard`]: the SACK scoreboard;
 //!   [`isn`]: RFC 6528 initial sequence numbers and RFC 6056 ports;
 //! - this module: input (parse, checksum, demultiplex, hand to the connection or the
@@ -25,6 +27,7 @@ pub mod isn;
 pub mod ring;
 pub mod rtt;
 pub mod scoreboard;
+pub mod send_buffer;
 
 pub use connection::{ConnError, ConnStats, Connection, State, TcpConfig};
 
@@ -35,6 +38,7 @@ use crate::probe::{Counter, Layer, Op, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
 use crate::stack::Stack;
 use crate::tcp::connection::{Outgoing, RstReply};
+use crate::tcp::send_buffer::Piece;
 use crate::time::Instant;
 use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
 use crate::wire::tcp::{self as tcp_wire, Control, TcpRepr};
@@ -406,7 +410,13 @@ impl Stack {
         total: usize,
         csum_offload: bool,
     ) -> Result<(), ()> {
-        let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, total) else {
+        // Copied bytes go into the frame's buffer behind the header; loaned bytes (a
+        // zero-copy send) follow it as fragments, uncopied, for the device to gather.
+        let copied = match self.tcp.conn_mut(index) {
+            Some(c) => c.tx.copied_part(out.data_offset, out.data_len),
+            None => return Err(()),
+        };
+        let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, header_len + copied) else {
             return Err(());
         };
         let Some(c) = self.tcp.conn_mut(index) else {
@@ -427,22 +437,31 @@ impl Stack {
         let kernel = self.tuning.checksum;
         // With the device summing, the copy is only a copy.
         let offload = csum_offload && !out.no_checksum;
-        let fused = self.tuning.fused_copy_checksum && !offload;
-        let (a, b) = c.tx.slices(out.data_offset, out.data_len);
-        let data = &mut buf.data_mut()[header_len..];
-        let mut payload_sum = None;
+        let fused = self.tuning.fused_copy_checksum && !offload && !out.no_checksum;
+        let mut payload_sum = fused.then(Accumulator::new);
         {
             let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::SocketCopy);
-            let (da, db) = data.split_at_mut(a.len());
-            if fused && !out.no_checksum {
-                let mut acc = Accumulator::new();
-                acc.add_sum(checksum::copy_and_sum_with(kernel, da, a), a.len());
-                acc.add_sum(checksum::copy_and_sum_with(kernel, db, b), b.len());
-                payload_sum = Some(acc.sum());
-            } else {
-                da.copy_from_slice(a);
-                db.copy_from_slice(b);
+            let (_, mut data) = buf.data_mut().split_at_mut(header_len);
+            let mut frags = Vec::new();
+            c.tx.for_each_piece(out.data_offset, out.data_len, |piece| match piece {
+                Piece::Copy(src) => {
+                    let (dst, rest) = std::mem::take(&mut data).split_at_mut(src.len());
+                    match payload_sum.as_mut() {
+                        Some(acc) => {
+                            acc.add_sum(checksum::copy_and_sum_with(kernel, dst, src), src.len())
+                        }
+                        None => dst.copy_from_slice(src),
+                    }
+                    data = rest;
+                }
+                Piece::Loaned(e) => frags.push(e),
+            });
+            for f in frags {
+                buf.push_frag(f);
             }
+        }
+        if buf.has_frags() {
+            self.ledger.counters().inc(Counter::TcpZeroCopySegments);
         }
         if offload {
             // CHECKSUM_PARTIAL (tap-offload.md §1.4): the pseudo-header sum over the
@@ -461,8 +480,13 @@ impl Stack {
             let segment = buf.data();
             acc.add_sum(checksum::header_sum(&segment[..header_len]), header_len);
             match payload_sum {
-                Some(s) => acc.add_sum(s, out.data_len),
+                Some(s) => acc.add_sum(s.sum(), s.len()),
                 None => acc.add_with(kernel, &segment[header_len..]),
+            }
+            // Loaned bytes are read to be summed, never copied (zero-copy without
+            // checksum offload still touches the data once, paper 004 §4).
+            for f in buf.frags() {
+                acc.add_with(kernel, f);
             }
             let field = checksum::finish(acc.sum());
             tcp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);

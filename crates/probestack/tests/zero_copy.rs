@@ -1,0 +1,283 @@
+//! Zero-copy send (paper 004 §3.1) between two stacks on the memory link, on a virtual
+//! clock: the application loans its memory, TCP sends it by reference and holds it until
+//! it is acknowledged, and the loan completes (the memory comes back, unchanged, the same
+//! allocation) only then. Checked by hash through a lossy wire, with the NIC gathering by
+//! DMA or the CPU by PIO, with and without checksum offload, mixed with copying sends, and
+//! over a device that cannot gather (the driver copies, counted).
+
+mod common;
+
+use common::transfer::{fnv, pattern};
+use probestack::buf::Loan;
+use probestack::driver::{
+    CopyMode, Device, DeviceCaps, DeviceContext, DeviceError, FaultConfig, MemoryNic, RxFrame,
+    TxMeta,
+};
+use probestack::probe::Counter;
+use probestack::sim::{HostConfig, Pair, ADDR_B};
+use probestack::socket::tcp::{TcpError, TcpHandle};
+use probestack::tcp::State;
+use probestack::time::{Duration, Instant};
+use probestack::tuning::Tuning;
+
+const PORT: u16 = 5002;
+
+fn host(mtu: usize, copy_mode: CopyMode, offload: bool) -> HostConfig {
+    let mut h = HostConfig::with_mtu(mtu);
+    h.stack.tuning = Tuning {
+        checksum_elision: false,
+        checksum_offload: offload,
+        segmentation_offload: false,
+        ..Tuning::fast()
+    };
+    h.stack.tcp.msl = Duration::from_secs(1);
+    h.nic.copy_mode = copy_mode;
+    if offload {
+        h.nic = h.nic.with_offloads();
+    }
+    h
+}
+
+fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle) {
+    let l = p.b.tcp_listen((ADDR_B, PORT), 8).unwrap();
+    let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+    let mut s = None;
+    assert!(p.run_until(Duration::from_secs(5), |p| {
+        if s.is_none() {
+            s = p.b.tcp_accept(l).ok();
+        }
+        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+    }));
+    (c, s.unwrap())
+}
+
+/// What a zero-copy transfer saw.
+struct Outcome {
+    /// Loans that were checked incomplete while some of their bytes were unacknowledged.
+    held_while_unacked: usize,
+    loans: usize,
+}
+
+/// Sends `total` bytes from A to B, every `copy_every`-th chunk by copy and the rest as
+/// loans of `chunk` bytes; checks the stream by hash, each loan's completion, and that
+/// every loan comes back unchanged in its own allocation.
+fn loaned_transfer(p: &mut Pair, chunk: usize, total: usize, copy_every: usize) -> Outcome {
+    let (tx, rx) = connect(p);
+    let (mut made, mut got) = (0usize, 0usize);
+    let (mut hs, mut hr) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
+    // Loans in flight: the loan, where it starts in the stream, how much of it is queued,
+    // its address, and whether it was ever seen incomplete with its bytes unacknowledged.
+    let mut loans: Vec<(Loan, usize, usize, usize, bool)> = Vec::new();
+    let mut copying: Option<(Vec<u8>, usize)> = None;
+    let (mut returned, mut held) = (0usize, 0usize);
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut n_chunk = 0usize;
+    let done = p.run_until(Duration::from_secs(120), |p| {
+        loop {
+            // The next piece of the stream: a copy or a loan, in the order made.
+            if let Some((data, off)) = copying.as_mut() {
+                match p.a.tcp_send(tx, &data[*off..]) {
+                    Ok(n) => *off += n,
+                    Err(TcpError::WouldBlock) => break,
+                    Err(e) => panic!("send: {e}"),
+                }
+                if *off == data.len() {
+                    copying = None;
+                }
+                continue;
+            }
+            if let Some(last) = loans.last_mut().filter(|l| l.2 < l.0.len()) {
+                let rest = last.0.slice(last.2..).unwrap();
+                match p.a.tcp_send_loan(tx, &rest) {
+                    Ok(n) => last.2 += n,
+                    Err(TcpError::WouldBlock) => break,
+                    Err(e) => panic!("send_loan: {e}"),
+                }
+                continue;
+            }
+            if made == total {
+                break;
+            }
+            let n = chunk.min(total - made);
+            let data = pattern(made, n);
+            fnv(&mut hs, &data);
+            n_chunk += 1;
+            if copy_every > 0 && n_chunk % copy_every == 0 {
+                copying = Some((data, 0));
+            } else {
+                let addr = data.as_ptr() as usize;
+                loans.push((Loan::new(data), made, 0, addr, false));
+            }
+            made += n;
+        }
+        loop {
+            match p.b.tcp_recv(rx, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    fnv(&mut hr, &buf[..n]);
+                    got += n;
+                }
+                Err(TcpError::WouldBlock) => break,
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        // The completion: a loan whose bytes are not all acknowledged must still be
+        // held; one that is complete must be reclaimable, unchanged.
+        let acked = made - p.a.tcp_send_queued(tx).unwrap();
+        let mut i = 0;
+        while i < loans.len() {
+            let (loan, start, queued, _, seen) = &mut loans[i];
+            let end = *start + loan.len();
+            if acked < end && *queued > 0 {
+                assert!(!loan.is_complete(), "a loan completed before its ACK");
+                *seen = true;
+            }
+            if *queued == loan.len() && loan.is_complete() {
+                assert!(acked >= end, "complete, yet not all acknowledged");
+                let (loan, start, _, addr, seen) = loans.remove(i);
+                let back = loan.try_reclaim().expect("a complete loan comes back");
+                assert_eq!(back.as_ptr() as usize, addr, "the same allocation");
+                assert_eq!(back, pattern(start, back.len()), "the memory is unchanged");
+                returned += 1;
+                held += usize::from(seen);
+            } else {
+                i += 1;
+            }
+        }
+        got == total && loans.is_empty() && copying.is_none()
+    });
+    if !done {
+        for c in Counter::ALL {
+            let (a, b) = (
+                p.a.ledger().counters().get(*c),
+                p.b.ledger().counters().get(*c),
+            );
+            if a + b > 0 {
+                eprintln!("{:40} {a:>10} {b:>10}", c.name());
+            }
+        }
+    }
+    assert!(
+        done,
+        "stalled: made {made}, received {got} of {total}, {} loans out",
+        loans.len()
+    );
+    assert_eq!(hs, hr, "the bytes received differ from the bytes sent");
+    Outcome {
+        held_while_unacked: held,
+        loans: returned,
+    }
+}
+
+fn zero_copy_segments(p: &Pair) -> u64 {
+    p.a.ledger().counters().get(Counter::TcpZeroCopySegments)
+}
+
+#[test]
+fn loans_travel_by_reference_through_a_lossy_wire_and_complete_on_ack() {
+    for (mode, offload, mtu) in [
+        (CopyMode::Dma, false, 1500),
+        (CopyMode::Dma, true, 9000),
+        (CopyMode::Pio, false, 9000),
+        (CopyMode::Pio, true, 1500),
+    ] {
+        let mut a = host(mtu, mode, offload);
+        let mut b = host(mtu, mode, offload);
+        a.nic.rx_faults = FaultConfig::lossy(7);
+        b.nic.rx_faults = FaultConfig::lossy(8);
+        let mut p = Pair::new(a, b).unwrap();
+        // Chunks of an odd size, so segments straddle loans and copies.
+        let out = loaned_transfer(&mut p, 7777, 3 << 20, 5);
+        let what = format!("{mode:?} offload={offload} mtu={mtu}");
+        assert!(out.loans > 300, "{what}: {} loans", out.loans);
+        assert!(
+            out.held_while_unacked > out.loans / 2,
+            "{what}: loans were seen held until acknowledged"
+        );
+        assert!(zero_copy_segments(&p) > 100, "{what}");
+        let c = |s: &Pair, k| s.b.ledger().counters().get(k);
+        assert_eq!(c(&p, Counter::TcpDropBadChecksum), 0, "{what}");
+        assert!(
+            p.a.ledger()
+                .counters()
+                .get(Counter::TcpRetransmittedSegments)
+                > 0,
+            "{what}: the lossy wire made TCP retransmit loaned data"
+        );
+        assert_eq!(
+            p.a.ledger().counters().get(Counter::DriverTxLinearized),
+            0,
+            "{what}: the memory NIC gathers; the stack copies nothing"
+        );
+    }
+}
+
+#[test]
+fn a_loan_is_not_copied_by_the_socket_layer() {
+    // Everything loaned, no faults: every data segment carries the loan by reference.
+    let mut p = Pair::new(
+        host(9000, CopyMode::Dma, true),
+        host(9000, CopyMode::Dma, true),
+    )
+    .unwrap();
+    let out = loaned_transfer(&mut p, 64 * 1024, 8 << 20, 0);
+    assert_eq!(out.loans, 128);
+    let data_segments = p.a.ledger().counters().get(Counter::TcpSegmentsOut);
+    let zc = zero_copy_segments(&p);
+    assert!(zc >= (8 << 20) / 8960, "{zc} zero-copy segments");
+    assert!(zc <= data_segments);
+}
+
+/// A memory NIC that says it cannot gather: the stack must hand it whole frames.
+struct NoGather(MemoryNic);
+
+impl Device for NoGather {
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            scatter_gather: false,
+            ..self.0.caps()
+        }
+    }
+    fn transmit(
+        &mut self,
+        frame: probestack::buf::PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        assert!(
+            !frame.has_frags(),
+            "a frame with fragments reached a device without SG"
+        );
+        self.0.transmit(frame, meta, cx)
+    }
+    fn tx_ready(&self) -> bool {
+        self.0.tx_ready()
+    }
+    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
+        self.0.take_notification(cx)
+    }
+    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        self.0.receive(cx)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        self.0.next_deadline()
+    }
+}
+
+#[test]
+fn a_device_without_scatter_gather_gets_whole_frames_the_driver_copied() {
+    let mut p = Pair::with_devices(
+        host(1500, CopyMode::Dma, false),
+        host(1500, CopyMode::Dma, false),
+        |nic| Box::new(NoGather(nic)),
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    let out = loaned_transfer(&mut p, 50_000, 1 << 20, 3);
+    assert!(out.loans > 10);
+    let linearized = p.a.ledger().counters().get(Counter::DriverTxLinearized);
+    assert!(
+        linearized >= zero_copy_segments(&p) && linearized > 0,
+        "{linearized} linearized"
+    );
+}
