@@ -201,7 +201,19 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
         let rx = self.inner.receive(cx)?;
         if self.mode != PcapMode::TxOnly {
-            self.record(cx.now, rx.frame.data());
+            if rx.frame.has_frags() {
+                // A split frame (header/data split): recorded whole.
+                let mut bytes = std::mem::take(&mut self.scratch);
+                bytes.clear();
+                bytes.extend_from_slice(rx.frame.data());
+                for f in rx.frame.frags() {
+                    bytes.extend_from_slice(f);
+                }
+                self.record(cx.now, &bytes);
+                self.scratch = bytes;
+            } else {
+                self.record(cx.now, rx.frame.data());
+            }
         }
         Some(rx)
     }

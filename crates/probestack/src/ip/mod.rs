@@ -63,7 +63,12 @@ impl Stack {
         self.ledger.counters().inc(Counter::IpPacketsIn);
         let parsed = {
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
-            ipv4::Packet::new_checked(buf.data()).and_then(|p| Ipv4Repr::parse(&p, Checksum::Skip))
+            if buf.has_frags() {
+                Self::parse_split(&buf)
+            } else {
+                ipv4::Packet::new_checked(buf.data())
+                    .and_then(|p| Ipv4Repr::parse(&p, Checksum::Skip))
+            }
         };
         let Ok(mut repr) = parsed else {
             self.ledger.counters().inc(Counter::IpDropMalformed);
@@ -126,6 +131,22 @@ impl Stack {
                 self.icmp_dst_unreachable(DstUnreachable::ProtoUnreachable, 0, &repr, buf, now);
             }
         }
+    }
+
+    /// The header of a datagram a NIC split (header/data split, zero-copy receive): the
+    /// headers in the window, the payload in fragments. Only a whole TCP segment whose
+    /// total length counts exactly those bytes is taken; anything else is malformed.
+    fn parse_split(buf: &PacketBuf) -> crate::wire::Result<Ipv4Repr> {
+        let (repr, _) = Ipv4Repr::parse_truncated(buf.data(), Checksum::Skip)?;
+        let whole = repr.header_len() + repr.payload_len == buf.total_len();
+        if !whole || repr.is_fragment() || repr.protocol != IpProtocol::Tcp {
+            return Err(crate::wire::Error::Truncated {
+                proto: crate::wire::Proto::Ipv4,
+                needed: repr.header_len() + repr.payload_len,
+                available: buf.total_len(),
+            });
+        }
+        Ok(repr)
     }
 
     /// Adds a fragment to the reassembly queue; returns the whole datagram (with a header

@@ -160,6 +160,11 @@ counters! {
     /// Segments sent with loaned data attached by reference (zero-copy send, paper 004
     /// §3.1).
     TcpZeroCopySegments = "tcp.zero_copy.segments_out";
+    /// Bytes the application of a zero-copy receive connection got as whole pages by
+    /// reference, and the "odd data" it got by copy (not whole pages, out of order, not
+    /// page-aligned, or read with a copying read; paper 004 §4).
+    TcpZeroCopyRxBytes = "tcp.zero_copy.rx_page_bytes";
+    TcpZeroCopyRxOddBytes = "tcp.zero_copy.rx_odd_bytes";
     /// Segments too short, with a bad data offset or bad options.
     TcpDropMalformed = "tcp.drop.malformed";
     /// Segments whose checksum failed.

@@ -546,10 +546,74 @@ impl Stack {
             let _c = self
                 .ledger
                 .probe(Layer::Socket, Side::Receive, Op::UserCopy);
-            c.recv_into(buf)
+            let n = c.recv_into(buf);
+            if c.zero_copy_rx {
+                self.ledger
+                    .counters()
+                    .add(Counter::TcpZeroCopyRxOddBytes, n as u64);
+            }
+            n
         };
         self.tcp_output(h.index);
         Ok(n)
+    }
+
+    /// Zero-copy receive (paper 004 §3.1): with `on`, in-order data that a NIC with
+    /// header/data split placed on page boundaries is kept as whole pages, handed to
+    /// [`tcp_recv_zero_copy`](Self::tcp_recv_zero_copy) by reference; the rest ("odd
+    /// data": the part of a segment past its last whole page, out-of-order data, data
+    /// from a NIC that does not split) is copied as usual. What the application gets each
+    /// way is counted (`tcp.zero_copy.rx_page_bytes`, `tcp.zero_copy.rx_odd_bytes`).
+    pub fn tcp_set_zero_copy_receive(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp_conn_mut(h)?.zero_copy_rx = on;
+        Ok(())
+    }
+
+    /// Takes up to `max` bytes from the front of the received stream without copying
+    /// them when they are whole pages (see
+    /// [`tcp_set_zero_copy_receive`](Self::tcp_set_zero_copy_receive)), with a copy
+    /// otherwise. `Ok(None)` is the end of the stream; errors as
+    /// [`tcp_recv`](Self::tcp_recv). The application owns the buffer it gets; dropping it
+    /// frees the pages.
+    pub fn tcp_recv_zero_copy(
+        &mut self,
+        h: TcpHandle,
+        max: usize,
+    ) -> Result<Option<ExtBuf>, TcpError> {
+        let chunk = {
+            let _p = self
+                .ledger
+                .probe(Layer::Socket, Side::Receive, Op::SocketCheck);
+            let c = match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
+                Kind::Stream(c) => c,
+                Kind::Listener(_) => return Err(TcpError::NotConnected),
+            };
+            if c.rx.is_empty() {
+                if let Some(e) = c.error {
+                    return Err(e.into());
+                }
+                return match c.state() {
+                    State::CloseWait
+                    | State::LastAck
+                    | State::Closing
+                    | State::TimeWait
+                    | State::Closed => Ok(None),
+                    _ => Err(TcpError::WouldBlock),
+                };
+            }
+            c.take_chunk(max)
+        };
+        let Some(chunk) = chunk else {
+            return Ok(None);
+        };
+        let counter = if chunk.copied {
+            Counter::TcpZeroCopyRxOddBytes
+        } else {
+            Counter::TcpZeroCopyRxBytes
+        };
+        self.ledger.counters().add(counter, chunk.data.len() as u64);
+        self.tcp_output(h.index);
+        Ok(Some(chunk.data))
     }
 
     /// Bytes waiting to be read.

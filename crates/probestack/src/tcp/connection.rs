@@ -1,7 +1,7 @@
 //! One TCP connection: the transmission control block (TCB) of RFC 9293 §3.3.1 and the
 //! event processing of §3.10, free of buffers-in-flight and devices.
 //!
-//! The connection owns its send and receive buffers ([`ByteRing`]s) and the bookkeeping of
+//! The connection owns its send and receive buffers ([`SendBuffer`], [`RecvBuffer`]) and the bookkeeping of
 //! its out-of-order queue; it never builds a frame. [`Connection::input`] takes a parsed
 //! segment, and [`Connection::next_segment`] says what to send next as a header plus a
 //! range of the send buffer, which `tcp::output` turns into a frame (copying and, per the
@@ -31,7 +31,7 @@
 use crate::buf::ExtBuf;
 use crate::probe::{Counter, Layer, Ledger, Op, Side};
 use crate::tcp::assembler::Assembler;
-use crate::tcp::ring::ByteRing;
+use crate::tcp::recv_buffer::{Chunk, RecvBuffer};
 use crate::tcp::rtt::{RtoConfig, RttEstimator, RttTimer};
 use crate::tcp::scoreboard::Scoreboard;
 use crate::tcp::send_buffer::SendBuffer;
@@ -305,7 +305,9 @@ pub struct Connection {
     rcv_mss: usize,
 
     pub(crate) tx: SendBuffer,
-    pub(crate) rx: ByteRing,
+    pub(crate) rx: RecvBuffer,
+    /// Zero-copy receive: take whole pages the NIC deposited by reference.
+    pub(crate) zero_copy_rx: bool,
     ooo: Assembler,
     /// The sequence number of a FIN received beyond RCV.NXT, processed when the data before
     /// it has arrived.
@@ -421,7 +423,8 @@ impl Connection {
             rcv_adv: SeqNumber(0),
             rcv_mss: mss,
             tx: SendBuffer::new(config.send_buffer),
-            rx: ByteRing::new(config.recv_buffer),
+            rx: RecvBuffer::new(config.recv_buffer),
+            zero_copy_rx: false,
             ooo: Assembler::new(config.max_ooo_ranges),
             fin_seq: None,
             fin_queued: false,
@@ -547,6 +550,11 @@ impl Connection {
                 .ranges()
                 .next()
                 .is_none_or(|(start, _)| start >= len)
+    }
+
+    /// Whether no data waits out of order.
+    pub fn nothing_out_of_order(&self) -> bool {
+        self.ooo.is_empty()
     }
 
     /// The sequence number of the head of the send buffer: the first data byte not yet
@@ -678,6 +686,14 @@ impl Connection {
             self.note_window_opened();
         }
         n
+    }
+
+    /// The application takes the front of the stream for a zero-copy read (pages by
+    /// reference, other bytes copied; at most `max`).
+    pub fn take_chunk(&mut self, max: usize) -> Option<Chunk> {
+        let chunk = self.rx.take_chunk(max)?;
+        self.note_window_opened();
+        Some(chunk)
     }
 
     /// After the application took data: an update is due once the window can move right
