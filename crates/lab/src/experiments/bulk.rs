@@ -55,7 +55,7 @@ use std::time::{Duration as WallDuration, Instant as WallInstant};
 
 use probestack::buf::Loan;
 use probestack::driver::NicConfig;
-use probestack::probe::Counter;
+use probestack::probe::{Counter, Snapshot};
 use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::stack::Stack;
@@ -472,6 +472,12 @@ struct Plan {
     touch: bool,
     /// A loans its pattern and B takes pages ([`Config::zero_copy`]).
     zero_copy: bool,
+    /// A sends no faster than this many bytes per second (`lab cpu`), or as fast as it
+    /// can.
+    pace: Option<f64>,
+    /// B works only when its stack has something due, and records every such turn in
+    /// its ledger (`lab cpu`): its CPU time is then what it spent working.
+    measure_cpu: bool,
     stall_timeout: WallDuration,
     run_timeout: WallDuration,
 }
@@ -630,9 +636,21 @@ fn sender(
         }
         let mut sent = 0usize;
         let mut watchdog = Watchdog::new();
+        let run_start = WallInstant::now();
         while sent < plan.bytes {
             if shared.abort.load(Ordering::Relaxed) {
                 return Err(STOPPED.into());
+            }
+            if let Some(rate) = plan.pace {
+                if sent as f64 >= rate * run_start.elapsed().as_secs_f64() {
+                    // Ahead of the pace: only keep the stack going.
+                    stack.poll(clock.now());
+                    if let Err(e) = watchdog.tick(sent, &plan) {
+                        shared.abort.store(true, Ordering::SeqCst);
+                        return Err(format!("sender: run {run}: {e}"));
+                    }
+                    continue;
+                }
             }
             let offset = sent % pattern.len();
             let n = WRITE_SIZE
@@ -688,6 +706,8 @@ struct Received {
     digests: Vec<u64>,
     /// Counters over the timed runs.
     tally: Tally,
+    /// B's ledger over the timed runs, when it measured its CPU time.
+    ledger: Option<Snapshot>,
 }
 
 /// B's thread: starts each run, reads until the run's bytes are in, stops the clock, and
@@ -713,9 +733,13 @@ fn receiver(
             describe(stack, h)
         )
     };
+    if plan.measure_cpu {
+        stack.ledger().set_sample_every(1);
+    }
     for run in 0..plan.total_runs {
         if run == 1 {
             before = Tally::of(&stack);
+            stack.ledger().clear();
         }
         let mut digest = Digest::new();
         let mut got = 0usize;
@@ -723,7 +747,15 @@ fn receiver(
         let start = WallInstant::now();
         shared.started.store(run + 1, Ordering::Release);
         while got < plan.bytes {
-            let read = if plan.zero_copy {
+            // With the CPU measured, B reads only when data waits, and each read is a
+            // message of its ledger, as is each turn of work below.
+            let idle = plan.measure_cpu && stack.tcp_recv_queued(h).is_ok_and(|n| n == 0);
+            if plan.measure_cpu && !idle {
+                stack.ledger().begin_message(0);
+            }
+            let read = if idle {
+                Err(TcpError::WouldBlock)
+            } else if plan.zero_copy {
                 // Pages by reference; the application drops them when done.
                 stack
                     .tcp_recv_zero_copy(h, READ_SIZE)
@@ -743,6 +775,9 @@ fn receiver(
                     }
                 })
             };
+            if plan.measure_cpu && !idle {
+                stack.ledger().end_message();
+            }
             match read {
                 Ok(0) => return Err(fail(&stack, run, got, "end of stream".into())),
                 Ok(n) => got += n,
@@ -750,7 +785,17 @@ fn receiver(
                     if shared.abort.load(Ordering::Relaxed) {
                         return Err(STOPPED.into());
                     }
-                    stack.poll(clock.now());
+                    let now = clock.now();
+                    if !plan.measure_cpu {
+                        stack.poll(now);
+                    } else if stack.next_deadline().is_some_and(|d| d <= now) {
+                        // Work is due (a frame arrived, a timer expired): the CPU's turn,
+                        // as an interrupt would start it; otherwise B is idle, as a
+                        // halted CPU would be.
+                        stack.ledger().begin_message(0);
+                        stack.poll(now);
+                        stack.ledger().end_message();
+                    }
                     if let Err(e) = watchdog.tick(got, &plan) {
                         return Err(fail(&stack, run, got, e));
                     }
@@ -785,6 +830,7 @@ fn receiver(
         run_ns,
         digests,
         tally: Tally::of(&stack).since(before),
+        ledger: plan.measure_cpu.then(|| stack.ledger().snapshot()),
     })
 }
 
@@ -819,6 +865,9 @@ pub struct CellFigures {
     /// The sender's MSS.
     pub mss: usize,
     pub checksum_elided: bool,
+    /// B's ledger over the timed runs, when it measured its CPU time
+    /// ([`run_cell_paced`]).
+    pub receiver_ledger: Option<Snapshot>,
 }
 
 /// Opens a connection from A to B on a fresh pair and runs one warm-up and `runs` timed
@@ -830,6 +879,23 @@ pub fn run_cell(
     settings: Settings,
     pattern: &[u8],
     expected: u64,
+) -> Result<CellFigures, String> {
+    run_cell_paced(mtu, config, touch, settings, pattern, expected, None)
+}
+
+/// [`run_cell`] with A sending at `pace` bytes per second at most, when given, and B
+/// measuring its CPU time in its ledger ([`CellFigures::receiver_ledger`]): B then works
+/// only when its stack has something due, and every turn of work and every read is a
+/// message of its ledger, probed (one message in one), so the ledger holds all of B's
+/// work and nothing of its idling (what `lab cpu` needs).
+pub fn run_cell_paced(
+    mtu: usize,
+    config: Config,
+    touch: bool,
+    settings: Settings,
+    pattern: &[u8],
+    expected: u64,
+    pace: Option<f64>,
 ) -> Result<CellFigures, String> {
     let mut host = HostConfig::with_mtu(mtu);
     host.stack.tuning = config.tuning();
@@ -881,6 +947,8 @@ pub fn run_cell(
         bytes: settings.bytes_per_run.max(1),
         touch,
         zero_copy: config.zero_copy(),
+        pace,
+        measure_cpu: pace.is_some(),
         stall_timeout: settings.stall_timeout,
         run_timeout: settings.run_timeout,
     };
@@ -919,6 +987,7 @@ pub fn run_cell(
         rx_odd_bytes: sender.rx_odd_bytes + receiver.rx_odd_bytes,
     };
     Ok(CellFigures {
+        receiver_ledger: received.ledger,
         run_ns: received.run_ns,
         digests: received.digests,
         both,
@@ -1528,7 +1597,10 @@ mod tests {
         let f = run_cell(9000, Config::ZeroCopy, true, settings, &pattern, expected).unwrap();
         assert_eq!(f.digests, vec![expected; 2]);
         let r = f.receiver;
-        assert_eq!(r.rx_page_bytes + r.rx_odd_bytes, settings.bytes_per_run as u64);
+        assert_eq!(
+            r.rx_page_bytes + r.rx_odd_bytes,
+            settings.bytes_per_run as u64
+        );
         assert!(r.rx_page_bytes * 2 > settings.bytes_per_run as u64, "{r:?}");
         // The rows name the variants; the hit rates get a table of their own.
         let r = run_configs(&[1500], &PAPER004_CONFIGS, settings, |_| {}).unwrap();

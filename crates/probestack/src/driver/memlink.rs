@@ -619,10 +619,11 @@ impl MemoryNic {
     /// anyway, so it is not copied a second time).
     fn gather(
         &mut self,
-        frame: PacketBuf,
+        mut frame: PacketBuf,
         cx: &DeviceContext<'_>,
     ) -> Result<PacketBuf, DeviceError> {
         let len = frame.total_len();
+        self.stats.tx_gathered += 1;
         let mut whole = match self.config.copy_mode {
             CopyMode::Pio => {
                 let mut block = {
@@ -636,13 +637,19 @@ impl MemoryNic {
             }
             CopyMode::Dma => {
                 let _device = cx.ledger.device_work();
+                // Into the frame's own tailroom when it has room for the FCS too, so the
+                // buffer travels on as any DMA frame; else into one of the NIC's.
+                if frame.tailroom() >= len - frame.len() + FCS_LEN
+                    && frame.linearize_in_place().is_ok()
+                {
+                    return Ok(frame);
+                }
                 let mut b = self.segment_buffer(len)?;
                 let _ = frame.gather_into(b.data_mut());
                 b
             }
         };
         whole.set_tx_offload(frame.tx_offload());
-        self.stats.tx_gathered += 1;
         Ok(whole)
     }
 

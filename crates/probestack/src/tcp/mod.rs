@@ -479,13 +479,20 @@ impl Stack {
     ) -> Result<(), ()> {
         // Copied bytes go into the frame's buffer behind the header; loaned bytes (a
         // zero-copy send) follow it as fragments, uncopied, for the device to gather.
+        // The buffer is still sized for the whole segment: a DMA engine gathers the
+        // fragments into its tailroom (as does a driver that must linearize), so the
+        // buffer circulates through the pools like any other frame's.
         let copied = match self.tcp.conn_mut(index) {
             Some(c) => c.tx.copied_part(out.data_offset, out.data_len),
             None => return Err(()),
         };
-        let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, header_len + copied) else {
+        let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, total) else {
             return Err(());
         };
+        if buf.trim_back(out.data_len - copied).is_err() {
+            self.free(Layer::Tcp, Side::Send, buf);
+            return Err(());
+        }
         let Some(c) = self.tcp.conn_mut(index) else {
             self.free(Layer::Tcp, Side::Send, buf);
             return Err(());
