@@ -102,7 +102,7 @@ fn loaned_transfer(p: &mut Pair, chunk: usize, total: usize, copy_every: usize) 
             let data = pattern(made, n);
             fnv(&mut hs, &data);
             n_chunk += 1;
-            if copy_every > 0 && n_chunk % copy_every == 0 {
+            if copy_every > 0 && n_chunk.is_multiple_of(copy_every) {
                 copying = Some((data, 0));
             } else {
                 let addr = data.as_ptr() as usize;
@@ -135,9 +135,12 @@ fn loaned_transfer(p: &mut Pair, chunk: usize, total: usize, copy_every: usize) 
             if *queued == loan.len() && loan.is_complete() {
                 assert!(acked >= end, "complete, yet not all acknowledged");
                 let (loan, start, _, addr, seen) = loans.remove(i);
-                let back = loan.try_reclaim().expect("a complete loan comes back");
+                let mut back = loan.try_reclaim().expect("a complete loan comes back");
                 assert_eq!(back.as_ptr() as usize, addr, "the same allocation");
                 assert_eq!(back, pattern(start, back.len()), "the memory is unchanged");
+                // The application reuses it: the stack must never read it again (the
+                // receiver's hash would show it).
+                back.fill(0xEE);
                 returned += 1;
                 held += usize::from(seen);
             } else {
@@ -209,6 +212,25 @@ fn loans_travel_by_reference_through_a_lossy_wire_and_complete_on_ack() {
             0,
             "{what}: the memory NIC gathers; the stack copies nothing"
         );
+    }
+}
+
+#[test]
+fn loans_of_every_size_deliver_the_bytes_the_copy_path_would() {
+    for (chunk, total, copy_every) in [
+        (1, 20_000, 7),
+        (333, 300_000, 0),
+        (4095, 1 << 20, 2),
+        (4097, 1 << 20, 0),
+        (100_003, 2 << 20, 3),
+    ] {
+        let mut p = Pair::new(
+            host(9000, CopyMode::Dma, false),
+            host(9000, CopyMode::Dma, false),
+        )
+        .unwrap();
+        let out = loaned_transfer(&mut p, chunk, total, copy_every);
+        assert!(out.loans > 0, "chunk {chunk}");
     }
 }
 
@@ -312,7 +334,7 @@ fn paged_transfer(p: &mut Pair, total: usize, copy_every: usize) -> usize {
         }
         loop {
             reads += 1;
-            if copy_every > 0 && reads % copy_every == 0 {
+            if copy_every > 0 && reads.is_multiple_of(copy_every) {
                 match p.b.tcp_recv(rx, &mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
@@ -329,7 +351,7 @@ fn paged_transfer(p: &mut Pair, total: usize, copy_every: usize) -> usize {
                 Ok(Some(chunk)) => {
                     fnv(&mut hr, &chunk);
                     got += chunk.len();
-                    if chunk.is_page_aligned() && chunk.len() % 4096 == 0 {
+                    if chunk.is_page_aligned() && chunk.len().is_multiple_of(4096) {
                         paged += chunk.len();
                     }
                 }
@@ -426,4 +448,57 @@ fn without_header_split_every_byte_is_odd_data() {
     let c = |k| p.b.ledger().counters().get(k);
     assert_eq!(c(Counter::TcpZeroCopyRxBytes), 0);
     assert_eq!(c(Counter::TcpZeroCopyRxOddBytes), total as u64);
+}
+
+#[test]
+fn udp_loans_go_out_uncopied_and_complete_once_transmitted() {
+    for (offload, mtu) in [(false, 1500), (true, 9000)] {
+        let mut p = Pair::new(
+            host(mtu, CopyMode::Dma, offload),
+            host(mtu, CopyMode::Dma, offload),
+        )
+        .unwrap();
+        let rx = p.b.udp_open();
+        p.b.udp_bind(rx, probestack::wire::Ipv4Address::UNSPECIFIED, 9)
+            .unwrap();
+        let tx = p.a.udp_open();
+        let mut buf = vec![0u8; 70_000];
+        // Sizes from one byte to past the MTU (fragmented, and so copied), each sent from
+        // an odd offset into its loan.
+        for (i, &size) in [1usize, 7, 1000, 1472, 3000, 8972, 20_000]
+            .iter()
+            .enumerate()
+        {
+            let mut data = vec![0xA5; 3];
+            data.extend(pattern(i * 100_000, size));
+            let loan = Loan::new(data);
+            let part = loan.slice(3..).unwrap();
+            let sent = p.a.udp_send_loan(tx, &part, Some((ADDR_B, 9))).unwrap();
+            assert_eq!(sent, size);
+            drop(part);
+            if i == 0 {
+                // The first waits for ARP, holding the loan.
+                assert!(!loan.is_complete(), "held while the datagram waits");
+            }
+            let mut got = None;
+            assert!(p.run_until(Duration::from_secs(2), |p| {
+                if let Ok(r) = p.b.udp_recv_from(rx, &mut buf) {
+                    got = Some(r);
+                }
+                got.is_some()
+            }));
+            let r = got.unwrap();
+            assert_eq!(
+                &buf[..r.len],
+                &pattern(i * 100_000, size)[..],
+                "size {size}"
+            );
+            assert!(loan.is_complete(), "transmitted: the loan is back");
+            let mut back = loan.try_reclaim().unwrap();
+            back.fill(0xEE); // the application reuses it; nothing is sent again
+        }
+        let c = |k| p.a.ledger().counters().get(k);
+        assert_eq!(c(Counter::UdpZeroCopyDatagrams), 7);
+        assert_eq!(p.b.ledger().counters().get(Counter::UdpDropBadChecksum), 0);
+    }
 }

@@ -50,7 +50,7 @@ pub const CONFIGS: [Config; 4] = [
 ];
 /// The paced rate, Gbit/s of payload: well below what the slowest cell (MTU 1500, no
 /// optimization) moves on two cores, so every cell sustains it.
-pub const DEFAULT_RATE_GBPS: f64 = 1.0;
+pub const DEFAULT_RATE_GBPS: f64 = 2.0;
 /// The categories, in the order of the stacked bars.
 pub const CATEGORIES: [&str; 6] = [
     "data_access",

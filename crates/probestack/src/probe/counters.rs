@@ -160,6 +160,8 @@ counters! {
     /// Segments sent with loaned data attached by reference (zero-copy send, paper 004
     /// §3.1).
     TcpZeroCopySegments = "tcp.zero_copy.segments_out";
+    /// Datagrams sent with loaned data by reference (zero-copy send).
+    UdpZeroCopyDatagrams = "udp.zero_copy.datagrams_out";
     /// Bytes the application of a zero-copy receive connection got as whole pages by
     /// reference, and the "odd data" it got by copy (not whole pages, out of order, not
     /// page-aligned, or read with a copying read; paper 004 §4).
