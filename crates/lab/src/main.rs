@@ -178,6 +178,10 @@ struct CpuArgs {
     /// zero_copy, zero_copy_offload.
     #[arg(long, value_delimiter = ',', value_parser = parse_bulk_config)]
     configs: Vec<experiments::bulk::Config>,
+    /// Interrupt coalescing limits N to measure at MTU 1500 (comma-separated frames per
+    /// notification, at least 1); default 1,2,4,8,16,32,64.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(usize))]
+    coalesce: Vec<usize>,
 }
 
 fn parse_bulk_config(s: &str) -> Result<experiments::bulk::Config, String> {
@@ -452,7 +456,12 @@ fn main() -> ExitCode {
                 a.configs
             };
             let json = a.json;
-            let r = experiments::cpu::run(&mtus, &configs, settings, |s| {
+            let coalesce = if a.coalesce.is_empty() {
+                experiments::cpu::COALESCE_FRAMES.to_vec()
+            } else {
+                a.coalesce
+            };
+            let r = experiments::cpu::run(&mtus, &configs, &coalesce, settings, |s| {
                 if !json {
                     eprintln!("  cpu: {s}");
                 }

@@ -60,7 +60,7 @@ use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::stack::Stack;
 use probestack::tcp::State;
-use probestack::time::{Clock, RealClock};
+use probestack::time::{Clock, Duration, RealClock};
 use probestack::tuning::Tuning;
 use probestack::wire::Ipv4Address;
 use serde::Serialize;
@@ -384,6 +384,9 @@ pub struct Tally {
     pub tx_queue_full: u64,
     /// Packet buffers the pool had to take from the global allocator.
     pub fresh_buffers: u64,
+    /// Frames the driver took from the NIC, and the notifications that announced them.
+    pub frames_in: u64,
+    pub notifications: u64,
     /// Segments sent with loaned data by reference (zero-copy send).
     pub zero_copy_segments: u64,
     /// Bytes the receiving application took as whole pages by reference, and by copy
@@ -406,6 +409,8 @@ impl Tally {
             window_probes: c.get(Counter::TcpWindowProbes),
             tx_queue_full: c.get(Counter::DriverDropQueueFull),
             fresh_buffers: stack.pool().stats().global_allocs,
+            frames_in: c.get(Counter::DriverFramesIn),
+            notifications: c.get(Counter::DriverNotifications),
             zero_copy_segments: c.get(Counter::TcpZeroCopySegments),
             rx_page_bytes: c.get(Counter::TcpZeroCopyRxBytes),
             rx_odd_bytes: c.get(Counter::TcpZeroCopyRxOddBytes),
@@ -425,6 +430,8 @@ impl Tally {
             window_probes: self.window_probes - earlier.window_probes,
             tx_queue_full: self.tx_queue_full - earlier.tx_queue_full,
             fresh_buffers: self.fresh_buffers - earlier.fresh_buffers,
+            frames_in: self.frames_in - earlier.frames_in,
+            notifications: self.notifications - earlier.notifications,
             zero_copy_segments: self.zero_copy_segments - earlier.zero_copy_segments,
             rx_page_bytes: self.rx_page_bytes - earlier.rx_page_bytes,
             rx_odd_bytes: self.rx_odd_bytes - earlier.rx_odd_bytes,
@@ -883,11 +890,21 @@ pub fn run_cell(
     run_cell_paced(mtu, config, touch, settings, pattern, expected, None)
 }
 
-/// [`run_cell`] with A sending at `pace` bytes per second at most, when given, and B
-/// measuring its CPU time in its ledger ([`CellFigures::receiver_ledger`]): B then works
-/// only when its stack has something due, and every turn of work and every read is a
-/// message of its ledger, probed (one message in one), so the ledger holds all of B's
-/// work and nothing of its idling (what `lab cpu` needs).
+/// A paced cell ([`run_cell_paced`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// The most A sends, payload bytes per second.
+    pub bytes_per_sec: f64,
+    /// Interrupt coalescing on both NICs (N frames, T), instead of a notification per
+    /// frame.
+    pub coalesce: Option<(usize, Duration)>,
+}
+
+/// [`run_cell`] with A sending at a paced rate, when given, and B measuring its CPU time
+/// in its ledger ([`CellFigures::receiver_ledger`]): B then works only when its stack has
+/// something due, and every turn of work and every read is a message of its ledger,
+/// probed (one message in one), so the ledger holds all of B's work and nothing of its
+/// idling (what `lab cpu` needs).
 pub fn run_cell_paced(
     mtu: usize,
     config: Config,
@@ -895,11 +912,15 @@ pub fn run_cell_paced(
     settings: Settings,
     pattern: &[u8],
     expected: u64,
-    pace: Option<f64>,
+    pace: Option<Pace>,
 ) -> Result<CellFigures, String> {
     let mut host = HostConfig::with_mtu(mtu);
     host.stack.tuning = config.tuning();
     host.nic = config.nic(mtu);
+    if let Some((frames, time)) = pace.and_then(|p| p.coalesce) {
+        host.nic.coalesce_frames = frames;
+        host.nic.coalesce_time = time;
+    }
     let Pair {
         a: mut sa,
         b: mut sb,
@@ -947,7 +968,7 @@ pub fn run_cell_paced(
         bytes: settings.bytes_per_run.max(1),
         touch,
         zero_copy: config.zero_copy(),
-        pace,
+        pace: pace.map(|p| p.bytes_per_sec),
         measure_cpu: pace.is_some(),
         stall_timeout: settings.stall_timeout,
         run_timeout: settings.run_timeout,
@@ -982,6 +1003,8 @@ pub fn run_cell_paced(
         window_probes: sender.window_probes + receiver.window_probes,
         tx_queue_full: sender.tx_queue_full + receiver.tx_queue_full,
         fresh_buffers: sender.fresh_buffers + receiver.fresh_buffers,
+        frames_in: sender.frames_in + receiver.frames_in,
+        notifications: sender.notifications + receiver.notifications,
         zero_copy_segments: sender.zero_copy_segments + receiver.zero_copy_segments,
         rx_page_bytes: sender.rx_page_bytes + receiver.rx_page_bytes,
         rx_odd_bytes: sender.rx_odd_bytes + receiver.rx_odd_bytes,

@@ -34,6 +34,7 @@
 use std::collections::BTreeMap;
 
 use probestack::probe::{Category, Layer, SnapshotBucket};
+use probestack::time::Duration;
 use serde::Serialize;
 
 use super::bulk::{self, Config};
@@ -101,6 +102,9 @@ pub struct Row {
     pub device_percent: f64,
     /// B's messages (turns of work and reads) over the timed runs.
     pub messages: u64,
+    /// B's host time over the timed runs, and their elapsed time, ns.
+    pub busy_ns: f64,
+    pub elapsed_ns: f64,
 }
 
 /// A cell that could not be measured.
@@ -111,12 +115,36 @@ pub struct Failure {
     pub error: String,
 }
 
+/// One interrupt-coalescing setting (paper 004 §3.4): MTU 1500, no optimization, the
+/// paced rate, a notification after `coalesce_frames` frames or `coalesce_time_us`.
+#[derive(Clone, Debug, Serialize)]
+pub struct CoalesceRow {
+    pub mtu: usize,
+    pub coalesce_frames: usize,
+    pub coalesce_time_us: u64,
+    /// Frames B's driver took per notification, as measured.
+    pub frames_per_notification: f64,
+    /// B's host time per frame received, ns.
+    pub ns_per_frame: f64,
+    /// The part of it in notification handling (the driver's notification, OpSys).
+    pub notify_ns_per_frame: f64,
+    pub cpu_percent: f64,
+    pub rate_gbps: f64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Results {
     pub rows: Vec<Row>,
+    /// The per-frame cost as the coalescing limit N grows.
+    pub coalescing: Vec<CoalesceRow>,
     pub failures: Vec<Failure>,
     pub notes: &'static str,
 }
+
+/// The coalescing limits measured (frames per notification), with a time limit long
+/// enough that N, not T, ends each batch at the paced rate.
+pub const COALESCE_FRAMES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+pub const COALESCE_TIME_US: u64 = 1000;
 
 const NOTES: &str = "receiver CPU at a paced rate (paper 004 Figure 3): B works only when its \
     stack has something due, every turn of work and every read probed; cpu_percent is B's \
@@ -166,13 +194,17 @@ pub fn row(
         by_category,
         device_percent: percent(ledger.device_ns),
         messages: ledger.messages,
+        busy_ns: busy,
+        elapsed_ns: elapsed,
     }
 }
 
-/// Runs every MTU × configuration; `progress` hears of each cell.
+/// Runs every MTU × configuration, then MTU 1500 with each coalescing limit of
+/// `coalesce_frames`; `progress` hears of each cell.
 pub fn run(
     mtus: &[usize],
     configs: &[Config],
+    coalesce_frames: &[usize],
     settings: Settings,
     mut progress: impl FnMut(&str),
 ) -> Result<Results, String> {
@@ -191,21 +223,31 @@ pub fn run(
     };
     let pattern = bulk::pattern();
     let mut rows = Vec::new();
+    let mut coalescing = Vec::new();
     let mut failures = Vec::new();
+    let cell = |mtu: usize, config: Config, coalesce: Option<(usize, Duration)>| {
+        let paced = bulk::Pace {
+            bytes_per_sec: pace,
+            coalesce,
+        };
+        let f = bulk::run_cell_paced(mtu, config, false, bulk_settings, &pattern, 0, Some(paced))?;
+        let ledger = f
+            .receiver_ledger
+            .as_ref()
+            .ok_or("the receiver kept no ledger")?
+            .merged();
+        let elapsed: f64 = f.run_ns.iter().sum();
+        let moved = (bytes * f.run_ns.len()) as f64;
+        Ok::<_, String>((
+            row(mtu, config, settings, &ledger, elapsed, moved),
+            f.receiver,
+        ))
+    };
     for &mtu in mtus {
         for &config in configs {
             progress(&format!("MTU {mtu} {}", config.name()));
-            let cell =
-                bulk::run_cell_paced(mtu, config, false, bulk_settings, &pattern, 0, Some(pace));
-            match cell {
-                Ok(f) => {
-                    let Some(ledger) = f.receiver_ledger.as_ref() else {
-                        return Err("the receiver kept no ledger".into());
-                    };
-                    let elapsed: f64 = f.run_ns.iter().sum();
-                    let moved = (bytes * f.run_ns.len()) as f64;
-                    rows.push(row(mtu, config, settings, &ledger.merged(), elapsed, moved));
-                }
+            match cell(mtu, config, None) {
+                Ok((row, _)) => rows.push(row),
                 Err(error) => failures.push(Failure {
                     mtu,
                     config: config.name(),
@@ -214,8 +256,34 @@ pub fn run(
             }
         }
     }
+    for n in coalesce_frames {
+        progress(&format!("MTU 1500 none, coalescing {n} frames"));
+        let t = Duration::from_micros(COALESCE_TIME_US);
+        match cell(1500, Config::None, Some((*n, t))) {
+            Ok((row, tally)) => {
+                let frames = tally.frames_in.max(1) as f64;
+                let notify = row.by_category["notification"] / 100.0 * row.elapsed_ns;
+                coalescing.push(CoalesceRow {
+                    mtu: 1500,
+                    coalesce_frames: *n,
+                    coalesce_time_us: COALESCE_TIME_US,
+                    frames_per_notification: frames / tally.notifications.max(1) as f64,
+                    ns_per_frame: row.busy_ns / frames,
+                    notify_ns_per_frame: notify / frames,
+                    cpu_percent: row.cpu_percent,
+                    rate_gbps: row.rate_gbps,
+                });
+            }
+            Err(error) => failures.push(Failure {
+                mtu: 1500,
+                config: Config::None.name(),
+                error,
+            }),
+        }
+    }
     Ok(Results {
         rows,
+        coalescing,
         failures,
         notes: NOTES,
     })
@@ -247,13 +315,42 @@ pub fn tables(r: &Results) -> Vec<Table> {
     for f in &r.failures {
         t.note(format!("MTU {} {}: failed: {}", f.mtu, f.config, f.error));
     }
+    let mut c = Table::new(
+        "Interrupt coalescing: the receiver's cost per frame as N grows (MTU 1500, none, paced)",
+        &[
+            "N frames",
+            "frames/notification",
+            "ns/frame",
+            "notification ns/frame",
+            "CPU %",
+            "Gbit/s",
+        ],
+    );
+    for row in &r.coalescing {
+        c.row(vec![
+            row.coalesce_frames.to_string(),
+            format!("{:.1}", row.frames_per_notification),
+            format!("{:.0}", row.ns_per_frame),
+            format!("{:.0}", row.notify_ns_per_frame),
+            format!("{:.1}", row.cpu_percent),
+            format!("{:.2}", row.rate_gbps),
+        ]);
+    }
+    c.note(format!(
+        "a notification after N frames or {COALESCE_TIME_US} us; B's host time per frame \
+         it took from the NIC (data, ACKs sent and all)"
+    ));
     t.note(NOTES);
     t.note(
         "paper 004 (Monet, 370 Mb/s): ~95% CPU at 1500 B with ~65% in packet handling; \
          22% packet handling at 8 KB and 10% at 32 KB; data access 24% at 32 KB, ~15% with \
          zero-copy or checksum offload, ~0 with both (10% CPU in all)",
     );
-    vec![t]
+    if r.coalescing.is_empty() {
+        vec![t]
+    } else {
+        vec![t, c]
+    }
 }
 
 #[cfg(test)]
@@ -267,9 +364,17 @@ mod tests {
             seconds_per_run: 0.02,
             runs: 1,
         };
-        let r = run(&[8192], &CONFIGS, settings, |_| {}).unwrap();
+        let r = run(&[8192], &CONFIGS, &[1, 16], settings, |_| {}).unwrap();
         assert!(r.failures.is_empty(), "{:?}", r.failures);
         assert_eq!(r.rows.len(), 4);
+        // Coalescing: a row per limit (how many frames a notification brings depends on
+        // when B's thread runs, so only the shape is checked here).
+        let limits: Vec<usize> = r.coalescing.iter().map(|c| c.coalesce_frames).collect();
+        assert_eq!(limits, [1, 16]);
+        for c in &r.coalescing {
+            assert!(c.frames_per_notification >= 1.0 && c.ns_per_frame > 0.0, "{c:?}");
+            assert!(c.notify_ns_per_frame <= c.ns_per_frame, "{c:?}");
+        }
         for row in &r.rows {
             let sum: f64 = row.by_category.values().sum();
             assert!((sum - row.cpu_percent).abs() < 1e-6, "{row:?}");
@@ -287,7 +392,7 @@ mod tests {
             }
             assert!(row["by_category"]["data_access"].is_number());
         }
-        assert_eq!(tables(&r).len(), 1);
+        assert_eq!(tables(&r).len(), 2);
     }
 
     #[test]
@@ -309,6 +414,6 @@ mod tests {
             rate_gbps: 0.0,
             ..Settings::QUICK
         };
-        assert!(run(&[1500], &CONFIGS, s, |_| {}).is_err());
+        assert!(run(&[1500], &CONFIGS, &[], s, |_| {}).is_err());
     }
 }
