@@ -372,7 +372,10 @@ mod tests {
         let limits: Vec<usize> = r.coalescing.iter().map(|c| c.coalesce_frames).collect();
         assert_eq!(limits, [1, 16]);
         for c in &r.coalescing {
-            assert!(c.frames_per_notification >= 1.0 && c.ns_per_frame > 0.0, "{c:?}");
+            assert!(
+                c.frames_per_notification >= 1.0 && c.ns_per_frame > 0.0,
+                "{c:?}"
+            );
             assert!(c.notify_ns_per_frame <= c.ns_per_frame, "{c:?}");
         }
         for row in &r.rows {
