@@ -104,6 +104,10 @@ enum Lab {
     /// One-way TCP bulk transfer between two stacks on two threads: Gbit/s of payload and
     /// header-prediction hit rate by MTU, tuning, and whether the application touches the data.
     Bulk(BulkArgs),
+    /// Receiver CPU breakdown at a fixed paced rate, by paper 004's classes (data access,
+    /// notification, buffers, driver, TCP/IP), for MTU 1500, 8192 and 32768 and paper 004's
+    /// offload and zero-copy variants (its Figure 3).
+    Cpu(CpuArgs),
     /// TCP throughput over real devices (iperf3): Linux to Linux over a veth pair, and
     /// Linux to and from probestack `serve` on a TAP with and without offloads. Needs root,
     /// /dev/net/tun, `ip` and `iperf3`; without them it says why and measures nothing.
@@ -140,19 +144,44 @@ struct BulkArgs {
     /// (with --matrix: 1500,4096,8192,16384,24576,32768,65535).
     #[arg(long, value_delimiter = ',')]
     mtu: Vec<usize>,
-    /// Configurations (comma-separated); default bsd,fast (with --matrix: all six).
+    /// Configurations (comma-separated); default bsd,fast (with --matrix: all eight).
     /// bsd and fast: the Tuning presets, TCP checksums elided with fast. Paper 004's
     /// variants, each Tuning::fast() with checksum elision off: none (copy, then checksum
-    /// in a second pass; no NIC offload), checksum_offload (the NICs complete and verify
-    /// the checksums), integrated_copy_checksum (sum while copying), checksum_offload_tso
-    /// (offload plus TSO, past paper 004). The NIC model's work is real wall time on the
-    /// same threads: figures are host plus NIC model.
+    /// in a second pass; no NIC offload), zero_copy (loaned send buffers, whole pages
+    /// received by reference), checksum_offload (the NICs complete and verify the
+    /// checksums), zero_copy_offload (both), integrated_copy_checksum (sum while
+    /// copying), checksum_offload_tso (offload plus TSO, past paper 004). The NIC model's
+    /// work is real wall time on the same threads: figures are host plus NIC model.
     #[arg(long, value_delimiter = ',', value_parser = parse_bulk_config)]
     configs: Vec<experiments::bulk::Config>,
-    /// Issue 7's full matrix: MTUs 1500,4096,8192,16384,24576,32768,65535 x all six
+    /// Issue 7's full matrix: MTUs 1500,4096,8192,16384,24576,32768,65535 x all eight
     /// configurations x touching or not (--mtu and --configs still narrow it).
     #[arg(long)]
     matrix: bool,
+}
+
+#[derive(Args)]
+struct CpuArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Runs of a quarter of a second (two timed) instead of a second (five timed).
+    #[arg(long)]
+    quick: bool,
+    /// The paced rate, Gbit/s of payload.
+    #[arg(long, default_value_t = experiments::cpu::DEFAULT_RATE_GBPS)]
+    rate: f64,
+    /// Link MTUs (comma-separated); default 1500,8192,32768.
+    #[arg(long, value_delimiter = ',')]
+    mtu: Vec<usize>,
+    /// Configurations (comma-separated, as for lab bulk); default none, checksum_offload,
+    /// zero_copy, zero_copy_offload.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bulk_config)]
+    configs: Vec<experiments::bulk::Config>,
+    /// Interrupt coalescing limits N to measure at MTU 1500 (comma-separated frames per
+    /// notification, at least 1); default 1,2,4,8,16,32,64.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(usize))]
+    coalesce: Vec<usize>,
 }
 
 fn parse_bulk_config(s: &str) -> Result<experiments::bulk::Config, String> {
@@ -405,6 +434,39 @@ fn main() -> ExitCode {
                 }
             }
             finish(r, json, experiments::bulk::tables)
+        }
+        Command::Lab(Lab::Cpu(a)) => {
+            let base = if a.quick {
+                experiments::cpu::Settings::QUICK
+            } else {
+                experiments::cpu::Settings::FULL
+            };
+            let settings = experiments::cpu::Settings {
+                rate_gbps: a.rate,
+                ..base
+            };
+            let mtus = if a.mtu.is_empty() {
+                experiments::cpu::MTUS.to_vec()
+            } else {
+                a.mtu
+            };
+            let configs = if a.configs.is_empty() {
+                experiments::cpu::CONFIGS.to_vec()
+            } else {
+                a.configs
+            };
+            let json = a.json;
+            let coalesce = if a.coalesce.is_empty() {
+                experiments::cpu::COALESCE_FRAMES.to_vec()
+            } else {
+                a.coalesce
+            };
+            let r = experiments::cpu::run(&mtus, &configs, &coalesce, settings, |s| {
+                if !json {
+                    eprintln!("  cpu: {s}");
+                }
+            });
+            finish(r, json, experiments::cpu::tables)
         }
         Command::Lab(Lab::Tap(a)) => {
             let json = a.json;

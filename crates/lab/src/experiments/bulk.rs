@@ -53,13 +53,14 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration as WallDuration, Instant as WallInstant};
 
+use probestack::buf::Loan;
 use probestack::driver::NicConfig;
-use probestack::probe::Counter;
+use probestack::probe::{Counter, Snapshot};
 use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::stack::Stack;
 use probestack::tcp::State;
-use probestack::time::{Clock, RealClock};
+use probestack::time::{Clock, Duration, RealClock};
 use probestack::tuning::Tuning;
 use probestack::wire::Ipv4Address;
 use serde::Serialize;
@@ -92,7 +93,7 @@ const POLLS_PER_CHECK: u32 = 1024;
 const POLLS_BEFORE_YIELD: u32 = 64;
 
 /// What both stacks and both NICs run: the basic presets `bsd` and `fast`, and the
-/// variants of paper 004's Figure 2 that exist (zero-copy sockets do not yet).
+/// variants of paper 004's Figure 2.
 ///
 /// The paper-004 variants are [`Tuning::fast`] with three switches set as named and the
 /// memory NIC's checksum flags and TSO to match; everything else (the NIC's DMA, queues,
@@ -116,6 +117,14 @@ pub enum Config {
     /// Paper 004's integrated copy and checksum: the host sums the data while it copies it
     /// (`fused_copy_checksum`); no offload, no TSO.
     IntegratedCopyChecksum,
+    /// Paper 004's zero-copy sockets: A loans its pattern and TCP sends it by reference
+    /// (the NIC gathers it), B's NIC splits headers from page-aligned payloads and B's
+    /// application takes whole pages by reference (`tcp_recv_zero_copy`), copying only
+    /// the odd rest; the host still sums the data on both sides (no offload, no TSO).
+    ZeroCopy,
+    /// Zero-copy plus checksum offload: the host neither copies nor sums whole pages. No
+    /// TSO, as in the paper.
+    ZeroCopyOffload,
     /// Checksum offload plus TCP segmentation offload (super-segments of up to 64 KiB that
     /// the NIC cuts): beyond paper 004, which had no TSO.
     ChecksumOffloadTso,
@@ -123,19 +132,23 @@ pub enum Config {
 
 /// The configurations `run` measures: the basic two.
 pub const CONFIGS: [Config; 2] = [Config::Bsd, Config::Fast];
-/// Paper 004's variants that exist, in the order of its Figure 2, then TSO.
-pub const PAPER004_CONFIGS: [Config; 4] = [
+/// Paper 004's variants, in the order of its Figure 2, then TSO.
+pub const PAPER004_CONFIGS: [Config; 6] = [
     Config::None,
+    Config::ZeroCopy,
     Config::ChecksumOffload,
+    Config::ZeroCopyOffload,
     Config::IntegratedCopyChecksum,
     Config::ChecksumOffloadTso,
 ];
 /// Every configuration, in table order.
-pub const ALL_CONFIGS: [Config; 6] = [
+pub const ALL_CONFIGS: [Config; 8] = [
     Config::Bsd,
     Config::Fast,
     Config::None,
+    Config::ZeroCopy,
     Config::ChecksumOffload,
+    Config::ZeroCopyOffload,
     Config::IntegratedCopyChecksum,
     Config::ChecksumOffloadTso,
 ];
@@ -149,7 +162,14 @@ impl Config {
             Config::ChecksumOffload => "checksum_offload",
             Config::IntegratedCopyChecksum => "integrated_copy_checksum",
             Config::ChecksumOffloadTso => "checksum_offload_tso",
+            Config::ZeroCopy => "zero_copy",
+            Config::ZeroCopyOffload => "zero_copy_offload",
         }
+    }
+
+    /// Whether the applications loan and take pages (zero-copy sockets).
+    pub fn zero_copy(self) -> bool {
+        matches!(self, Config::ZeroCopy | Config::ZeroCopyOffload)
     }
 
     /// The configuration of a name ([`Config::name`]).
@@ -168,8 +188,8 @@ impl Config {
         match self {
             Config::Bsd => Tuning::bsd(),
             Config::Fast => Tuning::fast(),
-            Config::None => paper004(false, false, false),
-            Config::ChecksumOffload => paper004(false, true, false),
+            Config::None | Config::ZeroCopy => paper004(false, false, false),
+            Config::ChecksumOffload | Config::ZeroCopyOffload => paper004(false, true, false),
             Config::IntegratedCopyChecksum => paper004(true, false, false),
             Config::ChecksumOffloadTso => paper004(false, true, true),
         }
@@ -189,6 +209,15 @@ impl Config {
                 ..base.with_offloads()
             },
             Config::ChecksumOffloadTso => base.with_offloads(),
+            Config::ZeroCopy => NicConfig {
+                header_split: true,
+                ..base
+            },
+            Config::ZeroCopyOffload => NicConfig {
+                tso: false,
+                header_split: true,
+                ..base.with_offloads()
+            },
         }
     }
 }
@@ -355,6 +384,15 @@ pub struct Tally {
     pub tx_queue_full: u64,
     /// Packet buffers the pool had to take from the global allocator.
     pub fresh_buffers: u64,
+    /// Frames the driver took from the NIC, and the notifications that announced them.
+    pub frames_in: u64,
+    pub notifications: u64,
+    /// Segments sent with loaned data by reference (zero-copy send).
+    pub zero_copy_segments: u64,
+    /// Bytes the receiving application took as whole pages by reference, and by copy
+    /// ("odd data"), with zero-copy receive.
+    pub rx_page_bytes: u64,
+    pub rx_odd_bytes: u64,
 }
 
 impl Tally {
@@ -371,6 +409,11 @@ impl Tally {
             window_probes: c.get(Counter::TcpWindowProbes),
             tx_queue_full: c.get(Counter::DriverDropQueueFull),
             fresh_buffers: stack.pool().stats().global_allocs,
+            frames_in: c.get(Counter::DriverFramesIn),
+            notifications: c.get(Counter::DriverNotifications),
+            zero_copy_segments: c.get(Counter::TcpZeroCopySegments),
+            rx_page_bytes: c.get(Counter::TcpZeroCopyRxBytes),
+            rx_odd_bytes: c.get(Counter::TcpZeroCopyRxOddBytes),
         }
     }
 
@@ -387,6 +430,11 @@ impl Tally {
             window_probes: self.window_probes - earlier.window_probes,
             tx_queue_full: self.tx_queue_full - earlier.tx_queue_full,
             fresh_buffers: self.fresh_buffers - earlier.fresh_buffers,
+            frames_in: self.frames_in - earlier.frames_in,
+            notifications: self.notifications - earlier.notifications,
+            zero_copy_segments: self.zero_copy_segments - earlier.zero_copy_segments,
+            rx_page_bytes: self.rx_page_bytes - earlier.rx_page_bytes,
+            rx_odd_bytes: self.rx_odd_bytes - earlier.rx_odd_bytes,
         }
     }
 
@@ -429,6 +477,14 @@ struct Plan {
     total_runs: usize,
     bytes: usize,
     touch: bool,
+    /// A loans its pattern and B takes pages ([`Config::zero_copy`]).
+    zero_copy: bool,
+    /// A sends no faster than this many bytes per second (`lab cpu`), or as fast as it
+    /// can.
+    pace: Option<f64>,
+    /// B works only when its stack has something due, and records every such turn in
+    /// its ledger (`lab cpu`): its CPU time is then what it spent working.
+    measure_cpu: bool,
     stall_timeout: WallDuration,
     run_timeout: WallDuration,
 }
@@ -567,6 +623,9 @@ fn sender(
     shared: &Shared,
 ) -> Result<Tally, String> {
     let _guard = AbortOnPanic(&shared.abort);
+    // Zero-copy: the pattern is loaned once and sent by reference again and again (as
+    // netperf sends one buffer), never written while the stack holds it.
+    let loan = plan.zero_copy.then(|| Loan::new(pattern.to_vec()));
     let mut before = Tally::of(&stack);
     for run in 0..plan.total_runs {
         wait_polling(
@@ -584,15 +643,34 @@ fn sender(
         }
         let mut sent = 0usize;
         let mut watchdog = Watchdog::new();
+        let run_start = WallInstant::now();
         while sent < plan.bytes {
             if shared.abort.load(Ordering::Relaxed) {
                 return Err(STOPPED.into());
+            }
+            if let Some(rate) = plan.pace {
+                if sent as f64 >= rate * run_start.elapsed().as_secs_f64() {
+                    // Ahead of the pace: only keep the stack going.
+                    stack.poll(clock.now());
+                    if let Err(e) = watchdog.tick(sent, &plan) {
+                        shared.abort.store(true, Ordering::SeqCst);
+                        return Err(format!("sender: run {run}: {e}"));
+                    }
+                    continue;
+                }
             }
             let offset = sent % pattern.len();
             let n = WRITE_SIZE
                 .min(pattern.len() - offset)
                 .min(plan.bytes - sent);
-            match stack.tcp_send(h, &pattern[offset..offset + n]) {
+            let queued = match &loan {
+                Some(loan) => match loan.slice(offset..offset + n) {
+                    Ok(part) => stack.tcp_send_loan(h, &part),
+                    Err(e) => return Err(format!("sender: {e:?}")),
+                },
+                None => stack.tcp_send(h, &pattern[offset..offset + n]),
+            };
+            match queued {
                 Ok(k) => sent += k,
                 Err(TcpError::WouldBlock) => {}
                 Err(e) => {
@@ -635,6 +713,8 @@ struct Received {
     digests: Vec<u64>,
     /// Counters over the timed runs.
     tally: Tally,
+    /// B's ledger over the timed runs, when it measured its CPU time.
+    ledger: Option<Snapshot>,
 }
 
 /// B's thread: starts each run, reads until the run's bytes are in, stops the clock, and
@@ -660,9 +740,13 @@ fn receiver(
             describe(stack, h)
         )
     };
+    if plan.measure_cpu {
+        stack.ledger().set_sample_every(1);
+    }
     for run in 0..plan.total_runs {
         if run == 1 {
             before = Tally::of(&stack);
+            stack.ledger().clear();
         }
         let mut digest = Digest::new();
         let mut got = 0usize;
@@ -670,19 +754,55 @@ fn receiver(
         let start = WallInstant::now();
         shared.started.store(run + 1, Ordering::Release);
         while got < plan.bytes {
-            match stack.tcp_recv(h, &mut buf) {
-                Ok(0) => return Err(fail(&stack, run, got, "end of stream".into())),
-                Ok(n) => {
+            // With the CPU measured, B reads only when data waits, and each read is a
+            // message of its ledger, as is each turn of work below.
+            let idle = plan.measure_cpu && stack.tcp_recv_queued(h).is_ok_and(|n| n == 0);
+            if plan.measure_cpu && !idle {
+                stack.ledger().begin_message(0);
+            }
+            let read = if idle {
+                Err(TcpError::WouldBlock)
+            } else if plan.zero_copy {
+                // Pages by reference; the application drops them when done.
+                stack
+                    .tcp_recv_zero_copy(h, READ_SIZE)
+                    .map(|chunk| match chunk {
+                        Some(chunk) => {
+                            if plan.touch {
+                                digest.update(&chunk);
+                            }
+                            chunk.len()
+                        }
+                        None => 0,
+                    })
+            } else {
+                stack.tcp_recv(h, &mut buf).inspect(|&n| {
                     if plan.touch {
                         digest.update(&buf[..n]);
                     }
-                    got += n;
-                }
+                })
+            };
+            if plan.measure_cpu && !idle {
+                stack.ledger().end_message();
+            }
+            match read {
+                Ok(0) => return Err(fail(&stack, run, got, "end of stream".into())),
+                Ok(n) => got += n,
                 Err(TcpError::WouldBlock) => {
                     if shared.abort.load(Ordering::Relaxed) {
                         return Err(STOPPED.into());
                     }
-                    stack.poll(clock.now());
+                    let now = clock.now();
+                    if !plan.measure_cpu {
+                        stack.poll(now);
+                    } else if stack.next_deadline().is_some_and(|d| d <= now) {
+                        // Work is due (a frame arrived, a timer expired): the CPU's turn,
+                        // as an interrupt would start it; otherwise B is idle, as a
+                        // halted CPU would be.
+                        stack.ledger().begin_message(0);
+                        stack.poll(now);
+                        stack.ledger().end_message();
+                    }
                     if let Err(e) = watchdog.tick(got, &plan) {
                         return Err(fail(&stack, run, got, e));
                     }
@@ -717,6 +837,7 @@ fn receiver(
         run_ns,
         digests,
         tally: Tally::of(&stack).since(before),
+        ledger: plan.measure_cpu.then(|| stack.ledger().snapshot()),
     })
 }
 
@@ -751,6 +872,9 @@ pub struct CellFigures {
     /// The sender's MSS.
     pub mss: usize,
     pub checksum_elided: bool,
+    /// B's ledger over the timed runs, when it measured its CPU time
+    /// ([`run_cell_paced`]).
+    pub receiver_ledger: Option<Snapshot>,
 }
 
 /// Opens a connection from A to B on a fresh pair and runs one warm-up and `runs` timed
@@ -763,9 +887,40 @@ pub fn run_cell(
     pattern: &[u8],
     expected: u64,
 ) -> Result<CellFigures, String> {
+    run_cell_paced(mtu, config, touch, settings, pattern, expected, None)
+}
+
+/// A paced cell ([`run_cell_paced`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// The most A sends, payload bytes per second.
+    pub bytes_per_sec: f64,
+    /// Interrupt coalescing on both NICs (N frames, T), instead of a notification per
+    /// frame.
+    pub coalesce: Option<(usize, Duration)>,
+}
+
+/// [`run_cell`] with A sending at a paced rate, when given, and B measuring its CPU time
+/// in its ledger ([`CellFigures::receiver_ledger`]): B then works only when its stack has
+/// something due, and every turn of work and every read is a message of its ledger,
+/// probed (one message in one), so the ledger holds all of B's work and nothing of its
+/// idling (what `lab cpu` needs).
+pub fn run_cell_paced(
+    mtu: usize,
+    config: Config,
+    touch: bool,
+    settings: Settings,
+    pattern: &[u8],
+    expected: u64,
+    pace: Option<Pace>,
+) -> Result<CellFigures, String> {
     let mut host = HostConfig::with_mtu(mtu);
     host.stack.tuning = config.tuning();
     host.nic = config.nic(mtu);
+    if let Some((frames, time)) = pace.and_then(|p| p.coalesce) {
+        host.nic.coalesce_frames = frames;
+        host.nic.coalesce_time = time;
+    }
     let Pair {
         a: mut sa,
         b: mut sb,
@@ -801,6 +956,10 @@ pub fn run_cell(
         }
     }
     let s = accepted.ok_or("no connection")?;
+    if config.zero_copy() {
+        sb.tcp_set_zero_copy_receive(s, true)
+            .map_err(|e| e.to_string())?;
+    }
     let conn = sa.tcp_connection(c).map_err(|e| e.to_string())?;
     let (mss, checksum_elided) = (conn.mss().0, conn.checksum_elided());
 
@@ -808,6 +967,9 @@ pub fn run_cell(
         total_runs: settings.runs.max(1) + 1,
         bytes: settings.bytes_per_run.max(1),
         touch,
+        zero_copy: config.zero_copy(),
+        pace: pace.map(|p| p.bytes_per_sec),
+        measure_cpu: pace.is_some(),
         stall_timeout: settings.stall_timeout,
         run_timeout: settings.run_timeout,
     };
@@ -841,8 +1003,14 @@ pub fn run_cell(
         window_probes: sender.window_probes + receiver.window_probes,
         tx_queue_full: sender.tx_queue_full + receiver.tx_queue_full,
         fresh_buffers: sender.fresh_buffers + receiver.fresh_buffers,
+        frames_in: sender.frames_in + receiver.frames_in,
+        notifications: sender.notifications + receiver.notifications,
+        zero_copy_segments: sender.zero_copy_segments + receiver.zero_copy_segments,
+        rx_page_bytes: sender.rx_page_bytes + receiver.rx_page_bytes,
+        rx_odd_bytes: sender.rx_odd_bytes + receiver.rx_odd_bytes,
     };
     Ok(CellFigures {
+        receiver_ledger: received.ledger,
         run_ns: received.run_ns,
         digests: received.digests,
         both,
@@ -860,8 +1028,9 @@ pub fn run_cell(
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub mtu: usize,
-    /// `bsd`, `fast`, or a paper-004 variant: `none`, `checksum_offload`,
-    /// `integrated_copy_checksum`, `checksum_offload_tso` ([`Config::name`]).
+    /// `bsd`, `fast`, or a paper-004 variant: `none`, `zero_copy`, `checksum_offload`,
+    /// `zero_copy_offload`, `integrated_copy_checksum`, `checksum_offload_tso`
+    /// ([`Config::name`]).
     pub config: &'static str,
     /// Whether the receiving application read every byte (and checked the digest).
     pub app_touches_data: bool,
@@ -922,12 +1091,14 @@ pub const NOTE: &str = "A one-way TCP transfer between two probestack stacks in 
 /// What the paper-004 rows are, for the tables.
 pub const PAPER004_NOTE: &str = "paper 004's variants, each Tuning::fast() with checksum \
     elision off: none = copy, then checksum in a second pass, no NIC offload; \
-    checksum_offload = the NICs complete and verify the checksums (IPv4 and TCP), the host \
-    only copies; integrated_copy_checksum = the host sums while it copies; \
-    checksum_offload_tso = checksum offload plus TSO (past paper 004, which had no TSO); no \
-    TSO in the other three. The NIC model's work (checksums, TSO cutting, the CRC) is real \
-    wall time on the same two threads, so these figures are what the host spends plus the \
-    NIC model, not the host alone";
+    zero_copy = A loans its buffer (sent by reference, the NIC gathers it) and B takes \
+    whole pages the NIC placed (header split), copying only the odd rest, the host still \
+    summing; checksum_offload = the NICs complete and verify the checksums (IPv4 and TCP), \
+    the host only copies; zero_copy_offload = both; integrated_copy_checksum = the host \
+    sums while it copies; checksum_offload_tso = checksum offload plus TSO (past paper 004, \
+    which had no TSO); no TSO in the others. The NIC model's work (checksums, TSO cutting, \
+    gathering, header split, the CRC) is real wall time on the same two threads, so these \
+    figures are what the host spends plus the NIC model, not the host alone";
 
 /// Runs the matrix `mtus` × bsd, fast × touching or not; `progress` hears of each cell.
 pub fn run(
@@ -1333,7 +1504,9 @@ mod tests {
                 "bsd",
                 "fast",
                 "none",
+                "zero_copy",
                 "checksum_offload",
+                "zero_copy_offload",
                 "integrated_copy_checksum",
                 "checksum_offload_tso"
             ]
@@ -1341,7 +1514,7 @@ mod tests {
         for c in ALL_CONFIGS {
             assert_eq!(Config::from_name(c.name()), Some(c));
         }
-        assert_eq!(Config::from_name("zero_copy"), None);
+        assert_eq!(Config::from_name("zero-copy"), None);
         let plain = NicConfig {
             mtu: 9000,
             ..NicConfig::default()
@@ -1373,6 +1546,7 @@ mod tests {
                 NicConfig {
                     checksum_offload: Default::default(),
                     tso: false,
+                    header_split: false,
                     ..nic
                 },
                 plain,
@@ -1382,13 +1556,17 @@ mod tests {
         }
         // ... and each as its name says: (fused, offload in tuning and on both NIC
         // directions, TSO in tuning and NIC).
-        for (c, fused, offload, tso) in [
-            (Config::None, false, false, false),
-            (Config::ChecksumOffload, false, true, false),
-            (Config::IntegratedCopyChecksum, true, false, false),
-            (Config::ChecksumOffloadTso, false, true, true),
+        for (c, fused, offload, tso, zero_copy) in [
+            (Config::None, false, false, false, false),
+            (Config::ZeroCopy, false, false, false, true),
+            (Config::ChecksumOffload, false, true, false, false),
+            (Config::ZeroCopyOffload, false, true, false, true),
+            (Config::IntegratedCopyChecksum, true, false, false, false),
+            (Config::ChecksumOffloadTso, false, true, true, false),
         ] {
             let (t, nic) = (c.tuning(), c.nic(1500));
+            assert_eq!(c.zero_copy(), zero_copy, "{}", c.name());
+            assert_eq!(nic.header_split, zero_copy, "{}", c.name());
             assert_eq!(t.fused_copy_checksum, fused, "{}", c.name());
             assert_eq!(t.checksum_offload, offload, "{}", c.name());
             assert_eq!(nic.checksum_offload.l4_tx, offload, "{}", c.name());
@@ -1428,7 +1606,25 @@ mod tests {
             } else {
                 assert!(f.sender.segments_out >= full_segments, "{}", c.name());
             }
+            if c.zero_copy() {
+                // Every data segment carried the loan by reference; at MTU 1500 no
+                // payload is a page, so every byte reached B by copy (odd data).
+                assert!(f.sender.zero_copy_segments >= full_segments, "{}", c.name());
+                assert_eq!(f.receiver.rx_page_bytes, 0);
+                assert_eq!(f.receiver.rx_odd_bytes, settings.bytes_per_run as u64);
+            } else {
+                assert_eq!(f.sender.zero_copy_segments + f.receiver.rx_odd_bytes, 0);
+            }
         }
+        // At MTU 9000 the NIC splits and whole pages reach the application.
+        let f = run_cell(9000, Config::ZeroCopy, true, settings, &pattern, expected).unwrap();
+        assert_eq!(f.digests, vec![expected; 2]);
+        let r = f.receiver;
+        assert_eq!(
+            r.rx_page_bytes + r.rx_odd_bytes,
+            settings.bytes_per_run as u64
+        );
+        assert!(r.rx_page_bytes * 2 > settings.bytes_per_run as u64, "{r:?}");
         // The rows name the variants; the hit rates get a table of their own.
         let r = run_configs(&[1500], &PAPER004_CONFIGS, settings, |_| {}).unwrap();
         assert!(r.failures.is_empty(), "{:?}", r.failures);
@@ -1438,8 +1634,12 @@ mod tests {
             [
                 "none",
                 "none",
+                "zero_copy",
+                "zero_copy",
                 "checksum_offload",
                 "checksum_offload",
+                "zero_copy_offload",
+                "zero_copy_offload",
                 "integrated_copy_checksum",
                 "integrated_copy_checksum",
                 "checksum_offload_tso",

@@ -3,6 +3,7 @@
 
 pub mod bulk;
 pub mod checksum;
+pub mod cpu;
 pub mod discard;
 pub mod echo;
 pub mod overhead;

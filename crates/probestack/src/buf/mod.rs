@@ -122,7 +122,7 @@ mod packet;
 mod pool;
 
 pub use chain::{BufChain, Segment};
-pub use loan::{ExtBuf, Loan};
+pub use loan::{ExtBuf, Loan, PAGE_SIZE};
 pub use packet::{PacketBuf, TxOffload};
 pub use pool::{
     Class, ClassStats, Depot, Pool, PoolConfig, PoolStats, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE,

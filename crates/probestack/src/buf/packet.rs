@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::BufError;
+use super::{BufError, ExtBuf};
 
 /// The origin of a buffer no pool counts (made by [`PacketBuf::new`], or detached).
 pub(super) const NO_POOL: u64 = 0;
@@ -26,6 +26,11 @@ pub struct PacketBuf {
     origin: u64,
     /// Work left for the device on transmit.
     tx_offload: TxOffload,
+    /// External data that follows the window, in order: the payload of a zero-copy send
+    /// (memory the application loaned), as the page fragments of Linux's `sk_buff` follow
+    /// its linear part. The window holds the headers the layers prepend; the fragments
+    /// are never copied by the stack. Empty for almost every buffer.
+    frags: Vec<ExtBuf>,
 }
 
 /// What a frame on its way out leaves for the device to finish: Linux keeps the same two
@@ -60,6 +65,7 @@ impl PacketBuf {
             end: headroom + len,
             origin: NO_POOL,
             tx_offload: TxOffload::default(),
+            frags: Vec::new(),
         })
     }
 
@@ -199,6 +205,75 @@ impl PacketBuf {
         self.start = headroom;
         self.end = headroom;
         self.tx_offload = TxOffload::default();
+        self.frags.clear();
+        Ok(())
+    }
+
+    /// Appends external data after the window (and after the fragments already there),
+    /// without copying it. Empty data is not kept.
+    pub fn push_frag(&mut self, frag: ExtBuf) {
+        if !frag.is_empty() {
+            self.frags.push(frag);
+        }
+    }
+
+    /// The external data after the window, in order.
+    #[inline]
+    pub fn frags(&self) -> &[ExtBuf] {
+        &self.frags
+    }
+
+    /// Whether external data follows the window.
+    #[inline]
+    pub fn has_frags(&self) -> bool {
+        !self.frags.is_empty()
+    }
+
+    /// Takes the external data off the buffer.
+    pub fn take_frags(&mut self) -> Vec<ExtBuf> {
+        std::mem::take(&mut self.frags)
+    }
+
+    /// The bytes the buffer stands for: the window and the fragments after it.
+    #[inline]
+    pub fn total_len(&self) -> usize {
+        self.len() + self.frags.iter().map(ExtBuf::len).sum::<usize>()
+    }
+
+    /// Copies the window and then each fragment into `dst`, which must be
+    /// [`total_len`](Self::total_len) bytes long (a scatter-gather read: what a DMA engine
+    /// does for a device, or a driver's copy for one that cannot gather).
+    pub fn gather_into(&self, dst: &mut [u8]) -> Result<(), BufError> {
+        let total = self.total_len();
+        if dst.len() != total {
+            return Err(BufError::TooShort {
+                need: total,
+                have: dst.len(),
+            });
+        }
+        let (head, mut rest) = dst.split_at_mut(self.len());
+        head.copy_from_slice(self.data());
+        for f in &self.frags {
+            let (piece, tail) = rest.split_at_mut(f.len());
+            piece.copy_from_slice(f);
+            rest = tail;
+        }
+        Ok(())
+    }
+
+    /// Copies the fragments into the tailroom, so that the window holds everything, if
+    /// the tailroom is large enough; otherwise changes nothing.
+    pub fn linearize_in_place(&mut self) -> Result<(), BufError> {
+        let need = self.total_len() - self.len();
+        if need > self.tailroom() {
+            return Err(BufError::NoTailroom {
+                need,
+                have: self.tailroom(),
+            });
+        }
+        for f in std::mem::take(&mut self.frags) {
+            self.extend_from_slice(&f)?;
+        }
         Ok(())
     }
 
@@ -213,6 +288,7 @@ impl PacketBuf {
             end,
             origin,
             tx_offload: TxOffload::default(),
+            frags: Vec::new(),
         }
     }
 
@@ -267,12 +343,46 @@ impl fmt::Debug for PacketBuf {
             .field("len", &self.len())
             .field("tailroom", &self.tailroom())
             .field("pooled", &(self.origin != NO_POOL))
+            .field("frags", &self.frags.len())
             .finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fragments_follow_the_window_uncopied_until_gathered() {
+        let loan = crate::buf::Loan::new((0..100u8).collect::<Vec<_>>());
+        let mut b = PacketBuf::new(4, 8, 60).unwrap();
+        b.data_mut().copy_from_slice(b"head");
+        b.push_frag(loan.slice(10..20).unwrap());
+        b.push_frag(loan.slice(..0).unwrap()); // empty: not kept
+        b.push_frag(loan.slice(90..).unwrap());
+        assert_eq!((b.len(), b.total_len(), b.frags().len()), (4, 24, 2));
+        assert_eq!(loan.outstanding(), 2, "the buffer holds the loan");
+        b.prepend_from_slice(b"IP").unwrap();
+        let mut out = vec![0; b.total_len()];
+        b.gather_into(&mut out).unwrap();
+        let mut want = b"IPhead".to_vec();
+        want.extend(10..20u8);
+        want.extend(90..100u8);
+        assert_eq!(out, want);
+        assert!(b.gather_into(&mut [0; 3]).is_err());
+        b.linearize_in_place().unwrap();
+        assert_eq!((b.data(), b.has_frags()), (&want[..], false));
+        assert!(loan.is_complete(), "linearized: the loan is free");
+
+        let mut small = PacketBuf::new(1, 0, 2).unwrap();
+        small.push_frag(loan.slice(0..3).unwrap());
+        assert!(small.linearize_in_place().is_err());
+        assert_eq!(small.total_len(), 4, "a refused linearize changes nothing");
+        small.reset(0).unwrap();
+        assert!(
+            loan.is_complete(),
+            "a reset buffer lets go of its fragments"
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -98,7 +98,7 @@ use super::{
     ChecksumOffload, CopyMode, Device, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame,
     TxMeta,
 };
-use crate::buf::{Class, Depot, PacketBuf, TxOffload, HEADROOM};
+use crate::buf::{Class, Depot, ExtBuf, PacketBuf, TxOffload, HEADROOM, PAGE_SIZE};
 use crate::probe::{Counter, Counters, Layer, Op, Side};
 use crate::time::{Duration, Instant};
 use crate::wire::ethernet;
@@ -136,6 +136,13 @@ pub struct NicConfig {
     /// (`tso_max` 0), as Linux drops TSO from a device that cannot checksum
     /// (`netdev_fix_features`).
     pub tso: bool,
+    /// Header/data split on receive (paper 004 §3.1): the DMA NIC puts the payload of
+    /// each unfragmented TCP segment of at least a page in a buffer of its own that
+    /// starts on a page boundary ([`ExtBuf::copy_page_aligned`]) and hands the stack the
+    /// headers with the payload as the frame's fragment, so whole pages can reach the
+    /// application without a copy. The placement is the NIC's DMA writing, device work.
+    /// Ignored with PIO, where the CPU's own copy places the data.
+    pub header_split: bool,
     /// Frames the transmit ring holds (1 to 65536).
     pub tx_queue_depth: usize,
     /// Frames the receive queue holds before the host takes them (1 to 65536).
@@ -156,6 +163,7 @@ impl Default for NicConfig {
             copy_mode: CopyMode::default(),
             checksum_offload: ChecksumOffload::default(),
             tso: false,
+            header_split: false,
             tx_queue_depth: 256,
             rx_queue_depth: 256,
             coalesce_frames: 1,
@@ -295,6 +303,10 @@ pub struct NicStats {
     pub tx_too_large: u64,
     /// DMA frames copied for want of tailroom for the FCS.
     pub tx_bounced: u64,
+    /// Frames sent with fragments (loaned data), which the NIC gathered.
+    pub tx_gathered: u64,
+    /// Received frames whose payload the NIC split off into page-aligned memory.
+    pub rx_header_split: u64,
     /// Transport checksums the NIC completed (`l4_tx`): one per frame on the wire, so one
     /// per segment of a super-frame.
     pub tx_csum_offloaded: u64,
@@ -601,6 +613,67 @@ impl MemoryNic {
         });
     }
 
+    /// A frame with fragments made whole. With DMA the NIC's engine follows the
+    /// fragment list itself (device work); with PIO the CPU's copy into device memory
+    /// reads the fragments where they are (host work, the PIO copy the frame needs
+    /// anyway, so it is not copied a second time).
+    fn gather(
+        &mut self,
+        mut frame: PacketBuf,
+        cx: &DeviceContext<'_>,
+    ) -> Result<PacketBuf, DeviceError> {
+        let len = frame.total_len();
+        self.stats.tx_gathered += 1;
+        let mut whole = match self.config.copy_mode {
+            CopyMode::Pio => {
+                let mut block = {
+                    let _device = cx.ledger.device_work();
+                    self.device_block(len)?
+                };
+                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+                block.append(len).map_err(|_| DeviceError::QueueFull)?;
+                let _ = frame.gather_into(block.data_mut());
+                block
+            }
+            CopyMode::Dma => {
+                let _device = cx.ledger.device_work();
+                // Into the frame's own tailroom when it has room for the FCS too, so the
+                // buffer travels on as any DMA frame; else into one of the NIC's.
+                if frame.tailroom() >= len - frame.len() + FCS_LEN
+                    && frame.linearize_in_place().is_ok()
+                {
+                    return Ok(frame);
+                }
+                let mut b = self.segment_buffer(len)?;
+                let _ = frame.gather_into(b.data_mut());
+                b
+            }
+        };
+        whole.set_tx_offload(frame.tx_offload());
+        Ok(whole)
+    }
+
+    /// Header/data split (device work; the caller has the span open): an Ethernet frame
+    /// holding exactly one unfragmented IPv4 TCP segment with at least a page of payload
+    /// keeps its headers, and its payload moves to a page-aligned buffer of its own,
+    /// attached as the frame's fragment. Any other frame is left whole.
+    fn split(&mut self, mut frame: PacketBuf) -> PacketBuf {
+        let Some(at) = offload::tcp_payload_offset(frame.data()) else {
+            return frame;
+        };
+        let payload_len = frame.len() - at;
+        if payload_len < PAGE_SIZE {
+            return frame;
+        }
+        let payload = ExtBuf::copy_page_aligned(&frame.data()[at..]);
+        if frame.trim_back(payload_len).is_err() {
+            return frame;
+        }
+        frame.push_frag(payload);
+        self.stats.rx_header_split += 1;
+        frame
+    }
+
     /// Appends the FCS (device work; the caller has the span open).
     fn append_fcs(frame: &mut PacketBuf) -> Result<(), DeviceError> {
         let sum = fcs(frame.data());
@@ -690,17 +763,28 @@ impl Device for MemoryNic {
             copy_mode: self.config.copy_mode,
             checksum_offload: self.config.checksum_offload,
             tso_max: if self.config.segments() { MAX_MTU } else { 0 },
+            scatter_gather: true,
         }
     }
 
     fn transmit(
         &mut self,
-        mut frame: PacketBuf,
+        frame: PacketBuf,
         meta: TxMeta,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
-        let len = frame.len();
+        let len = frame.total_len();
         let max = self.config.max_frame_len();
+        // Scatter-gather: the frame's fragments (loaned data, a zero-copy send) are read
+        // where they are, into one frame.
+        let (mut frame, in_device_memory) = if frame.has_frags() {
+            (
+                self.gather(frame, cx)?,
+                self.config.copy_mode == CopyMode::Pio,
+            )
+        } else {
+            (frame, false)
+        };
         // A super-frame the NIC cuts may be as long as the largest datagram (its IPv4
         // total length, which the plan checks against the frame, cannot say more), as
         // long as its segments fit the MTU; anything else must fit the MTU itself.
@@ -727,6 +811,7 @@ impl Device for MemoryNic {
         }
         self.software_offloads(frame.data_mut(), meta, plan.is_some(), cx);
         let out = match self.config.copy_mode {
+            CopyMode::Pio if in_device_memory => frame,
             CopyMode::Pio => {
                 let mut block = {
                     // Device memory: the model's, not the host's.
@@ -826,6 +911,10 @@ impl Device for MemoryNic {
             };
             let len = arrived.frame.len();
             let frame = match self.config.copy_mode {
+                CopyMode::Dma if self.config.header_split => {
+                    let _device = cx.ledger.device_work();
+                    self.split(arrived.frame)
+                }
                 CopyMode::Dma => arrived.frame,
                 CopyMode::Pio => {
                     let host = {

@@ -78,6 +78,11 @@ pub struct DeviceCaps {
     /// device cuts into MTU-sized segments itself ([`TxMeta::gso_size`]); 0 when it does
     /// not segment. Only together with `checksum_offload.l4_tx`.
     pub tso_max: usize,
+    /// Scatter-gather: the device reads a frame's external fragments
+    /// ([`PacketBuf::frags`], the loaned data of a zero-copy send) itself, as a NIC's DMA
+    /// engine follows a descriptor list. Without it the stack copies them into the frame
+    /// first (counted as `driver.tx_linearized`).
+    pub scatter_gather: bool,
 }
 
 /// What the device says about a received frame's transport checksum.
@@ -181,7 +186,9 @@ pub trait Device {
     fn caps(&self) -> DeviceCaps;
 
     /// Sends one frame (Ethernet header onward). With DMA the device keeps the buffer;
-    /// with PIO it copies the frame and the buffer can be reused.
+    /// with PIO it copies the frame and the buffer can be reused. The frame has external
+    /// fragments after its window only if [`DeviceCaps::scatter_gather`] says the device
+    /// takes them.
     fn transmit(
         &mut self,
         frame: PacketBuf,

@@ -180,6 +180,9 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
         // The device takes the buffer; keep the bytes to record once it has accepted it.
         self.scratch.clear();
         self.scratch.extend_from_slice(frame.data());
+        for f in frame.frags() {
+            self.scratch.extend_from_slice(f);
+        }
         self.inner.transmit(frame, meta, cx)?;
         let bytes = std::mem::take(&mut self.scratch);
         self.record(cx.now, &bytes);
@@ -198,7 +201,19 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
         let rx = self.inner.receive(cx)?;
         if self.mode != PcapMode::TxOnly {
-            self.record(cx.now, rx.frame.data());
+            if rx.frame.has_frags() {
+                // A split frame (header/data split): recorded whole.
+                let mut bytes = std::mem::take(&mut self.scratch);
+                bytes.clear();
+                bytes.extend_from_slice(rx.frame.data());
+                for f in rx.frame.frags() {
+                    bytes.extend_from_slice(f);
+                }
+                self.record(cx.now, &bytes);
+                self.scratch = bytes;
+            } else {
+                self.record(cx.now, rx.frame.data());
+            }
         }
         Some(rx)
     }

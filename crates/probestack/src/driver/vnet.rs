@@ -289,6 +289,7 @@ pub(crate) fn fill_ipv4_checksum(frame: &mut [u8]) -> bool {
 /// kernel takes on any write with a virtio-net header.
 pub(crate) fn caps(mtu: usize, offload: bool) -> DeviceCaps {
     DeviceCaps {
+        scatter_gather: false,
         mtu,
         has_crc: false,
         copy_mode: CopyMode::Pio,

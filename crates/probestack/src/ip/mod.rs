@@ -63,7 +63,12 @@ impl Stack {
         self.ledger.counters().inc(Counter::IpPacketsIn);
         let parsed = {
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
-            ipv4::Packet::new_checked(buf.data()).and_then(|p| Ipv4Repr::parse(&p, Checksum::Skip))
+            if buf.has_frags() {
+                Self::parse_split(&buf)
+            } else {
+                ipv4::Packet::new_checked(buf.data())
+                    .and_then(|p| Ipv4Repr::parse(&p, Checksum::Skip))
+            }
         };
         let Ok(mut repr) = parsed else {
             self.ledger.counters().inc(Counter::IpDropMalformed);
@@ -126,6 +131,22 @@ impl Stack {
                 self.icmp_dst_unreachable(DstUnreachable::ProtoUnreachable, 0, &repr, buf, now);
             }
         }
+    }
+
+    /// The header of a datagram a NIC split (header/data split, zero-copy receive): the
+    /// headers in the window, the payload in fragments. Only a whole TCP segment whose
+    /// total length counts exactly those bytes is taken; anything else is malformed.
+    fn parse_split(buf: &PacketBuf) -> crate::wire::Result<Ipv4Repr> {
+        let (repr, _) = Ipv4Repr::parse_truncated(buf.data(), Checksum::Skip)?;
+        let whole = repr.header_len() + repr.payload_len == buf.total_len();
+        if !whole || repr.is_fragment() || repr.protocol != IpProtocol::Tcp {
+            return Err(crate::wire::Error::Truncated {
+                proto: crate::wire::Proto::Ipv4,
+                needed: repr.header_len() + repr.payload_len,
+                available: buf.total_len(),
+            });
+        }
+        Ok(repr)
     }
 
     /// Adds a fragment to the reassembly queue; returns the whole datagram (with a header
@@ -235,8 +256,8 @@ impl Stack {
         dont_frag: bool,
         now: Instant,
     ) -> Result<(), SendError> {
-        if payload.len() > MAX_PAYLOAD {
-            let len = payload.len();
+        if payload.total_len() > MAX_PAYLOAD {
+            let len = payload.total_len();
             self.free(Layer::Ip, Side::Send, payload);
             return Err(SendError::TooLarge {
                 len,
@@ -277,7 +298,7 @@ impl Stack {
             dont_frag,
             more_frags: false,
             frag_offset: 0,
-            payload_len: payload.len(),
+            payload_len: payload.total_len(),
             options: Ipv4Options::NONE,
         };
         let hop = route.map(|r| (r.interface, r.next_hop));
@@ -304,7 +325,18 @@ impl Stack {
     fn ip_to_link(&mut self, hop: Option<(usize, Ipv4Address)>, datagram: PacketBuf, now: Instant) {
         match hop {
             Some((iface, next_hop)) => self.link_output(iface, next_hop, datagram, now),
-            None => self.loopback.push_back(datagram),
+            None => {
+                // Our own input parses one contiguous buffer.
+                let datagram = if datagram.has_frags() {
+                    match self.linearize(datagram) {
+                        Ok(d) => d,
+                        Err(()) => return,
+                    }
+                } else {
+                    datagram
+                };
+                self.loopback.push_back(datagram)
+            }
         }
     }
 
@@ -315,7 +347,8 @@ impl Stack {
             return false;
         }
         let mut p = ipv4::Packet::new_unchecked(buf.data_mut());
-        if repr.emit(&mut p, Checksum::Skip).is_err() {
+        // The header alone: the payload may go on in the buffer's fragments.
+        if repr.emit_header(&mut p, Checksum::Skip).is_err() {
             return false;
         }
         let _c = self.ledger.probe(Layer::Ip, Side::Send, Op::Checksum);
@@ -337,6 +370,11 @@ impl Stack {
         mtu: usize,
         now: Instant,
     ) -> Result<(), SendError> {
+        let payload = if payload.has_frags() {
+            self.linearize(payload).map_err(|()| SendError::NoBuffer)?
+        } else {
+            payload
+        };
         let per_fragment = (mtu - repr.header_len()) / 8 * 8;
         let total = payload.len();
         let mut offset = 0;

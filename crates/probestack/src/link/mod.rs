@@ -219,6 +219,14 @@ impl Stack {
     /// Hands a whole frame to the interface's device. A full transmit queue drops the
     /// frame here, counted, and its buffer goes back to the pool.
     fn device_transmit(&mut self, iface: usize, frame: PacketBuf, now: Instant) -> bool {
+        let frame = if frame.has_frags() && !self.ifaces[iface].caps.scatter_gather {
+            match self.linearize(frame) {
+                Ok(f) => f,
+                Err(()) => return false,
+            }
+        } else {
+            frame
+        };
         let refused = {
             let _p = self
                 .ledger
@@ -248,6 +256,27 @@ impl Stack {
                 false
             }
         }
+    }
+
+    /// The frame with its external fragments copied into its window (the driver's copy
+    /// for a device that cannot gather, Linux's `skb_linearize`), charged to the driver:
+    /// in place if the tailroom allows, else into a new buffer. Counted.
+    pub(crate) fn linearize(&mut self, mut frame: PacketBuf) -> Result<PacketBuf, ()> {
+        self.ledger.counters().inc(Counter::DriverTxLinearized);
+        let _p = self.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+        if frame.linearize_in_place().is_ok() {
+            return Ok(frame);
+        }
+        let Ok(mut whole) = self.pool.alloc(frame.total_len(), frame.headroom()) else {
+            self.ledger.counters().inc(Counter::StackDropNoBuffer);
+            self.pool.free(frame);
+            return Err(());
+        };
+        // The sizes match by construction.
+        let _ = frame.gather_into(whole.data_mut());
+        whole.set_tx_offload(frame.tx_offload());
+        self.pool.free(frame);
+        Ok(whole)
     }
 
     /// Gives a buffer back to the pool, charged to the layer that is done with it.

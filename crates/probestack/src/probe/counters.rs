@@ -37,6 +37,9 @@ counters! {
     DriverDropTooLong = "driver.drop.too_long";
     /// Frames dropped because the device's receive queue was full (the host was slow).
     DriverDropRxOverrun = "driver.drop.rx_overrun";
+    /// Frames whose external fragments (loaned data) the driver copied into one buffer
+    /// because the device cannot gather them (no scatter-gather), or to loop them back.
+    DriverTxLinearized = "driver.tx_linearized";
     /// DMA frames without 4 bytes of tailroom for the FCS, copied into a larger buffer.
     DriverTxBounce = "driver.tx_bounce";
     /// Faults a memory link's wire injected (fault injection, not real events): frames dropped,
@@ -154,6 +157,16 @@ counters! {
     /// TCP segments sent, and of those the retransmissions.
     TcpSegmentsOut = "tcp.segments_out";
     TcpRetransmittedSegments = "tcp.retransmitted_segments";
+    /// Segments sent with loaned data attached by reference (zero-copy send, paper 004
+    /// §3.1).
+    TcpZeroCopySegments = "tcp.zero_copy.segments_out";
+    /// Datagrams sent with loaned data by reference (zero-copy send).
+    UdpZeroCopyDatagrams = "udp.zero_copy.datagrams_out";
+    /// Bytes the application of a zero-copy receive connection got as whole pages by
+    /// reference, and the "odd data" it got by copy (not whole pages, out of order, not
+    /// page-aligned, or read with a copying read; paper 004 §4).
+    TcpZeroCopyRxBytes = "tcp.zero_copy.rx_page_bytes";
+    TcpZeroCopyRxOddBytes = "tcp.zero_copy.rx_odd_bytes";
     /// Segments too short, with a bad data offset or bad options.
     TcpDropMalformed = "tcp.drop.malformed";
     /// Segments whose checksum failed.

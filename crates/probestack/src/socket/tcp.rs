@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use crate::buf::ExtBuf;
 use crate::probe::{Counter, Layer, Op, Side};
 use crate::socket::blocking::block_on;
 use crate::stack::Stack;
@@ -456,6 +457,31 @@ impl Stack {
     /// Queues data to send; returns how much was taken (fewer bytes than given when the
     /// send buffer is full; [`TcpError::WouldBlock`] when it has no room at all).
     pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
+        self.tcp_queue(h, data.len(), Op::UserCopy, |c| c.send_slices(data))
+    }
+
+    /// Zero-copy send (paper 004 §3.1): queues as much of the loaned `data` as the send
+    /// buffer has room for, by reference, and returns how much. The stack holds slices of
+    /// the loan until the peer acknowledges them; the application learns that it may
+    /// reuse the memory from [`Loan::is_complete`](crate::buf::Loan::is_complete) (or
+    /// [`Loan::try_reclaim`](crate::buf::Loan::try_reclaim)) once every byte it loaned is
+    /// acknowledged and no frame holds it. Over a device that cannot gather
+    /// ([`DeviceCaps::scatter_gather`](crate::driver::DeviceCaps::scatter_gather)) the
+    /// driver copies the data after all, counted as `driver.tx_linearized`. Errors as
+    /// [`tcp_send`](Self::tcp_send).
+    pub fn tcp_send_loan(&mut self, h: TcpHandle, data: &ExtBuf) -> Result<usize, TcpError> {
+        self.tcp_queue(h, data.len(), Op::SocketCheck, |c| c.send_loan(data))
+    }
+
+    /// The checks both sends share, then `queue` (which takes what fits, charged to
+    /// `op`), then output.
+    fn tcp_queue(
+        &mut self,
+        h: TcpHandle,
+        len: usize,
+        op: Op,
+        queue: impl FnOnce(&mut Connection) -> usize,
+    ) -> Result<usize, TcpError> {
         let n = {
             let _p = self
                 .ledger
@@ -470,7 +496,7 @@ impl Stack {
                     _ => TcpError::Shutdown,
                 });
             }
-            if data.is_empty() {
+            if len == 0 {
                 return Ok(0);
             }
             let Some(TcpSocket {
@@ -480,8 +506,8 @@ impl Stack {
             else {
                 return Err(TcpError::BadHandle);
             };
-            let _c = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
-            c.send_slices(data)
+            let _c = self.ledger.probe(Layer::Socket, Side::Send, op);
+            queue(c)
         };
         if n == 0 {
             return Err(TcpError::WouldBlock);
@@ -520,10 +546,74 @@ impl Stack {
             let _c = self
                 .ledger
                 .probe(Layer::Socket, Side::Receive, Op::UserCopy);
-            c.recv_into(buf)
+            let n = c.recv_into(buf);
+            if c.zero_copy_rx {
+                self.ledger
+                    .counters()
+                    .add(Counter::TcpZeroCopyRxOddBytes, n as u64);
+            }
+            n
         };
         self.tcp_output(h.index);
         Ok(n)
+    }
+
+    /// Zero-copy receive (paper 004 §3.1): with `on`, in-order data that a NIC with
+    /// header/data split placed on page boundaries is kept as whole pages, handed to
+    /// [`tcp_recv_zero_copy`](Self::tcp_recv_zero_copy) by reference; the rest ("odd
+    /// data": the part of a segment past its last whole page, out-of-order data, data
+    /// from a NIC that does not split) is copied as usual. What the application gets each
+    /// way is counted (`tcp.zero_copy.rx_page_bytes`, `tcp.zero_copy.rx_odd_bytes`).
+    pub fn tcp_set_zero_copy_receive(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp_conn_mut(h)?.zero_copy_rx = on;
+        Ok(())
+    }
+
+    /// Takes up to `max` bytes from the front of the received stream without copying
+    /// them when they are whole pages (see
+    /// [`tcp_set_zero_copy_receive`](Self::tcp_set_zero_copy_receive)), with a copy
+    /// otherwise. `Ok(None)` is the end of the stream; errors as
+    /// [`tcp_recv`](Self::tcp_recv). The application owns the buffer it gets; dropping it
+    /// frees the pages.
+    pub fn tcp_recv_zero_copy(
+        &mut self,
+        h: TcpHandle,
+        max: usize,
+    ) -> Result<Option<ExtBuf>, TcpError> {
+        let chunk = {
+            let _p = self
+                .ledger
+                .probe(Layer::Socket, Side::Receive, Op::SocketCheck);
+            let c = match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
+                Kind::Stream(c) => c,
+                Kind::Listener(_) => return Err(TcpError::NotConnected),
+            };
+            if c.rx.is_empty() {
+                if let Some(e) = c.error {
+                    return Err(e.into());
+                }
+                return match c.state() {
+                    State::CloseWait
+                    | State::LastAck
+                    | State::Closing
+                    | State::TimeWait
+                    | State::Closed => Ok(None),
+                    _ => Err(TcpError::WouldBlock),
+                };
+            }
+            c.take_chunk(max)
+        };
+        let Some(chunk) = chunk else {
+            return Ok(None);
+        };
+        let counter = if chunk.copied {
+            Counter::TcpZeroCopyRxOddBytes
+        } else {
+            Counter::TcpZeroCopyRxBytes
+        };
+        self.ledger.counters().add(counter, chunk.data.len() as u64);
+        self.tcp_output(h.index);
+        Ok(Some(chunk.data))
     }
 
     /// Bytes waiting to be read.

@@ -8,12 +8,13 @@
 
 use std::collections::VecDeque;
 
-use crate::buf::PacketBuf;
+use crate::buf::{ExtBuf, PacketBuf};
 use crate::checksum;
 use crate::probe::{Counter, Layer, Op, Side};
 use crate::stack::{SendError, Stack};
 use crate::udp::pcb::{PcbError, PcbId};
 use crate::udp::UdpChecksum;
+use crate::wire::udp as udp_wire;
 use crate::wire::Ipv4Address;
 
 /// A UDP socket of a stack.
@@ -366,14 +367,60 @@ impl Stack {
         self.in_message(len, |s| s.udp_sosend(h, parts, len, to))
     }
 
-    /// The socket layer's send: checks, then the copy into a packet buffer (two paths).
-    fn udp_sosend(
+    /// Zero-copy send (paper 004 §3.1): one datagram of the loaned `data`, to `to` or the
+    /// connected peer, without copying it. The frame carries slices of the loan to the
+    /// device, which holds them until it has transmitted the datagram: the loan completes
+    /// ([`Loan::is_complete`](crate::buf::Loan::is_complete)) once the device is done
+    /// with it. The host still reads the data to sum it unless the checksum is elided or
+    /// offloaded. A datagram larger than the MTU is fragmented, and fragmenting copies it.
+    pub fn udp_send_loan(
         &mut self,
         h: UdpHandle,
-        parts: &[&[u8]],
-        len: usize,
+        data: &ExtBuf,
         to: Option<(Ipv4Address, u16)>,
     ) -> Result<usize, UdpError> {
+        let len = data.len();
+        self.in_message(len, |s| {
+            let (dst, connected, no_checksum) = s.udp_send_target(h, len, to)?;
+            let Ok(mut buf) = s.alloc(Layer::Socket, Side::Send, udp_wire::HEADER_LEN + len) else {
+                return Err(UdpError::NoBuffer);
+            };
+            // Room for the data stays in the tailroom for a device to gather into.
+            if buf.trim_back(len).is_err() {
+                s.free(Layer::Socket, Side::Send, buf);
+                return Err(UdpError::NoBuffer);
+            }
+            buf.push_frag(data.clone());
+            let elide = {
+                let _p = s.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
+                no_checksum || s.checksum_elidable(dst.0)
+            };
+            let plan = if elide {
+                UdpChecksum::Elided
+            } else if s.udp_checksum_offloadable(dst.0, udp_wire::HEADER_LEN + len) {
+                UdpChecksum::Offloaded
+            } else {
+                // Read to be summed, never copied.
+                let _p = s.ledger.probe(Layer::Socket, Side::Send, Op::Checksum);
+                let mut acc = checksum::Accumulator::new();
+                acc.add_with(s.tuning.checksum, data);
+                UdpChecksum::PayloadSummed(acc.sum())
+            };
+            s.ledger.counters().inc(Counter::UdpZeroCopyDatagrams);
+            s.udp_output(h, dst, buf, plan, connected).map(|()| len)
+        })
+    }
+
+    /// The checks every send makes: the size, a pending error, where the datagram goes
+    /// (`to` or the connected peer), and a local port (an ephemeral one if the socket has
+    /// none). Returns the destination, whether it is the connected peer, and whether the
+    /// socket sends without checksums.
+    fn udp_send_target(
+        &mut self,
+        h: UdpHandle,
+        len: usize,
+        to: Option<(Ipv4Address, u16)>,
+    ) -> Result<((Ipv4Address, u16), bool, bool), UdpError> {
         let (dst, connected, no_checksum) = {
             let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::ArgCheck);
             if len > MAX_UDP_PAYLOAD {
@@ -398,6 +445,18 @@ impl Stack {
         if self.udp_sockets.get(h).is_some_and(|s| s.pcb.is_none()) {
             self.udp_attach(h, Ipv4Address::UNSPECIFIED, 0)?;
         }
+        Ok((dst, connected, no_checksum))
+    }
+
+    /// The socket layer's send: checks, then the copy into a packet buffer (two paths).
+    fn udp_sosend(
+        &mut self,
+        h: UdpHandle,
+        parts: &[&[u8]],
+        len: usize,
+        to: Option<(Ipv4Address, u16)>,
+    ) -> Result<usize, UdpError> {
+        let (dst, connected, no_checksum) = self.udp_send_target(h, len, to)?;
         let Ok(mut buf) = self.alloc(
             Layer::Socket,
             Side::Send,

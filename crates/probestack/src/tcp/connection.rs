@@ -1,7 +1,7 @@
 //! One TCP connection: the transmission control block (TCB) of RFC 9293 §3.3.1 and the
 //! event processing of §3.10, free of buffers-in-flight and devices.
 //!
-//! The connection owns its send and receive buffers ([`ByteRing`]s) and the bookkeeping of
+//! The connection owns its send and receive buffers ([`SendBuffer`], [`RecvBuffer`]) and the bookkeeping of
 //! its out-of-order queue; it never builds a frame. [`Connection::input`] takes a parsed
 //! segment, and [`Connection::next_segment`] says what to send next as a header plus a
 //! range of the send buffer, which `tcp::output` turns into a frame (copying and, per the
@@ -28,11 +28,13 @@
 //! - RFC 1146's alternate checksum negotiation, as paper 000 proposes it: both SYNs name
 //!   "no checksum" and only then do data segments go without one.
 
+use crate::buf::ExtBuf;
 use crate::probe::{Counter, Layer, Ledger, Op, Side};
 use crate::tcp::assembler::Assembler;
-use crate::tcp::ring::ByteRing;
+use crate::tcp::recv_buffer::{Chunk, RecvBuffer};
 use crate::tcp::rtt::{RtoConfig, RttEstimator, RttTimer};
 use crate::tcp::scoreboard::Scoreboard;
+use crate::tcp::send_buffer::SendBuffer;
 use crate::time::{Duration, Instant};
 use crate::wire::tcp::{AltChecksum, Control, SeqNumber, TcpRepr, TcpTimestamp, MAX_WINDOW_SHIFT};
 use crate::wire::Ipv4Address;
@@ -302,8 +304,10 @@ pub struct Connection {
     /// The MSS we advertise (from our interface's MTU).
     rcv_mss: usize,
 
-    pub(crate) tx: ByteRing,
-    pub(crate) rx: ByteRing,
+    pub(crate) tx: SendBuffer,
+    pub(crate) rx: RecvBuffer,
+    /// Zero-copy receive: take whole pages the NIC deposited by reference.
+    pub(crate) zero_copy_rx: bool,
     ooo: Assembler,
     /// The sequence number of a FIN received beyond RCV.NXT, processed when the data before
     /// it has arrived.
@@ -418,8 +422,9 @@ impl Connection {
             rcv_shift: 0,
             rcv_adv: SeqNumber(0),
             rcv_mss: mss,
-            tx: ByteRing::new(config.send_buffer),
-            rx: ByteRing::new(config.recv_buffer),
+            tx: SendBuffer::new(config.send_buffer),
+            rx: RecvBuffer::new(config.recv_buffer),
+            zero_copy_rx: false,
             ooo: Assembler::new(config.max_ooo_ranges),
             fin_seq: None,
             fin_queued: false,
@@ -547,6 +552,11 @@ impl Connection {
                 .is_none_or(|(start, _)| start >= len)
     }
 
+    /// Whether no data waits out of order.
+    pub fn nothing_out_of_order(&self) -> bool {
+        self.ooo.is_empty()
+    }
+
     /// The sequence number of the head of the send buffer: the first data byte not yet
     /// acknowledged (one past the SYN while it is unacknowledged).
     fn tx_head_seq(&self) -> SeqNumber {
@@ -661,6 +671,13 @@ impl Connection {
         self.tx.push(data)
     }
 
+    /// Queues loaned memory to send without a copy (zero-copy send); returns bytes taken
+    /// (fewer than offered when the buffer is full). The connection holds slices of the
+    /// loan until they are acknowledged. The caller checks the state first.
+    pub fn send_loan(&mut self, data: &ExtBuf) -> usize {
+        self.tx.push_loan(data)
+    }
+
     /// The application reads: bytes come out of the receive buffer. Opening the window
     /// may call for a window update.
     pub fn recv_into(&mut self, dst: &mut [u8]) -> usize {
@@ -669,6 +686,14 @@ impl Connection {
             self.note_window_opened();
         }
         n
+    }
+
+    /// The application takes the front of the stream for a zero-copy read (pages by
+    /// reference, other bytes copied; at most `max`).
+    pub fn take_chunk(&mut self, max: usize) -> Option<Chunk> {
+        let chunk = self.rx.take_chunk(max)?;
+        self.note_window_opened();
+        Some(chunk)
     }
 
     /// After the application took data: an update is due once the window can move right

@@ -2,7 +2,10 @@
 //!
 //! - [`connection`]: one connection's state machine, windows, timers and congestion
 //!   control, free of frames and devices;
-//! - [`ring`]: the send and receive buffers; [`assembler`]: the out-of-order queue's
+//! - [`ring`]: the byte ring behind the receive buffer and the send buffer;
+//!   [`send_buffer`]: the send buffer, copied bytes and loaned memory (zero-copy send);
+//!   [`recv_buffer`]: the receive buffer, copied bytes and NIC pages (zero-copy receive);
+//!   [`assembler`]: the out-of-order queue's
 //!   bookkeeping; [`rtt`]: the RFC 6298 timer; [`scoreboard`]: the SACK scoreboard;
 //!   [`isn`]: RFC 6528 initial sequence numbers and RFC 6056 ports;
 //! - this module: input (parse, checksum, demultiplex, hand to the connection or the
@@ -22,19 +25,22 @@
 pub mod assembler;
 pub mod connection;
 pub mod isn;
+pub mod recv_buffer;
 pub mod ring;
 pub mod rtt;
 pub mod scoreboard;
+pub mod send_buffer;
 
 pub use connection::{ConnError, ConnStats, Connection, State, TcpConfig};
 
-use crate::buf::{PacketBuf, TxOffload};
+use crate::buf::{PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
 use crate::probe::{Counter, Layer, Op, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
 use crate::stack::Stack;
 use crate::tcp::connection::{Outgoing, RstReply};
+use crate::tcp::send_buffer::Piece;
 use crate::time::Instant;
 use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
 use crate::wire::tcp::{self as tcp_wire, Control, TcpRepr};
@@ -73,15 +79,34 @@ impl Stack {
     ) {
         let hl = ip.header_len();
         let bytes = &datagram.data()[hl..];
+        // A segment the NIC split (header/data split): the headers here, the payload in
+        // the frame's one fragment, page-aligned.
+        let split = match datagram.frags() {
+            [] => None,
+            [payload] => Some(payload),
+            _ => {
+                self.ledger.counters().inc(Counter::TcpDropMalformed);
+                return self.free(Layer::Tcp, Side::Receive, datagram);
+            }
+        };
         let parsed = {
             let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
             tcp_wire::Packet::new_checked(bytes)
                 .and_then(|p| TcpRepr::parse(&p, ip.src, ip.dst, Checksum::Skip))
         };
-        let Ok(seg) = parsed else {
+        let Ok(mut seg) = parsed else {
             self.ledger.counters().inc(Counter::TcpDropMalformed);
             return self.free(Layer::Tcp, Side::Receive, datagram);
         };
+        let header_len = bytes.len() - seg.payload.len();
+        if let Some(payload) = split {
+            if !seg.payload.is_empty() {
+                self.ledger.counters().inc(Counter::TcpDropMalformed);
+                return self.free(Layer::Tcp, Side::Receive, datagram);
+            }
+            seg.payload = payload.as_slice();
+        }
+        let tcp_len = header_len + seg.payload.len();
         self.ledger.counters().inc(Counter::TcpSegmentsIn);
         self.ledger.set_message_size(seg.payload.len());
 
@@ -94,23 +119,65 @@ impl Stack {
 
         // The checksum: elided by agreement, verified by the NIC, summed while the data
         // is copied into the receive buffer, or verified in a pass of its own.
-        let header_len = bytes.len() - seg.payload.len();
         let kernel = self.tuning.checksum;
         let fused = self.tuning.fused_copy_checksum;
         let mut data_in_rx = false;
-        let conn = found.and_then(|i| self.tcp.conn_mut(i));
+        let mut conn = found.and_then(|i| self.tcp.conn_mut(i));
         // RFC 1146: SYN and RST segments always carry the standard checksum.
         let elided = !matches!(seg.control, Control::Syn | Control::Rst)
             && conn.as_ref().is_some_and(|c| c.checksum_elided());
+        let verify = !elided && rx != RxChecksum::Verified;
+        let seed =
+            checksum::pseudo_header_v4(ip.src.0, ip.dst.0, tcp_wire::PROTOCOL, tcp_len as u16);
+        // Zero-copy receive: whole pages by reference, the odd rest copied.
+        let zero_copy = conn.as_ref().is_some_and(|c| c.zero_copy_rx) && !seg.payload.is_empty();
+        let pages = match (split, conn.as_deref_mut()) {
+            (Some(payload), Some(c))
+                if zero_copy
+                    && payload.is_page_aligned()
+                    && payload.len() >= PAGE_SIZE
+                    && c.nothing_out_of_order()
+                    && c.in_order_fits(seg.seq_number, payload.len()) =>
+            {
+                Some((c, payload, payload.len() / PAGE_SIZE * PAGE_SIZE))
+            }
+            _ => None,
+        };
+        if let Some((c, payload, whole)) = pages {
+            let (paged, odd) = payload.split_at(whole);
+            let mut acc = Accumulator::with_seed(seed);
+            if verify {
+                // The pages are read to be summed, never copied.
+                let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
+                acc.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
+                acc.add_with(kernel, paged);
+            }
+            {
+                let _p = self
+                    .ledger
+                    .probe(Layer::Socket, Side::Receive, Op::SocketCopy);
+                let (a, b) = c.rx.unreadable_slices_mut(0, odd.len());
+                let (first, rest) = odd.split_at(a.len());
+                if verify {
+                    acc.add_sum(checksum::copy_and_sum_with(kernel, a, first), first.len());
+                    acc.add_sum(checksum::copy_and_sum_with(kernel, b, rest), rest.len());
+                } else {
+                    a.copy_from_slice(first);
+                    b.copy_from_slice(rest);
+                }
+            }
+            if verify && !checksum::verifies(acc.sum()) {
+                self.ledger.counters().inc(Counter::TcpDropBadChecksum);
+                return self.free(Layer::Tcp, Side::Receive, datagram);
+            }
+            if let Ok(p) = payload.slice(..whole) {
+                c.rx.stage_pages(p);
+            }
+            data_in_rx = true;
+        }
         if elided {
             self.ledger.counters().inc(Counter::TcpNoChecksumIn);
-        } else if rx != RxChecksum::Verified {
-            let seed = checksum::pseudo_header_v4(
-                ip.src.0,
-                ip.dst.0,
-                tcp_wire::PROTOCOL,
-                bytes.len() as u16,
-            );
+        } else if verify && !data_in_rx {
             let ok = match conn {
                 Some(c)
                     if fused
@@ -135,6 +202,9 @@ impl Stack {
                     let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
                     let mut acc = Accumulator::with_seed(seed);
                     acc.add_with(kernel, bytes);
+                    if let Some(payload) = split {
+                        acc.add_with(kernel, payload);
+                    }
                     checksum::verifies(acc.sum())
                 }
             };
@@ -160,6 +230,7 @@ impl Stack {
             }) => {
                 let was = c.state();
                 let reply = c.input(&seg, data_in_rx, hp, &self.ledger, now);
+                c.rx.unstage();
                 let is = c.state();
                 let endpoints = (c.local, c.remote);
                 let parent = *parent;
@@ -406,9 +477,22 @@ impl Stack {
         total: usize,
         csum_offload: bool,
     ) -> Result<(), ()> {
+        // Copied bytes go into the frame's buffer behind the header; loaned bytes (a
+        // zero-copy send) follow it as fragments, uncopied, for the device to gather.
+        // The buffer is still sized for the whole segment: a DMA engine gathers the
+        // fragments into its tailroom (as does a driver that must linearize), so the
+        // buffer circulates through the pools like any other frame's.
+        let copied = match self.tcp.conn_mut(index) {
+            Some(c) => c.tx.copied_part(out.data_offset, out.data_len),
+            None => return Err(()),
+        };
         let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, total) else {
             return Err(());
         };
+        if buf.trim_back(out.data_len - copied).is_err() {
+            self.free(Layer::Tcp, Side::Send, buf);
+            return Err(());
+        }
         let Some(c) = self.tcp.conn_mut(index) else {
             self.free(Layer::Tcp, Side::Send, buf);
             return Err(());
@@ -427,22 +511,31 @@ impl Stack {
         let kernel = self.tuning.checksum;
         // With the device summing, the copy is only a copy.
         let offload = csum_offload && !out.no_checksum;
-        let fused = self.tuning.fused_copy_checksum && !offload;
-        let (a, b) = c.tx.slices(out.data_offset, out.data_len);
-        let data = &mut buf.data_mut()[header_len..];
-        let mut payload_sum = None;
+        let fused = self.tuning.fused_copy_checksum && !offload && !out.no_checksum;
+        let mut payload_sum = fused.then(Accumulator::new);
         {
             let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::SocketCopy);
-            let (da, db) = data.split_at_mut(a.len());
-            if fused && !out.no_checksum {
-                let mut acc = Accumulator::new();
-                acc.add_sum(checksum::copy_and_sum_with(kernel, da, a), a.len());
-                acc.add_sum(checksum::copy_and_sum_with(kernel, db, b), b.len());
-                payload_sum = Some(acc.sum());
-            } else {
-                da.copy_from_slice(a);
-                db.copy_from_slice(b);
+            let (_, mut data) = buf.data_mut().split_at_mut(header_len);
+            let mut frags = Vec::new();
+            c.tx.for_each_piece(out.data_offset, out.data_len, |piece| match piece {
+                Piece::Copy(src) => {
+                    let (dst, rest) = std::mem::take(&mut data).split_at_mut(src.len());
+                    match payload_sum.as_mut() {
+                        Some(acc) => {
+                            acc.add_sum(checksum::copy_and_sum_with(kernel, dst, src), src.len())
+                        }
+                        None => dst.copy_from_slice(src),
+                    }
+                    data = rest;
+                }
+                Piece::Loaned(e) => frags.push(e),
+            });
+            for f in frags {
+                buf.push_frag(f);
             }
+        }
+        if buf.has_frags() {
+            self.ledger.counters().inc(Counter::TcpZeroCopySegments);
         }
         if offload {
             // CHECKSUM_PARTIAL (tap-offload.md §1.4): the pseudo-header sum over the
@@ -461,8 +554,13 @@ impl Stack {
             let segment = buf.data();
             acc.add_sum(checksum::header_sum(&segment[..header_len]), header_len);
             match payload_sum {
-                Some(s) => acc.add_sum(s, out.data_len),
+                Some(s) => acc.add_sum(s.sum(), s.len()),
                 None => acc.add_with(kernel, &segment[header_len..]),
+            }
+            // Loaned bytes are read to be summed, never copied (zero-copy without
+            // checksum offload still touches the data once, paper 004 §4).
+            for f in buf.frags() {
+                acc.add_with(kernel, f);
             }
             let field = checksum::finish(acc.sum());
             tcp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);

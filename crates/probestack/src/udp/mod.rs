@@ -209,17 +209,27 @@ impl Stack {
                 Err(UdpError::NoRoute)
             }
             Some(src) => {
-                let payload_len = buf.len() - udp_wire::HEADER_LEN;
+                // The payload may go on in the buffer's fragments (a zero-copy send).
+                let in_window = buf.len() - udp_wire::HEADER_LEN;
+                let payload_len = buf.total_len() - udp_wire::HEADER_LEN;
                 let emitted = {
                     let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
                     let repr = UdpRepr {
                         src_port: local.1,
                         dst_port: dst.1,
                     };
-                    repr.emit_header(
-                        &mut udp_wire::Packet::new_unchecked(buf.data_mut()),
-                        payload_len,
-                    )
+                    let mut p = udp_wire::Packet::new_unchecked(buf.data_mut());
+                    repr.emit_header(&mut p, in_window).and_then(|()| {
+                        let total = u16::try_from(repr.buffer_len(payload_len)).map_err(|_| {
+                            crate::wire::Error::BadField {
+                                proto: crate::wire::Proto::Udp,
+                                field: "length",
+                                value: u32::MAX,
+                            }
+                        })?;
+                        p.set_len(total);
+                        Ok(())
+                    })
                 };
                 if emitted.is_err() {
                     self.free(Layer::Udp, Side::Send, buf);
@@ -233,7 +243,7 @@ impl Stack {
                             src.0,
                             dst.0 .0,
                             udp_wire::PROTOCOL,
-                            buf.len() as u16,
+                            buf.total_len() as u16,
                         );
                         udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(seed);
                         buf.set_tx_offload(TxOffload {
@@ -249,7 +259,7 @@ impl Stack {
                                     src.0,
                                     dst.0 .0,
                                     udp_wire::PROTOCOL,
-                                    buf.len() as u16,
+                                    buf.total_len() as u16,
                                 );
                                 let mut acc = checksum::Accumulator::with_seed(seed);
                                 acc.add_sum(

@@ -646,7 +646,45 @@ impl Ipv4Repr {
                 value: u32::try_from(self.payload_len).unwrap_or(u32::MAX),
             })?;
         check_len(Proto::Ipv4, packet.buffer.as_ref(), total_len)?;
+        self.write_header(packet, total_len, checksum);
+        Ok(())
+    }
 
+    /// Writes the header alone into a buffer that need hold only the header: the payload
+    /// follows elsewhere (a frame's fragments, the loaned data of a zero-copy send). The
+    /// total length still says header plus `payload_len`.
+    pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        checksum: Checksum,
+    ) -> Result<()> {
+        let header_only = Ipv4Repr {
+            payload_len: 0,
+            ..*self
+        };
+        header_only.emit(packet, Checksum::Skip)?;
+        let total_len = self
+            .header_len()
+            .checked_add(self.payload_len)
+            .filter(|&n| n <= MAX_TOTAL_LEN)
+            .ok_or(Error::BadField {
+                proto: Proto::Ipv4,
+                field: "payload length",
+                value: u32::try_from(self.payload_len).unwrap_or(u32::MAX),
+            })?;
+        packet.set_total_len(total_len as u16);
+        if checksum == Checksum::Check {
+            packet.fill_checksum();
+        }
+        Ok(())
+    }
+
+    fn write_header<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        total_len: usize,
+        checksum: Checksum,
+    ) {
         packet.set_version(4);
         packet.set_header_len(self.header_len());
         packet.set_dscp(self.dscp);
@@ -673,7 +711,6 @@ impl Ipv4Repr {
             Checksum::Check => packet.fill_checksum(),
             Checksum::Skip => packet.set_checksum(0),
         }
-        Ok(())
     }
 }
 
@@ -767,6 +804,26 @@ mod tests {
         r.emit(&mut Packet::new_unchecked(&mut out[..]), Checksum::Skip)
             .unwrap();
         assert_eq!(out[10..12], [0, 0]);
+    }
+
+    #[test]
+    fn the_header_alone_is_emitted_for_a_payload_kept_elsewhere() {
+        let d = datagram();
+        let r = Ipv4Repr::parse(&Packet::new_checked(&d[..]).unwrap(), Checksum::Check).unwrap();
+        let mut header = [0xAAu8; 20];
+        r.emit_header(&mut Packet::new_unchecked(&mut header[..]), Checksum::Check)
+            .unwrap();
+        assert_eq!(header, HEADER, "total length 0x73 and the classic checksum");
+        assert!(r
+            .emit(&mut Packet::new_unchecked(&mut header[..]), Checksum::Check)
+            .is_err());
+        let too_big = Ipv4Repr {
+            payload_len: 65_516,
+            ..r
+        };
+        assert!(too_big
+            .emit_header(&mut Packet::new_unchecked(&mut header[..]), Checksum::Skip)
+            .is_err());
     }
 
     #[test]

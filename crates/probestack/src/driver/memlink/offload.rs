@@ -86,6 +86,21 @@ fn ipv4_header_len(frame: &[u8]) -> Option<usize> {
     (vihl >> 4 == 4 && ihl >= 20 && ETH_LEN + ihl <= frame.len()).then_some(ihl)
 }
 
+/// Where the TCP payload starts in a frame that is exactly one unfragmented IPv4 TCP
+/// segment (no link padding, a TCP data offset that fits): what a NIC with header/data
+/// split must know to place the payload. `None` for any other frame.
+pub(super) fn tcp_payload_offset(frame: &[u8]) -> Option<usize> {
+    let ihl = ipv4_header_len(frame)?;
+    let ip = &frame[ETH_LEN..];
+    let total = usize::from(be16(ip, 2));
+    let is_fragment = be16(ip, 6) & 0x3FFF != 0;
+    if ip[9] != PROTO_TCP || is_fragment || ETH_LEN + total != frame.len() || total < ihl + 20 {
+        return None;
+    }
+    let data_offset = usize::from(ip[ihl + 12] >> 4) * 4;
+    (data_offset >= 20 && ihl + data_offset <= total).then_some(ETH_LEN + ihl + data_offset)
+}
+
 /// Stores the value for a checksum field, 0 as `0xFFFF` (see the module documentation).
 fn store_checksum(frame: &mut [u8], at: usize, sum: u16) {
     let value = checksum::finish(sum);

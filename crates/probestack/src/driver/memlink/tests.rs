@@ -49,6 +49,7 @@ fn nics_are_send_and_report_their_caps() {
     assert_eq!(
         a.caps(),
         DeviceCaps {
+            scatter_gather: true,
             mtu: 1500,
             has_crc: true,
             copy_mode: CopyMode::Pio,
