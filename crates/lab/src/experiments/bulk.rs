@@ -766,6 +766,18 @@ pub fn run_cell(
     let mut host = HostConfig::with_mtu(mtu);
     host.stack.tuning = config.tuning();
     host.nic = config.nic(mtu);
+    run_cell_with(host, touch, settings, pattern, expected)
+}
+
+/// [`run_cell`] for any host configuration (both hosts alike): other experiments
+/// (`lab throughput`) measure their own tunings and NICs with the same transfer.
+pub fn run_cell_with(
+    host: HostConfig,
+    touch: bool,
+    settings: Settings,
+    pattern: &[u8],
+    expected: u64,
+) -> Result<CellFigures, String> {
     let Pair {
         a: mut sa,
         b: mut sb,

@@ -5,6 +5,8 @@ pub mod bulk;
 pub mod checksum;
 pub mod discard;
 pub mod echo;
+pub mod mix;
 pub mod overhead;
 pub mod peers;
 pub mod ping;
+pub mod throughput;
