@@ -70,15 +70,18 @@ struct SoakArgs {
 
 #[derive(Args)]
 struct ReportArgs {
-    /// Fewer samples: finishes in seconds (the default).
+    /// Fewer samples and sizes: within five minutes on two cores (the default).
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// More samples, longer each.
+    /// The papers' sizes and counts, the full bulk matrix and the probes' overhead.
     #[arg(long)]
     full: bool,
     /// Where to write the report.
     #[arg(long, default_value = "report")]
     out: PathBuf,
+    /// Internal, for the tests: tiny runs that finish in seconds.
+    #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
+    test_effort: bool,
 }
 
 #[derive(Subcommand)]
@@ -526,8 +529,12 @@ fn main() -> ExitCode {
             }
         }
         Command::Report(a) => {
-            let effort = if a.full { Effort::FULL } else { Effort::QUICK };
-            match report::run(&a.out, effort) {
+            let level = match (a.full, a.test_effort) {
+                (true, _) => report::Level::Full,
+                (_, true) => report::Level::Test,
+                _ => report::Level::Quick,
+            };
+            match report::run(&a.out, level) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("probestack: writing the report to {}: {e}", a.out.display());
