@@ -136,7 +136,7 @@ struct MixArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
-    /// Messages measured per size (after five of warm-up).
+    /// Messages measured per size (after 50 of warm-up).
     #[arg(long, default_value_t = 200)]
     messages: usize,
     /// Take the message sizes from this CSV: one per line, `SIZE` (both protocols) or

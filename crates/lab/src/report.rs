@@ -27,9 +27,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::bench::Effort;
-use crate::experiments::{
-    bulk, checksum, discard, echo, mix, overhead, peers, ping, throughput,
-};
+use crate::experiments::{bulk, checksum, discard, echo, mix, overhead, peers, ping, throughput};
 use crate::table::Table;
 use figures::Figure;
 use progress::Progress;
@@ -127,7 +125,10 @@ pub fn run(out: &Path, level: Level) -> io::Result<()> {
         Section {
             figures: figures::checksum(&r),
             tables: checksum::tables(&r),
-            ..Section::new("checksum", "Checksum and copy (paper 002 Table 8, paper 000 §4.1)")
+            ..Section::new(
+                "checksum",
+                "Checksum and copy (paper 002 Table 8, paper 000 §4.1)",
+            )
         }
         .with_paper(paper::checksum(&r)),
     );
@@ -152,7 +153,8 @@ pub fn run(out: &Path, level: Level) -> io::Result<()> {
         Level::Full => (echo::sizes(), 100),
     };
     let mut bar = Progress::new("echo", 2);
-    let r = echo::run(&sizes, reps, |t| bar.step(&format!("tuning {t}"))).map_err(io::Error::other)?;
+    let r =
+        echo::run(&sizes, reps, |t| bar.step(&format!("tuning {t}"))).map_err(io::Error::other)?;
     bar.finish();
     write_json(out, "echo", &r)?;
     sections.push(
@@ -209,7 +211,10 @@ pub fn run(out: &Path, level: Level) -> io::Result<()> {
         Section {
             figures: figures::throughput(&r),
             tables: throughput::tables(&r),
-            ..Section::new("throughput", "Checksum and throughput (paper 000 Tables 1-2)")
+            ..Section::new(
+                "throughput",
+                "Checksum and throughput (paper 000 Tables 1-2)",
+            )
         }
         .with_paper(paper::throughput(&r)),
     );
@@ -221,15 +226,20 @@ pub fn run(out: &Path, level: Level) -> io::Result<()> {
         Level::Full => 1000,
     };
     let mut bar = Progress::new("mix", 4);
-    let r = mix::run(mix::Distribution::default_model(), messages, |s| bar.step(s))
-        .map_err(io::Error::other)?;
+    let r = mix::run(mix::Distribution::default_model(), messages, |s| {
+        bar.step(s)
+    })
+    .map_err(io::Error::other)?;
     bar.finish();
     write_json(out, "mix", &r)?;
     sections.push(
         Section {
             figures: figures::mix(&r),
             tables: mix::tables(&r),
-            ..Section::new("mix", "Data-touching vs not under a size mix (papers 001, 003)")
+            ..Section::new(
+                "mix",
+                "Data-touching vs not under a size mix (papers 001, 003)",
+            )
         }
         .with_paper(paper::mix(&r)),
     );

@@ -153,19 +153,28 @@ fn the_report_folder_is_complete_and_well_formed() {
         let doc = roxmltree::Document::parse(&text)
             .unwrap_or_else(|e| panic!("{f}.svg is not well-formed: {e}"));
         assert_eq!(doc.root_element().tag_name().name(), "svg");
-        assert!(!texts_with_class(&doc, "plot-title").is_empty(), "{f}: title");
+        assert!(
+            !texts_with_class(&doc, "plot-title").is_empty(),
+            "{f}: title"
+        );
         if texts_with_class(&doc, "no-data").is_empty() {
             let x = texts_with_class(&doc, "x-label");
             let y = texts_with_class(&doc, "y-label");
             assert!(x.len() == 1 && !x[0].is_empty(), "{f}: x axis label");
-            assert!(y.len() == 1 && y[0].contains('('), "{f}: y label has a unit");
+            assert!(
+                y.len() == 1 && y[0].contains('('),
+                "{f}: y label has a unit"
+            );
             assert!(
                 !texts_with_class(&doc, "legend-entry").is_empty(),
                 "{f}: legend"
             );
             assert!(texts_with_class(&doc, "tick").len() >= 2, "{f}: ticks");
         }
-        assert!(md.contains(&format!("(figures/{f}.svg)")), "REPORT.md links {f}");
+        assert!(
+            md.contains(&format!("(figures/{f}.svg)")),
+            "REPORT.md links {f}"
+        );
     }
     assert!(md.contains("## Checksum and throughput (paper 000 Tables 1-2)"));
     assert!(md.contains("Paper vs ours"));
@@ -185,7 +194,10 @@ fn the_report_folder_is_complete_and_well_formed() {
             .unwrap_or_else(|_| panic!("data/{e}.json"));
         let v: serde_json::Value = serde_json::from_str(&j).expect("JSON");
         assert!(v.is_object(), "{e}");
-        assert!(out.join(format!("data/{e}-1.csv")).exists(), "data/{e}-1.csv");
+        assert!(
+            out.join(format!("data/{e}-1.csv")).exists(),
+            "data/{e}-1.csv"
+        );
     }
     let t: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("data/throughput.json")).unwrap())
@@ -238,12 +250,18 @@ fn render_in_chromium(out: &Path) {
     let log = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{} failed: {log}", browser.display());
     for f in FIGURES {
-        assert!(dom.contains(&format!("id=\"fig-{f}\"")), "rendered DOM lacks {f}");
+        assert!(
+            dom.contains(&format!("id=\"fig-{f}\"")),
+            "rendered DOM lacks {f}"
+        );
     }
     assert!(dom.matches("<svg").count() >= FIGURES.len());
     let console_errors: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("CONSOLE") && l.contains("ERROR"))
         .collect();
-    assert!(console_errors.is_empty(), "console errors: {console_errors:?}");
+    assert!(
+        console_errors.is_empty(),
+        "console errors: {console_errors:?}"
+    );
 }

@@ -29,7 +29,7 @@
 //! Two stacks over the memory link, both ledgers probing every message. For each size, A
 //! sends `messages` messages to B one at a time (TCP: on one connection with Nagle off,
 //! each message read whole by B before the next is sent; UDP: datagrams to a bound socket
-//! on B). The category times of both hosts (A's send path and its ACK processing, B's
+//! on B), after [`WARM_UP`] unmeasured ones. The category times of both hosts (A's send path and its ACK processing, B's
 //! receive path and its ACKs) are summed and divided by the messages sent: the cost of one
 //! application message, end to end, in both stacks. Both tunings are measured: `bsd` (the
 //! 1993 stack the papers measured, PIO NIC) and `fast` (DMA NIC).
@@ -72,6 +72,9 @@ pub const DEFAULT_UDP: [(usize, f64); 6] = [
     (4096, 0.05),
     (8192, 0.05),
 ];
+/// Messages sent at each size before the ledgers are cleared: ARP, pools, caches, the
+/// connection's first ACKs.
+pub const WARM_UP: usize = 50;
 /// Paper 001's non-data-touching shares under its traffic.
 pub const PAPER_NON_DATA_TOUCHING: [(&str, f64); 2] = [("tcp", 0.84), ("udp", 0.60)];
 /// Where the default distribution comes from.
@@ -140,14 +143,13 @@ impl Distribution {
             let fields: Vec<&str> = line.split(',').map(str::trim).collect();
             let parsed = match fields.as_slice() {
                 [size] => size.parse::<usize>().ok().map(|s| (None, s)),
-                [proto, size] => size
-                    .parse::<usize>()
-                    .ok()
-                    .and_then(|s| match proto.to_ascii_lowercase().as_str() {
+                [proto, size] => size.parse::<usize>().ok().and_then(|s| {
+                    match proto.to_ascii_lowercase().as_str() {
                         "tcp" => Some((Some(true), s)),
                         "udp" => Some((Some(false), s)),
                         _ => None,
-                    }),
+                    }
+                }),
                 _ => None,
             };
             match parsed {
@@ -175,8 +177,7 @@ impl Distribution {
     /// data and of every UDP datagram (first fragments, whose UDP header gives the
     /// datagram's length). Everything else is counted as skipped.
     pub fn from_pcap(path: &Path) -> Result<Distribution, String> {
-        let bytes =
-            std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         let (header, records) = probestack::driver::pcap::parse(&bytes)
             .map_err(|e| format!("{}: not a pcap capture: {e}", path.display()))?;
         if header.linktype != probestack::driver::pcap::LINKTYPE_ETHERNET {
@@ -363,7 +364,7 @@ fn measure_udp(
             Err(format!("UDP: a {size}-byte datagram never arrived"))
         };
         // Warm-up (ARP, pools, caches), then the measured messages.
-        for _ in 0..5 {
+        for _ in 0..WARM_UP {
             one(&mut p)?;
         }
         for l in [p.a.ledger(), p.b.ledger()] {
@@ -394,14 +395,12 @@ fn measure_tcp(
     let h = host(tuning);
     let mut p = Pair::new(h.clone(), h).map_err(|e| format!("memory link: {e}"))?;
     let clock = RealClock::new();
-    let listener = p
-        .b
-        .tcp_listen((Ipv4Address::UNSPECIFIED, 5002), 1)
-        .map_err(|e| format!("listen: {e}"))?;
-    let c = p
-        .a
-        .tcp_connect((ADDR_B, 5002))
-        .map_err(|e| format!("connect: {e}"))?;
+    let listener =
+        p.b.tcp_listen((Ipv4Address::UNSPECIFIED, 5002), 1)
+            .map_err(|e| format!("listen: {e}"))?;
+    let c =
+        p.a.tcp_connect((ADDR_B, 5002))
+            .map_err(|e| format!("connect: {e}"))?;
     let mut accepted = None;
     for _ in 0..100_000 {
         let now = clock.now();
@@ -439,9 +438,11 @@ fn measure_tcp(
                     return Ok(());
                 }
             }
-            Err(format!("TCP: a {size}-byte message did not arrive ({got} bytes did)"))
+            Err(format!(
+                "TCP: a {size}-byte message did not arrive ({got} bytes did)"
+            ))
         };
-        for _ in 0..5 {
+        for _ in 0..WARM_UP {
             one(&mut p)?;
         }
         for l in [p.a.ledger(), p.b.ledger()] {
@@ -571,7 +572,10 @@ pub fn tables(r: &Results) -> Vec<Table> {
                 format!("{:.2}", row.ns_per_message / 1e3),
             ];
             for n in &names {
-                cells.push(format!("{:.2}", row.by_category.get(n).copied().unwrap_or(0.0) / 1e3));
+                cells.push(format!(
+                    "{:.2}",
+                    row.by_category.get(n).copied().unwrap_or(0.0) / 1e3
+                ));
             }
             let total = row.ns_per_message;
             cells.push(if total > 0.0 {
@@ -646,8 +650,15 @@ mod tests {
             assert!(small >= 0.5, "small messages dominate");
             assert!(d.iter().all(|x| GRID.contains(&x.0)));
         }
-        let fragmenting: f64 = DEFAULT_UDP.iter().filter(|x| x.0 > MTU - 28).map(|x| x.1).sum();
-        assert!(fragmenting < 0.10, "paper: fewer than 10% of UDP messages fragment");
+        let fragmenting: f64 = DEFAULT_UDP
+            .iter()
+            .filter(|x| x.0 > MTU - 28)
+            .map(|x| x.1)
+            .sum();
+        assert!(
+            fragmenting < 0.10,
+            "paper: fewer than 10% of UDP messages fragment"
+        );
     }
 
     #[test]

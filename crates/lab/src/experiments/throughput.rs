@@ -207,11 +207,7 @@ impl UdpBench {
             let t = WallInstant::now();
             let batch = (n - sent).min(UDP_BATCH);
             for _ in 0..batch {
-                match self
-                    .pair
-                    .a
-                    .udp_send_to(self.tx, &self.msg, ADDR_B, PORT)
-                {
+                match self.pair.a.udp_send_to(self.tx, &self.msg, ADDR_B, PORT) {
                     Ok(len) => {
                         sent += 1;
                         bytes_sent += len as u64;
@@ -429,7 +425,14 @@ pub fn tables(r: &Results) -> Vec<Table> {
     }
     let mut s = Table::new(
         "UDP send-side throughput, PIO vs DMA device, MB/s (paper 000 Table 2)",
-        &["device", "checksum", "MB/s", "gain", "paper MB/s", "paper gain"],
+        &[
+            "device",
+            "checksum",
+            "MB/s",
+            "gain",
+            "paper MB/s",
+            "paper gain",
+        ],
     );
     for row in &r.send_side {
         let paper = PAPER_TABLE2.iter().find(|p| p.0 == row.checksum);
@@ -463,7 +466,13 @@ mod tests {
         assert_eq!(a.checksum, Kernel::Rfc1071);
         assert_eq!(b.checksum, Kernel::best());
         assert!(c.checksum_elision && !a.checksum_elision && !b.checksum_elision);
-        assert_eq!(Tuning { checksum: Kernel::Rfc1071, ..b }, a);
+        assert_eq!(
+            Tuning {
+                checksum: Kernel::Rfc1071,
+                ..b
+            },
+            a
+        );
         assert!(!a.udp_fast_path && !a.fused_copy_checksum && !a.checksum_offload);
     }
 
@@ -488,7 +497,10 @@ mod tests {
             .iter()
             .find(|x| x.protocol == "tcp" && x.checksum == "elision")
             .unwrap();
-        assert!(tcp_elided.checksum_elided, "RFC 1146 negotiated on a CRC link");
+        assert!(
+            tcp_elided.checksum_elided,
+            "RFC 1146 negotiated on a CRC link"
+        );
         assert_eq!(tables(&r).len(), 2);
     }
 }

@@ -413,7 +413,11 @@ mod tests {
         let rows = vec![
             LabelledRow {
                 label: "1500 none".into(),
-                parts: [("interrupts".to_string(), 20.0), ("tcp/ip".to_string(), 12.0)].into(),
+                parts: [
+                    ("interrupts".to_string(), 20.0),
+                    ("tcp/ip".to_string(), 12.0),
+                ]
+                .into(),
             },
             LabelledRow {
                 label: "9000 none".into(),

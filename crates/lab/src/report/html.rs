@@ -83,7 +83,11 @@ pub fn page(title: &str, machine: &str, command: &str, sections: &[Section]) -> 
             escape(&s.heading)
         );
         if let Some(why) = &s.skipped {
-            let _ = write!(out, "<p class=\"skipped\">Not measured: {}</p>", escape(why));
+            let _ = write!(
+                out,
+                "<p class=\"skipped\">Not measured: {}</p>",
+                escape(why)
+            );
         }
         if let Some(p) = &s.paper {
             table(&mut out, p, &format!("paper-{}", s.id), "paper");

@@ -142,7 +142,11 @@ pub fn echo(r: &echo::Results) -> Vec<Comparison> {
         let cc = &big.copy_components;
         let sum: f64 = cc.values().sum::<f64>().max(1e-9);
         let share = |k: &str| cc.get(k).copied().unwrap_or(0.0) / sum;
-        let (user, dev, clear) = (share("user_copy"), share("device_copy"), share("cache_clear"));
+        let (user, dev, clear) = (
+            share("user_copy"),
+            share("device_copy"),
+            share("cache_clear"),
+        );
         out.push(Comparison {
             finding: format!("COPY components at {} B (bsd, PIO NIC)", big.size),
             source: format!("{P000} Figs. 3, 8-9"),
@@ -205,8 +209,10 @@ pub fn discard(r: &discard::Results) -> Vec<Comparison> {
         return out;
     };
     for (size, paper) in [("64", 0.32), ("512", 0.326)] {
-        let (Some(a), Some(b)) = (bsd.ns_per_datagram.get(size), fast.ns_per_datagram.get(size))
-        else {
+        let (Some(a), Some(b)) = (
+            bsd.ns_per_datagram.get(size),
+            fast.ns_per_datagram.get(size),
+        ) else {
             continue;
         };
         let gain = 1.0 - b / a;
@@ -239,7 +245,9 @@ pub fn bulk(r: &bulk::Results) -> Vec<Comparison> {
         .map(|x| x.mtu)
         .filter(|m| (8000..=9000).contains(m))
         .max();
-    if let (Some(m8), Some(a), Some(b)) = (big, find(1500, "fast"), big.and_then(|m| find(m, "fast"))) {
+    if let (Some(m8), Some(a), Some(b)) =
+        (big, find(1500, "fast"), big.and_then(|m| find(m, "fast")))
+    {
         let gain = b.gbps / a.gbps - 1.0;
         out.push(Comparison {
             finding: format!("MTU {m8} vs 1500, fast, not touching"),

@@ -40,8 +40,7 @@ impl Progress {
     /// The bar's line for `what`.
     pub fn line(&self, what: &str) -> String {
         let what: String = what.chars().take(48).collect();
-        if self.total > 0 {
-            let filled = (self.done.min(self.total) * BAR) / self.total;
+        if let Some(filled) = (self.done.min(self.total) * BAR).checked_div(self.total) {
             format!(
                 "  {} [{}{}] {}/{} {}",
                 self.label,
@@ -90,7 +89,11 @@ mod tests {
         assert!(p.line("x").contains("[........................] 0/4 x"));
         p.step("a");
         p.step("b");
-        assert!(p.line("c").contains("[############............] 2/4 c"), "{}", p.line("c"));
+        assert!(
+            p.line("c").contains("[############............] 2/4 c"),
+            "{}",
+            p.line("c")
+        );
         let mut q = Progress::new("peers", 0);
         q.terminal = false;
         q.step("a");

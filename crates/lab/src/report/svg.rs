@@ -153,10 +153,7 @@ pub struct LabelledRow {
 /// (every category any row names, in name order; a row without one contributes zero).
 /// Receiver CPU breakdowns (paper 004 Fig. 3) and category shares use it.
 pub fn stacked_bars(title: &str, x_label: &str, y_label: &str, rows: &[LabelledRow]) -> BarChart {
-    let mut categories: Vec<String> = rows
-        .iter()
-        .flat_map(|r| r.parts.keys().cloned())
-        .collect();
+    let mut categories: Vec<String> = rows.iter().flat_map(|r| r.parts.keys().cloned()).collect();
     categories.sort();
     categories.dedup();
     BarChart {
@@ -203,8 +200,9 @@ pub fn linear_ticks(lo: f64, hi: f64, want: usize) -> Vec<f64> {
     let mut k = 0;
     loop {
         let t = first + k as f64 * step;
-        // Snap values like 0.30000000000000004 to what they mean.
-        let t = (t / step).round() * step;
+        // Snap values like 0.6000000000000001 to the step's decimal places.
+        let scale = 10f64.powi((-step.log10().floor()).max(0.0) as i32);
+        let t = (t * scale).round() / scale;
         ticks.push(t);
         if t >= hi - step * 1e-9 || k > 1000 {
             break;
@@ -221,7 +219,11 @@ pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     if !(lo > 0.0 && hi > 0.0 && lo.is_finite() && hi.is_finite()) {
         return Vec::new();
     }
-    let (lo, hi) = if hi > lo { (lo, hi) } else { (lo / 10.0, hi * 10.0) };
+    let (lo, hi) = if hi > lo {
+        (lo, hi)
+    } else {
+        (lo / 10.0, hi * 10.0)
+    };
     let first = lo.log10().floor() as i32;
     let last = hi.log10().ceil() as i32;
     let fine = last - first < 3;
@@ -513,15 +515,9 @@ impl LinePlot {
 impl BarChart {
     /// The figure as one `<svg>` element.
     pub fn to_svg(&self) -> String {
-        let value = |s: usize, g: usize| {
-            self.series[s]
-                .1
-                .get(g)
-                .copied()
-                .filter(|v| v.is_finite())
-        };
-        let has_data = (0..self.series.len())
-            .any(|s| (0..self.groups.len()).any(|g| value(s, g).is_some()));
+        let value = |s: usize, g: usize| self.series[s].1.get(g).copied().filter(|v| v.is_finite());
+        let has_data =
+            (0..self.series.len()).any(|s| (0..self.groups.len()).any(|g| value(s, g).is_some()));
         if self.groups.is_empty() || !has_data {
             return placeholder(&self.title, "no data was measured for this figure");
         }
@@ -550,13 +546,7 @@ impl BarChart {
             }
         }
         let yt = linear_ticks(lo, hi, 6);
-        let ym = Mapping::new(
-            Scale::Linear,
-            yt[0],
-            yt[yt.len() - 1],
-            HEIGHT - BOTTOM,
-            TOP,
-        );
+        let ym = Mapping::new(Scale::Linear, yt[0], yt[yt.len() - 1], HEIGHT - BOTTOM, TOP);
         let plot_w = WIDTH - LEFT - RIGHT;
         let group_w = plot_w / self.groups.len() as f64;
         let x_ticks: Vec<(f64, String)> = self
@@ -644,11 +634,17 @@ mod tests {
 
     #[test]
     fn linear_ticks_are_nice_and_cover_the_range() {
-        assert_eq!(linear_ticks(0.0, 10.0, 5), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        assert_eq!(
+            linear_ticks(0.0, 10.0, 5),
+            vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+        );
         let t = linear_ticks(0.13, 0.87, 4);
         assert_eq!(t, vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0]);
         let t = linear_ticks(3.0, 3.0, 5);
-        assert!(t[0] <= 3.0 && *t.last().unwrap() >= 3.0 && t.len() >= 2, "{t:?}");
+        assert!(
+            t[0] <= 3.0 && *t.last().unwrap() >= 3.0 && t.len() >= 2,
+            "{t:?}"
+        );
         assert!(linear_ticks(f64::NAN, 1.0, 5).is_empty());
     }
 
@@ -658,7 +654,10 @@ mod tests {
             log_ticks(40.0, 1_048_576.0),
             vec![10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7]
         );
-        assert_eq!(log_ticks(3.0, 40.0), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        assert_eq!(
+            log_ticks(3.0, 40.0),
+            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
         assert!(log_ticks(0.0, 10.0).is_empty());
         assert!(log_ticks(-1.0, 10.0).is_empty());
     }
@@ -701,7 +700,9 @@ mod tests {
             stacked: true,
         };
         assert!(b.to_svg().contains("no data"));
-        assert!(stacked_bars("none", "x", "y", &[]).to_svg().contains("no data"));
+        assert!(stacked_bars("none", "x", "y", &[])
+            .to_svg()
+            .contains("no data"));
     }
 
     #[test]
