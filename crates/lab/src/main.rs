@@ -70,15 +70,18 @@ struct SoakArgs {
 
 #[derive(Args)]
 struct ReportArgs {
-    /// Fewer samples: finishes in seconds (the default).
+    /// Fewer samples and sizes: within five minutes on two cores (the default).
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// More samples, longer each.
+    /// The papers' sizes and counts, the full bulk matrix and the probes' overhead.
     #[arg(long)]
     full: bool,
     /// Where to write the report.
     #[arg(long, default_value = "report")]
     out: PathBuf,
+    /// Internal, for the tests: tiny runs that finish in seconds.
+    #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
+    test_effort: bool,
 }
 
 #[derive(Subcommand)]
@@ -112,6 +115,42 @@ enum Lab {
     /// Linux to and from probestack `serve` on a TAP with and without offloads. Needs root,
     /// /dev/net/tun, `ip` and `iperf3`; without them it says why and measures nothing.
     Tap(TapArgs),
+    /// Paper 000 Tables 1 and 2: UDP and TCP throughput between two stacks (MTU 4352,
+    /// large messages) with the RFC 1071 checksum, the fast checksum and checksum elision;
+    /// and send-side UDP throughput with a PIO vs a DMA device, with and without elision.
+    Throughput(ThroughputArgs),
+    /// Papers 001 and 003: TCP and UDP processing by paper 001's categories per message
+    /// size, weighted by a bimodal message-size mix (or sizes from a CSV or a capture):
+    /// the data-touching vs non-data-touching shares beside the paper's 84% and 60%.
+    Mix(MixArgs),
+}
+
+#[derive(Args)]
+struct ThroughputArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Fewer datagrams and 8 MiB TCP runs instead of 32 MiB.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Args)]
+struct MixArgs {
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Messages measured per size (after 50 of warm-up).
+    #[arg(long, default_value_t = 200)]
+    messages: usize,
+    /// Take the message sizes from this CSV: one per line, `SIZE` (both protocols) or
+    /// `tcp,SIZE` / `udp,SIZE`.
+    #[arg(long, conflicts_with = "pcap")]
+    sizes_csv: Option<PathBuf>,
+    /// Take the message sizes from this Ethernet pcap: every IPv4 TCP segment with data
+    /// and every UDP datagram.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -484,6 +523,45 @@ fn main() -> ExitCode {
             }
             finish(Ok(r), json, tap_bench::tables)
         }
+        Command::Lab(Lab::Throughput(a)) => {
+            let settings = if a.quick {
+                experiments::throughput::Settings::QUICK
+            } else {
+                experiments::throughput::Settings::FULL
+            };
+            let json = a.json;
+            let r = experiments::throughput::run(settings, |s| {
+                if !json {
+                    eprintln!("  throughput: {s}");
+                }
+            });
+            for f in &r.failures {
+                eprintln!("probestack: throughput: {f}");
+            }
+            finish(Ok(r), json, experiments::throughput::tables)
+        }
+        Command::Lab(Lab::Mix(a)) => {
+            use experiments::mix::Distribution;
+            let dist = match (&a.sizes_csv, &a.pcap) {
+                (Some(f), _) => Distribution::from_csv(f),
+                (_, Some(f)) => Distribution::from_pcap(f),
+                _ => Ok(Distribution::default_model()),
+            };
+            let dist = match dist {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("probestack: mix: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let json = a.json;
+            let r = experiments::mix::run(dist, a.messages, |s| {
+                if !json {
+                    eprintln!("  mix: {s}");
+                }
+            });
+            finish(r, json, experiments::mix::tables)
+        }
         #[cfg(target_os = "linux")]
         Command::Serve(a) => done(serve::serve(a)),
         #[cfg(target_os = "linux")]
@@ -513,8 +591,12 @@ fn main() -> ExitCode {
             }
         }
         Command::Report(a) => {
-            let effort = if a.full { Effort::FULL } else { Effort::QUICK };
-            match report::run(&a.out, effort) {
+            let level = match (a.full, a.test_effort) {
+                (true, _) => report::Level::Full,
+                (_, true) => report::Level::Test,
+                _ => report::Level::Quick,
+            };
+            match report::run(&a.out, level) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("probestack: writing the report to {}: {e}", a.out.display());

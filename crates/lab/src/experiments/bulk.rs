@@ -921,6 +921,29 @@ pub fn run_cell_paced(
         host.nic.coalesce_frames = frames;
         host.nic.coalesce_time = time;
     }
+    run_cell_with(
+        host,
+        config.zero_copy(),
+        touch,
+        settings,
+        pattern,
+        expected,
+        pace,
+    )
+}
+
+/// [`run_cell_paced`] for any host configuration (both hosts alike): other experiments
+/// (`lab throughput`) measure their own tunings and NICs with the same transfer.
+/// `zero_copy`: A loans its pattern and B takes pages ([`Config::zero_copy`]).
+pub fn run_cell_with(
+    host: HostConfig,
+    zero_copy: bool,
+    touch: bool,
+    settings: Settings,
+    pattern: &[u8],
+    expected: u64,
+    pace: Option<Pace>,
+) -> Result<CellFigures, String> {
     let Pair {
         a: mut sa,
         b: mut sb,
@@ -956,7 +979,7 @@ pub fn run_cell_paced(
         }
     }
     let s = accepted.ok_or("no connection")?;
-    if config.zero_copy() {
+    if zero_copy {
         sb.tcp_set_zero_copy_receive(s, true)
             .map_err(|e| e.to_string())?;
     }
@@ -967,7 +990,7 @@ pub fn run_cell_paced(
         total_runs: settings.runs.max(1) + 1,
         bytes: settings.bytes_per_run.max(1),
         touch,
-        zero_copy: config.zero_copy(),
+        zero_copy,
         pace: pace.map(|p| p.bytes_per_sec),
         measure_cpu: pace.is_some(),
         stall_timeout: settings.stall_timeout,

@@ -6,6 +6,8 @@ pub mod checksum;
 pub mod cpu;
 pub mod discard;
 pub mod echo;
+pub mod mix;
 pub mod overhead;
 pub mod peers;
 pub mod ping;
+pub mod throughput;
