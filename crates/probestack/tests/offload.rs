@@ -434,3 +434,28 @@ fn udp_corruption_is_caught_with_offloads_on() {
     assert!(sb.rx_csum_bad > 50, "{sb:?}");
     assert!(w.p.b.ledger().counters().get(Counter::UdpDropBadChecksum) > 0);
 }
+
+#[test]
+fn tso_works_when_the_peers_agreed_on_no_checksum() {
+    // Tuning::fast() elides TCP checksums by agreement on the memory link (a CRC link);
+    // super-segments must still go to the NIC to be cut, not be lost as too large.
+    for mtu in [1500, 9000] {
+        let mut h = host(mtu, true);
+        h.stack.tuning.checksum_elision = true;
+        let mut w = World::new(h.clone(), h);
+        let (tx, rx) = connect(&mut w.p);
+        assert!(w.p.a.tcp_connection(tx).unwrap().checksum_elided());
+        transfer(&mut w.p, tx, rx, 4 << 20, Duration::from_secs(60));
+        w.p.run_for(Duration::from_millis(1));
+        let a = &w.p.a;
+        assert_eq!(
+            a.ledger().counters().get(Counter::IpDropNeedFrag),
+            0,
+            "mtu {mtu}"
+        );
+        assert!(
+            w.stats_a().tx_super_frames > 0,
+            "mtu {mtu}: the NIC cut super-frames"
+        );
+    }
+}

@@ -502,3 +502,27 @@ fn udp_loans_go_out_uncopied_and_complete_once_transmitted() {
         assert_eq!(p.b.ledger().counters().get(Counter::UdpDropBadChecksum), 0);
     }
 }
+
+#[test]
+fn zero_copy_with_tso_and_negotiated_elision_across_mtus() {
+    // Tuning::fast() on a CRC link agrees on no checksum (RFC 1146); its super-segments
+    // must still reach the NIC to be cut, loaned data and all.
+    for mtu in [1500, 9000, 65535] {
+        for (elide, tso) in [(true, true), (false, true), (true, false)] {
+            let mut h = HostConfig::with_mtu(mtu);
+            h.stack.tuning = Tuning {
+                checksum_elision: elide,
+                segmentation_offload: tso,
+                ..Tuning::fast()
+            };
+            h.nic = probestack::driver::NicConfig {
+                header_split: true,
+                ..h.nic.with_offloads()
+            };
+            let mut p = Pair::new(h.clone(), h).unwrap();
+            loaned_transfer(&mut p, 65536, 4 << 20, 0);
+            let c = |k| p.a.ledger().counters().get(k);
+            assert_eq!(c(Counter::IpDropNeedFrag), 0, "mtu {mtu} elide {elide}");
+        }
+    }
+}

@@ -44,6 +44,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Instant as WallInstant;
 
+use probestack::buf::Loan;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
@@ -79,13 +80,30 @@ const RR_TIMEOUT_NS: u64 = 1_000_000_000;
 pub enum System {
     ProbestackFast,
     ProbestackBsd,
+    /// TCP bulk only: `Tuning::fast()` with paper 004's end-system optimizations on both
+    /// sides: zero-copy sockets (A loans, B takes whole pages the NIC split off) and the
+    /// NICs' checksum offload and TSO.
+    ProbestackZeroCopy,
     Smoltcp,
     LinuxLoopback,
 }
 
+/// Why [`System::ProbestackZeroCopy`] has no figure outside TCP bulk.
+const BULK_ONLY: &str = "zero-copy sockets are measured on TCP bulk only";
+
+/// The systems of every workload.
 pub const SYSTEMS: [System; 4] = [
     System::ProbestackFast,
     System::ProbestackBsd,
+    System::Smoltcp,
+    System::LinuxLoopback,
+];
+
+/// The systems of TCP bulk: every one, and probestack with zero-copy sockets.
+pub const BULK_SYSTEMS: [System; 5] = [
+    System::ProbestackFast,
+    System::ProbestackBsd,
+    System::ProbestackZeroCopy,
     System::Smoltcp,
     System::LinuxLoopback,
 ];
@@ -96,6 +114,7 @@ impl System {
         match self {
             System::ProbestackFast => "probestack_fast",
             System::ProbestackBsd => "probestack_bsd",
+            System::ProbestackZeroCopy => "probestack_zero_copy",
             System::Smoltcp => "smoltcp",
             System::LinuxLoopback => "linux_loopback",
         }
@@ -106,6 +125,7 @@ impl System {
         match self {
             System::ProbestackFast => "probestack fast",
             System::ProbestackBsd => "probestack bsd",
+            System::ProbestackZeroCopy => "probestack zero-copy + offload",
             System::Smoltcp => "smoltcp 0.14",
             System::LinuxLoopback => "Linux loopback",
         }
@@ -731,6 +751,7 @@ pub fn one_way(system: System, size: usize, millis: u64) -> Result<OneWayRun, St
         System::ProbestackBsd => one_way_on(&mut StackPeers::new(Tuning::bsd())?, size, millis),
         System::Smoltcp => one_way_on(&mut SmolPeers::new(RealClock::new().now())?, size, millis),
         System::LinuxLoopback => one_way_on(&mut KernelPeers::new()?, size, millis),
+        System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
     }
 }
 
@@ -741,6 +762,7 @@ pub fn request_response(system: System, size: usize, millis: u64) -> Result<Vec<
         System::ProbestackBsd => rr_on(&mut StackPeers::new(Tuning::bsd())?, size, millis),
         System::Smoltcp => rr_on(&mut SmolPeers::new(RealClock::new().now())?, size, millis),
         System::LinuxLoopback => rr_on(&mut KernelPeers::new()?, size, millis),
+        System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
     }
 }
 
@@ -810,6 +832,11 @@ struct StackStreams {
     pair: Pair,
     a: TcpHandle,
     b: TcpHandle,
+    /// Zero-copy sockets: A's loan of the stream pattern (its writes are slices of it),
+    /// the bytes A has queued so far (where the next write starts in the pattern), and
+    /// whether B copies what it takes into the caller's buffer (to be checked; timed runs
+    /// never copy).
+    zero_copy: Option<(Loan, u64, bool)>,
 }
 
 impl StackStreams {
@@ -821,6 +848,37 @@ impl StackStreams {
     ) -> Result<StackStreams, String> {
         let mut host = HostConfig::with_mtu(mtu);
         host.stack.tuning = tuning;
+        StackStreams::connect_hosts(host, nodelay, clock)
+    }
+
+    /// Zero-copy sockets on NICs with checksum offload, TSO and header split, as
+    /// [`System::ProbestackZeroCopy`]; with `copy_out`, B copies what it takes into the
+    /// caller's buffer so that it can be checked.
+    fn connect_zero_copy(
+        mtu: usize,
+        copy_out: bool,
+        clock: &RealClock,
+    ) -> Result<StackStreams, String> {
+        let mut host = HostConfig::with_mtu(mtu);
+        host.stack.tuning = Tuning::fast();
+        host.nic = probestack::driver::NicConfig {
+            header_split: true,
+            ..host.nic.with_offloads()
+        };
+        let mut s = StackStreams::connect_hosts(host, false, clock)?;
+        s.pair
+            .b
+            .tcp_set_zero_copy_receive(s.b, true)
+            .map_err(|e| format!("probestack zero-copy receive: {e}"))?;
+        s.zero_copy = Some((Loan::new(stream_pattern()), 0, copy_out));
+        Ok(s)
+    }
+
+    fn connect_hosts(
+        host: HostConfig,
+        nodelay: bool,
+        clock: &RealClock,
+    ) -> Result<StackStreams, String> {
         let mut pair =
             Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e:?}"))?;
         let listener = pair
@@ -857,7 +915,12 @@ impl StackStreams {
                         .and_then(|()| pair.b.tcp_set_nodelay(b, true))
                         .map_err(|e| format!("probestack nodelay: {e}"))?;
                 }
-                return Ok(StackStreams { pair, a, b });
+                return Ok(StackStreams {
+                    pair,
+                    a,
+                    b,
+                    zero_copy: None,
+                });
             }
             if start.elapsed() > TCP_STALL {
                 return Err(format!(
@@ -877,6 +940,22 @@ impl StackStreams {
 
 impl Streams for StackStreams {
     fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String> {
+        if let (End::A, Some((loan, sent, _))) = (end, self.zero_copy.as_mut()) {
+            // The caller writes the pattern from where the stream stands: the same bytes
+            // in the loan, sent by reference.
+            let at = (*sent % PATTERN_PERIOD as u64) as usize;
+            let part = loan
+                .slice(at..at + data.len())
+                .map_err(|e| format!("probestack loan: {e:?}"))?;
+            return match self.pair.a.tcp_send_loan(self.a, &part) {
+                Ok(n) => {
+                    *sent += n as u64;
+                    Ok(n)
+                }
+                Err(TcpError::WouldBlock) => Ok(0),
+                Err(e) => Err(format!("probestack send: {e}")),
+            };
+        }
         let (stack, h) = self.end(end);
         match stack.tcp_send(h, data) {
             Ok(n) => Ok(n),
@@ -886,6 +965,19 @@ impl Streams for StackStreams {
     }
 
     fn recv(&mut self, end: End, buf: &mut [u8]) -> Result<Option<usize>, String> {
+        if let (End::B, Some(&(_, _, copy_out))) = (end, self.zero_copy.as_ref()) {
+            return match self.pair.b.tcp_recv_zero_copy(self.b, buf.len()) {
+                Ok(Some(chunk)) => {
+                    if copy_out {
+                        buf[..chunk.len()].copy_from_slice(&chunk);
+                    }
+                    Ok(Some(chunk.len()))
+                }
+                Ok(None) => Err("probestack: the stream ended".into()),
+                Err(TcpError::WouldBlock) => Ok(None),
+                Err(e) => Err(format!("probestack receive: {e}")),
+            };
+        }
         let (stack, h) = self.end(end);
         match stack.tcp_recv(h, buf) {
             Ok(0) => Err("probestack: the stream ended".into()),
@@ -1358,6 +1450,13 @@ fn tcp_bulk_checked(
         System::ProbestackBsd => {
             bulk_on(&mut stack(Tuning::bsd())?, &clock, millis, check, TCP_STALL)
         }
+        System::ProbestackZeroCopy => bulk_on(
+            &mut StackStreams::connect_zero_copy(mtu, check, &clock)?,
+            &clock,
+            millis,
+            check,
+            TCP_STALL,
+        ),
         System::Smoltcp => bulk_on(
             &mut SmolStreams::connect(mtu, false, &clock)?,
             &clock,
@@ -1404,6 +1503,7 @@ pub fn tcp_request_response(system: System, millis: u64) -> Result<RrRun, String
             millis,
             RR_TIMEOUT_NS,
         ),
+        System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
     }
 }
 
@@ -1536,13 +1636,14 @@ impl Series {
 /// A system `leave_out` gives a reason for is not measured. Errors of probestack or
 /// smoltcp end the experiment; the kernel's leave it out.
 fn rounds<T>(
+    systems: &[System],
     runs: usize,
     leave_out: impl Fn(System) -> Option<String>,
     mut measure: impl FnMut(System) -> Result<T, String>,
     mut keep: impl FnMut(&mut Series, T),
     mut progress: impl FnMut(usize),
 ) -> Result<Vec<Series>, String> {
-    let mut series: Vec<Series> = SYSTEMS
+    let mut series: Vec<Series> = systems
         .iter()
         .map(|&system| Series {
             error: leave_out(system),
@@ -1551,9 +1652,9 @@ fn rounds<T>(
         .collect();
     for round in 0..=runs {
         progress(round);
-        for k in 0..SYSTEMS.len() {
-            let i = (round + k) % SYSTEMS.len();
-            let system = SYSTEMS[i];
+        for k in 0..systems.len() {
+            let i = (round + k) % systems.len();
+            let system = systems[i];
             if series[i].error.is_some() {
                 continue;
             }
@@ -1598,6 +1699,7 @@ impl Figure {
 
 /// The rows (or the reasons for their absence) of one workload.
 fn emit(
+    systems: &[System],
     rows: &mut Vec<Row>,
     skipped: &mut Vec<Skipped>,
     workload: String,
@@ -1608,7 +1710,7 @@ fn emit(
     let higher_is_better = figure.higher_is_better();
     let per_datagram = figure == Figure::Datagrams;
     for (i, s) in series.iter_mut().enumerate() {
-        let system = SYSTEMS[i];
+        let system = systems[i];
         if let Some(e) = &s.error {
             skipped.push(Skipped {
                 workload: workload.clone(),
@@ -1657,6 +1759,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
     for size in ONE_WAY_SIZES {
         let name = format!("udp_one_way_{size}");
         let mut series = rounds(
+            &SYSTEMS,
             runs,
             measure_all,
             |system| one_way(system, size, millis),
@@ -1678,6 +1781,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
             }
         }
         emit(
+            &SYSTEMS,
             &mut rows,
             &mut skipped,
             name,
@@ -1689,6 +1793,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
     let name = format!("udp_rr_{RR_SIZE}");
     let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); SYSTEMS.len()];
     let mut medians = rounds(
+        &SYSTEMS,
         runs,
         measure_all,
         |system| {
@@ -1714,6 +1819,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         })
         .collect();
     emit(
+        &SYSTEMS,
         &mut rows,
         &mut skipped,
         format!("{name}_median"),
@@ -1721,6 +1827,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         Figure::RoundTrip,
     );
     emit(
+        &SYSTEMS,
         &mut rows,
         &mut skipped,
         format!("{name}_p99"),
@@ -1732,6 +1839,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
     for mtu in TCP_MTUS {
         let name = format!("tcp_bulk_{mtu}");
         let mut series = rounds(
+            &BULK_SYSTEMS,
             runs,
             |system| {
                 (system == System::LinuxLoopback && mtu != largest).then(|| {
@@ -1751,6 +1859,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
             |round| progress(&format!("{name}: round {round} of {runs}")),
         )?;
         emit(
+            &BULK_SYSTEMS,
             &mut rows,
             &mut skipped,
             name,
@@ -1761,6 +1870,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
 
     let name = format!("tcp_rr_{TCP_RR_SIZE}");
     let mut series = rounds(
+        &SYSTEMS,
         runs,
         measure_all,
         |system| tcp_request_response(system, millis),
@@ -1768,6 +1878,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         |round| progress(&format!("{name}: round {round} of {runs}")),
     )?;
     emit(
+        &SYSTEMS,
         &mut rows,
         &mut skipped,
         name,
@@ -1826,7 +1937,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
                 "fast / system",
             ],
         );
-        for system in SYSTEMS {
+        for system in BULK_SYSTEMS {
             if let Some(x) = find(r, &w, system) {
                 t.row(vec![
                     system.label().to_string(),
@@ -1908,6 +2019,19 @@ pub fn tables(r: &Results) -> Vec<Table> {
         }
         t.note(rounds_note.clone());
         skip_notes(&mut t, r, &[w.as_str()]);
+        if let Some(zc) = find(r, &w, System::ProbestackZeroCopy) {
+            // Paper 004's end-system optimizations against smoltcp's best in this run.
+            let smol_best = TCP_MTUS
+                .iter()
+                .filter_map(|m| find(r, &format!("tcp_bulk_{m}"), System::Smoltcp))
+                .map(|x| x.value)
+                .fold(f64::NAN, f64::max);
+            t.note(format!(
+                "probestack zero-copy + offload / smoltcp's best TCP bulk figure in this run \
+                 ({smol_best:.2} Gbit/s): {:.2}x",
+                zc.value / smol_best
+            ));
+        }
         out.push(t);
     }
     let w = format!("tcp_rr_{TCP_RR_SIZE}");
@@ -1982,7 +2106,12 @@ mod tests {
         assert_eq!(json["experiment"], "peers");
         let rows = json["rows"].as_array().unwrap();
         for w in workload_names() {
-            for system in SYSTEMS {
+            let systems = if w.starts_with("tcp_bulk") {
+                &BULK_SYSTEMS[..]
+            } else {
+                &SYSTEMS[..]
+            };
+            for &system in systems {
                 let skipped = r
                     .skipped
                     .iter()
@@ -2017,8 +2146,10 @@ mod tests {
                     };
                     assert_eq!(row["link_mtu"].to_string(), want, "{w}");
                     let counted = row.get("retransmitted_segments").is_some();
-                    let probestack =
-                        matches!(system, System::ProbestackFast | System::ProbestackBsd);
+                    let probestack = matches!(
+                        system,
+                        System::ProbestackFast | System::ProbestackBsd | System::ProbestackZeroCopy
+                    );
                     assert_eq!(counted, probestack, "{w} {}", system.name());
                 }
             }
@@ -2048,7 +2179,7 @@ mod tests {
 
     #[test]
     fn peers_tcp_streams_arrive_intact() {
-        for system in SYSTEMS {
+        for system in BULK_SYSTEMS {
             // Every byte B reads is compared with the byte A wrote at that offset, and
             // everything A wrote must arrive before the run ends.
             for (mtu, run) in checked_bulk(system) {
@@ -2056,6 +2187,14 @@ mod tests {
                     assert!(run.bytes > 0, "{} at MTU {mtu}", system.name());
                     assert!(run.gbits() > 0.0, "{} at MTU {mtu}", system.name());
                 }
+            }
+            if system == System::ProbestackZeroCopy {
+                assert_eq!(
+                    tcp_request_response(system, 3).unwrap_err(),
+                    BULK_ONLY,
+                    "bulk only"
+                );
+                continue;
             }
             // Every response is compared with its request inside the run.
             if system == System::LinuxLoopback && KernelStreams::connect(true).is_err() {

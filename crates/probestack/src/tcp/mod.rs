@@ -509,8 +509,11 @@ impl Stack {
             return Err(());
         }
         let kernel = self.tuning.checksum;
-        // With the device summing, the copy is only a copy.
-        let offload = csum_offload && !out.no_checksum;
+        // With the device summing, the copy is only a copy. A super-segment goes to the
+        // device to be cut even when the peers agreed on no checksum (RFC 1146): the
+        // device cuts only what it also checksums, and a checksum nobody verifies is
+        // harmless (without this the datagram is too large for the link and is lost).
+        let offload = csum_offload && (!out.no_checksum || out.gso_size != 0);
         let fused = self.tuning.fused_copy_checksum && !offload && !out.no_checksum;
         let mut payload_sum = fused.then(Accumulator::new);
         {
