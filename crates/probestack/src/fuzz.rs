@@ -60,7 +60,7 @@ use crate::driver::{
     Device, DeviceCaps, DeviceContext, DeviceError, MemoryNic, NicConfig, RxChecksum, RxFrame,
     TxMeta,
 };
-use crate::ip::reassembly::{FragKey, ReassemblyConfig, ReassemblyError, Reassembler};
+use crate::ip::reassembly::{FragKey, Reassembler, ReassemblyConfig, ReassemblyError};
 use crate::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use crate::socket::tcp::{Kind, TcpHandle};
 use crate::socket::udp::UdpHandle;
@@ -89,7 +89,10 @@ pub const TARGETS: &[Target] = &[
         name: "ethernet",
         run: ethernet,
     },
-    Target { name: "arp", run: arp },
+    Target {
+        name: "arp",
+        run: arp,
+    },
     Target {
         name: "ipv4",
         run: ipv4,
@@ -98,8 +101,14 @@ pub const TARGETS: &[Target] = &[
         name: "icmpv4",
         run: icmpv4,
     },
-    Target { name: "udp", run: udp },
-    Target { name: "tcp", run: tcp },
+    Target {
+        name: "udp",
+        run: udp,
+    },
+    Target {
+        name: "tcp",
+        run: tcp,
+    },
     Target {
         name: "pcap",
         run: pcap,
@@ -134,7 +143,11 @@ pub fn ethernet(data: &[u8]) {
     let mut out = vec![0u8; repr.header_len()];
     repr.emit(&mut ethernet::Frame::new_unchecked(&mut out[..]))
         .expect("a parsed Ethernet header emits");
-    assert_eq!(out[..], data[..ethernet::HEADER_LEN], "Ethernet bytes changed");
+    assert_eq!(
+        out[..],
+        data[..ethernet::HEADER_LEN],
+        "Ethernet bytes changed"
+    );
     let again = EthernetRepr::parse(&ethernet::Frame::new_unchecked(&out[..]))
         .expect("an emitted Ethernet header parses");
     assert_eq!(again, repr);
@@ -145,7 +158,11 @@ pub fn arp(data: &[u8]) {
     let Ok(packet) = arp_wire::Packet::new_checked(data) else {
         return;
     };
-    let _ = (packet.hardware_type(), packet.protocol_type(), packet.operation());
+    let _ = (
+        packet.hardware_type(),
+        packet.protocol_type(),
+        packet.operation(),
+    );
     let _ = (packet.sender_hardware_addr(), packet.target_protocol_addr());
     let Ok(repr) = ArpRepr::parse(&packet) else {
         return;
@@ -193,7 +210,11 @@ pub fn icmpv4(data: &[u8]) {
     let Ok(packet) = icmpv4::Packet::new_checked(data) else {
         return;
     };
-    let _ = (packet.msg_type(), packet.rest_of_header(), packet.verify_checksum());
+    let _ = (
+        packet.msg_type(),
+        packet.rest_of_header(),
+        packet.verify_checksum(),
+    );
     if let Ok(repr) = Icmpv4Repr::parse(&packet, Checksum::Skip) {
         let _ = repr.invoking_header();
         icmp_round_trip(&repr);
@@ -211,8 +232,11 @@ pub fn icmpv4(data: &[u8]) {
 
 fn icmp_round_trip(repr: &Icmpv4Repr<'_>) {
     let mut out = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut icmpv4::Packet::new_unchecked(&mut out[..]), Checksum::Check)
-        .expect("a parsed or constructed ICMP message emits");
+    repr.emit(
+        &mut icmpv4::Packet::new_unchecked(&mut out[..]),
+        Checksum::Check,
+    )
+    .expect("a parsed or constructed ICMP message emits");
     let again = Icmpv4Repr::parse(&icmpv4::Packet::new_unchecked(&out[..]), Checksum::Check)
         .expect("an emitted ICMP message parses");
     assert_eq!(&again, repr);
@@ -365,18 +389,16 @@ pub fn ipv4_reassembly(data: &[u8]) {
         let flags = rec[5];
         let more_frags = flags & 1 != 0;
         let header_len = 20 + 4 * usize::from((flags >> 1) & 0xF);
-        now = now
-            + match (flags >> 5) & 3 {
-                0 => Duration::ZERO,
-                1 => Duration::from_millis(1),
-                2 => Duration::from_secs(10),
-                _ => Duration::from_secs(31),
-            };
+        now += match (flags >> 5) & 3 {
+            0 => Duration::ZERO,
+            1 => Duration::from_millis(1),
+            2 => Duration::from_secs(10),
+            _ => Duration::from_secs(31),
+        };
         let expired = r.expire(now);
-        assert!(expired.iter().all(|e| e
-            .first_fragment
-            .as_ref()
-            .is_none_or(|q| q.len() >= 20)));
+        assert!(expired
+            .iter()
+            .all(|e| e.first_fragment.as_ref().is_none_or(|q| q.len() >= 20)));
         let key = FragKey {
             src: Ipv4Address::new(198, 18, 0, 1 + which as u8),
             dst: ADDR_B,
@@ -400,7 +422,9 @@ pub fn ipv4_reassembly(data: &[u8]) {
                 assert!((20..=60).contains(&done.header.len()));
                 assert!(done.header.len() + done.payload.len() <= ipv4::MAX_TOTAL_LEN);
                 assert!(
-                    sent[which].iter().any(|&(_, end, _)| end == done.payload.len()),
+                    sent[which]
+                        .iter()
+                        .any(|&(_, end, _)| end == done.payload.len()),
                     "reassembled length {} is the end of no fragment",
                     done.payload.len()
                 );
@@ -424,10 +448,7 @@ pub fn ipv4_reassembly(data: &[u8]) {
         }
     }
     let stats = r.stats();
-    assert_eq!(
-        stats.fragments_in,
-        (records.len() / FRAGMENT_RECORD) as u64
-    );
+    assert_eq!(stats.fragments_in, (records.len() / FRAGMENT_RECORD) as u64);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -471,10 +492,9 @@ pub fn tcp_assembler(data: &[u8]) {
                     }
                     match result {
                         Ok(()) => *m = next,
-                        Err(_) => assert!(
-                            next.len() > max_ranges.max(1),
-                            "refused a range that fits"
-                        ),
+                        Err(_) => {
+                            assert!(next.len() > max_ranges.max(1), "refused a range that fits")
+                        }
                     }
                 }
             }
@@ -502,7 +522,10 @@ pub fn tcp_assembler(data: &[u8]) {
                 let out_of_order = held.iter().filter(|r| r.0 > 0).count();
                 assert_eq!(reported.len(), out_of_order.min(MAX_SACK_BLOCKS));
                 for (i, b) in reported.iter().enumerate() {
-                    assert!(b.0 > 0 && held.contains(b), "SACK block {b:?} is held by no range");
+                    assert!(
+                        b.0 > 0 && held.contains(b),
+                        "SACK block {b:?} is held by no range"
+                    );
                     assert!(!reported[..i].contains(b), "SACK block {b:?} twice");
                 }
             }
@@ -580,7 +603,12 @@ impl Device for Injector {
     }
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
         let raised = self.inner.take_notification(cx);
-        raised || !self.inbox.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        raised
+            || !self
+                .inbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
     }
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
         let injected = self
@@ -628,7 +656,9 @@ fn stream_byte(from_b: bool, i: usize) -> u8 {
 }
 
 fn stream(from_b: bool, start: usize, len: usize) -> Vec<u8> {
-    (start..start + len).map(|i| stream_byte(from_b, i)).collect()
+    (start..start + len)
+        .map(|i| stream_byte(from_b, i))
+        .collect()
 }
 
 impl Fixture {
@@ -741,9 +771,7 @@ impl Fixture {
         } else {
             (&mut self.pair.a, self.established.1, &mut self.sent.1)
         };
-        let n = stack
-            .tcp_send(h, &stream(from_b, *sent, len))
-            .unwrap_or(0);
+        let n = stack.tcp_send(h, &stream(from_b, *sent, len)).unwrap_or(0);
         *sent += n;
         n
     }
@@ -1076,24 +1104,47 @@ fn udp_frame(from_a: bool, dst_port: u16, payload: &[u8], options: &[u8]) -> Vec
         options,
         repr.buffer_len(payload.len()),
         |b, s, d| {
-            repr.emit(&mut udp_wire::Packet::new_unchecked(b), s, d, payload, Checksum::Check)
-                .expect("seed UDP");
+            repr.emit(
+                &mut udp_wire::Packet::new_unchecked(b),
+                s,
+                d,
+                payload,
+                Checksum::Check,
+            )
+            .expect("seed UDP");
         },
     )
 }
 
 fn tcp_frame(from_a: bool, repr: &TcpRepr<'_>) -> Vec<u8> {
-    frame_around(from_a, IpProtocol::Tcp, &[], repr.buffer_len(), |b, s, d| {
-        repr.emit(&mut tcp_wire::Packet::new_unchecked(b), s, d, Checksum::Check)
+    frame_around(
+        from_a,
+        IpProtocol::Tcp,
+        &[],
+        repr.buffer_len(),
+        |b, s, d| {
+            repr.emit(
+                &mut tcp_wire::Packet::new_unchecked(b),
+                s,
+                d,
+                Checksum::Check,
+            )
             .expect("seed TCP");
-    })
+        },
+    )
 }
 
 fn icmp_frame(from_a: bool, repr: &Icmpv4Repr<'_>) -> Vec<u8> {
-    frame_around(from_a, IpProtocol::Icmp, &[], repr.buffer_len(), |b, _, _| {
-        repr.emit(&mut icmpv4::Packet::new_unchecked(b), Checksum::Check)
-            .expect("seed ICMP");
-    })
+    frame_around(
+        from_a,
+        IpProtocol::Icmp,
+        &[],
+        repr.buffer_len(),
+        |b, _, _| {
+            repr.emit(&mut icmpv4::Packet::new_unchecked(b), Checksum::Check)
+                .expect("seed ICMP");
+        },
+    )
 }
 
 fn arp_frame(operation: ArpOperation) -> Vec<u8> {
@@ -1248,9 +1299,9 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "ipv4_reassembly" => vec![
             // Two fragments completing a datagram, then an overlap, then a timeout.
             vec![
-                0x05, 0x04, 0x00, 0x00, 0x00, 0x40, 0x01, 0x04, 0x00, 0x08, 0x00, 0x20, 0x00,
-                0x05, 0x00, 0x00, 0x00, 0x40, 0x01, 0x05, 0x00, 0x04, 0x00, 0x40, 0x01, 0x05,
-                0x00, 0x00, 0x00, 0x10, 0x60,
+                0x05, 0x04, 0x00, 0x00, 0x00, 0x40, 0x01, 0x04, 0x00, 0x08, 0x00, 0x20, 0x00, 0x05,
+                0x00, 0x00, 0x00, 0x40, 0x01, 0x05, 0x00, 0x04, 0x00, 0x40, 0x01, 0x05, 0x00, 0x00,
+                0x00, 0x10, 0x60,
             ],
         ],
         "tcp_assembler" => vec![vec![
@@ -1331,6 +1382,38 @@ mod tests {
     }
 
     #[test]
+    fn the_liveness_check_fails_when_the_connection_is_reset() {
+        // What the check would report if a frame that may_touch_connection lets through
+        // did reset the connection: here a RST at exactly RCV.NXT (RFC 5961 §3.2 accepts
+        // it), which the check must not survive.
+        let mut f = Fixture::new();
+        let (b_port, a_port) = f.established_ports();
+        f.pair.settle();
+        let rcv_nxt = f
+            .pair
+            .b
+            .tcp_connection(f.established.0)
+            .expect("the connection")
+            .rcv_nxt();
+        let rst = TcpRepr {
+            src_port: a_port,
+            dst_port: b_port,
+            control: Control::Rst,
+            seq_number: rcv_nxt,
+            ack_number: None,
+            ..TcpRepr::default()
+        };
+        f.inject(true, &tcp_frame(true, &rst), RxChecksum::None);
+        f.pair.settle();
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.check_established_works()));
+        assert!(
+            outcome.is_err(),
+            "a reset connection passed the liveness check"
+        );
+    }
+
+    #[test]
     fn a_segment_on_the_connection_counts_as_touching_it() {
         let f = Fixture::new();
         let (b_port, a_port) = f.established_ports();
@@ -1339,11 +1422,17 @@ mod tests {
             dst_port: b_port,
             ..full_tcp_repr(&[], Control::Rst)
         };
-        assert!(may_touch_connection(&tcp_frame(true, &seg), (b_port, a_port)));
+        assert!(may_touch_connection(
+            &tcp_frame(true, &seg),
+            (b_port, a_port)
+        ));
         assert!(!may_touch_connection(
             &udp_frame(true, b_port, &[1], &[]),
             (b_port, a_port)
         ));
-        assert!(may_touch_connection(&arp_frame(ArpOperation::Reply), (1, 2)));
+        assert!(may_touch_connection(
+            &arp_frame(ArpOperation::Reply),
+            (1, 2)
+        ));
     }
 }

@@ -197,11 +197,7 @@ fn run_target(target: &Target, n: usize, mut make: impl FnMut(&mut Rng) -> Vec<u
             );
         }
     }
-    eprintln!(
-        "{:16} {n:6} inputs in {:?}",
-        target.name,
-        started.elapsed()
-    );
+    eprintln!("{:16} {n:6} inputs in {:?}", target.name, started.elapsed());
 }
 
 fn target(name: &str) -> &'static Target {
