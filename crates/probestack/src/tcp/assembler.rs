@@ -45,7 +45,8 @@
 //! # Never panics
 //!
 //! Every input is accepted: `max_ranges` 0 is taken as 1, a range reaching past
-//! `usize::MAX` is clamped there, and a zero-length `add` is a no-op.
+//! `usize::MAX` is clamped there, and an `add` left with no bytes (zero length, or clamped
+//! to nothing) is a no-op.
 //!
 //! [`ByteRing`]: super::ring::ByteRing
 //! [`ByteRing::write_unreadable`]: super::ring::ByteRing::write_unreadable
@@ -108,12 +109,13 @@ impl Assembler {
     /// in-order point; the end is clamped at `usize::MAX`). Overlapping and adjacent
     /// ranges merge into one, which becomes the most recently added range. If the result
     /// would need more than `max_ranges` separate ranges, nothing is recorded and
-    /// `Err(TooManyRanges)` is returned. `len` 0 is a no-op returning `Ok`.
+    /// `Err(TooManyRanges)` is returned. `len` 0 is a no-op returning `Ok`, and so is a
+    /// range that the clamping leaves empty (one at offset `usize::MAX`).
     pub fn add(&mut self, offset: usize, len: usize) -> Result<(), TooManyRanges> {
-        if len == 0 {
+        let end = offset.saturating_add(len);
+        if end == offset {
             return Ok(());
         }
-        let end = offset.saturating_add(len);
         // Ranges [first, past) overlap or touch the new one: the first whose end reaches
         // `offset`, up to the last whose start is at most `end`. (A range ending before
         // `offset` starts before `end`, so first <= past.)
@@ -366,6 +368,17 @@ mod tests {
                 Some((20, 21))
             ]
         );
+    }
+
+    #[test]
+    fn a_range_clamped_to_nothing_is_not_recorded() {
+        // Found by the tcp_assembler fuzz target: at offset usize::MAX the clamped range
+        // was empty, and was kept as a range with start == end.
+        let mut assembler = Assembler::new(4);
+        assembler.add(usize::MAX, 2562).unwrap();
+        assert!(assembler.is_empty());
+        assert_eq!(assembler.bytes(), 0);
+        assert_eq!(assembler.sack_ranges(), [None; MAX_SACK_BLOCKS]);
     }
 
     #[test]

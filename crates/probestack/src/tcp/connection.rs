@@ -521,6 +521,11 @@ impl Connection {
     }
 
     /// RCV.NXT and SND.NXT, for tests and the out-of-window injection checks.
+    /// Out-of-order ranges held (at most `max_ooo_ranges`), for the fuzz targets' bounds.
+    pub(crate) fn ooo_range_count(&self) -> usize {
+        self.ooo.range_count()
+    }
+
     pub fn rcv_nxt(&self) -> SeqNumber {
         self.rcv_nxt
     }
