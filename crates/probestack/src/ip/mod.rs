@@ -138,6 +138,7 @@ impl Stack {
         now: Instant,
     ) -> Option<(Ipv4Repr, PacketBuf)> {
         self.ledger.counters().inc(Counter::IpFragmentsIn);
+        let evicted_before = self.reassembler.stats().evicted_for_memory;
         let result = {
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
             let (header, payload) = buf.data().split_at(repr.header_len());
@@ -151,6 +152,11 @@ impl Stack {
             )
         };
         self.free(Layer::Ip, Side::Receive, buf);
+        // Datagrams this fragment pushed out to stay under the caps.
+        let evicted = self.reassembler.stats().evicted_for_memory - evicted_before;
+        if evicted > 0 {
+            self.ledger.counters().add(Counter::IpFragEvicted, evicted);
+        }
         let Reassembled { header, payload } = match result {
             Ok(Some(r)) => r,
             Ok(None) => return None,
