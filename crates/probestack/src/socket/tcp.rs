@@ -107,6 +107,9 @@ pub(crate) struct Listener {
     pub config: TcpConfig,
     /// The socket asked for RFC 1146 "no checksum" on its connections.
     pub no_checksum: bool,
+    /// When it last answered a SYN with a cookie: ACKs are checked for cookies only
+    /// while one it sent could still be valid.
+    pub cookie_sent_at: Option<Instant>,
 }
 
 pub(crate) enum Kind {
@@ -293,6 +296,7 @@ impl Stack {
             embryonic: 0,
             config: self.tcp.config,
             no_checksum: false,
+            cookie_sent_at: None,
         };
         let h = self.tcp.insert(TcpSocket {
             kind: Kind::Listener(listener),
@@ -382,6 +386,7 @@ impl Stack {
                 embryonic: 0,
                 config,
                 no_checksum,
+                cookie_sent_at: None,
             }),
             pcb: None,
             parent: None,

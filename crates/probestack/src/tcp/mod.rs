@@ -30,6 +30,7 @@
 //! answered with a SYN cookie when the listener's `TcpConfig::syn_cookies` is on
 //! (RFC 4987 §3.6; `tcp.syn_cookies_sent`) and dropped when it is off. Nothing is kept for
 //! a cookie: the ACK that returns it, an ACK for the listener matching no connection,
+//! (looked at only while a cookie the listener sent could still be valid)
 //! makes the connection, ESTABLISHED at once, if its cookie is valid and unexpired
 //! (`tcp.syn_cookies_accepted`) and the accept queue has room; its data is delivered. An
 //! ACK with a bad or expired cookie is counted (`tcp.syn_cookies_rejected`) and answered
@@ -264,6 +265,7 @@ impl Stack {
         }
         if l.embryonic + l.accept_queue.len() >= l.backlog {
             if config.syn_cookies {
+                l.cookie_sent_at = Some(now);
                 self.tcp_send_syn_cookie(local, remote, syn, &config, now);
             } else {
                 self.ledger.counters().inc(Counter::TcpDropListenOverflow);
@@ -381,7 +383,12 @@ impl Stack {
         let Some(ack) = seg.ack_number else {
             return false;
         };
-        if !l.config.syn_cookies {
+        // As Linux does, look for a cookie only while one we sent may still be valid: a
+        // listener that has not been flooded lately gives a guesser nothing to find.
+        let recent = l
+            .cookie_sent_at
+            .is_some_and(|t| now.saturating_since(t) < syn_cookie::COOKIE_LIFETIME);
+        if !l.config.syn_cookies || !recent {
             return false;
         }
         let (config, queue_full) = (l.config, l.accept_queue.len() >= l.backlog);

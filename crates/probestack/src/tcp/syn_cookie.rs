@@ -55,6 +55,11 @@ pub const COOKIE_PERIOD: Duration = Duration::from_secs(64);
 /// least 64 s and at most 128 s after it was made.
 pub const MAX_COOKIE_AGE: u32 = 1;
 
+/// The longest a cookie is accepted after it was made: to the end of the tick after its
+/// own.
+pub const COOKIE_LIFETIME: Duration =
+    Duration::from_nanos(COOKIE_PERIOD.as_nanos() * (MAX_COOKIE_AGE as u64 + 1));
+
 /// The MSS values a cookie can carry, smallest first: the eight commonest (RFC 9293's
 /// default 536; IPv6-minimum and tunnel paths; PPPoE; Ethernet's 1460; 9000-byte jumbo
 /// frames), with one below 536 for the rare peer that asks for less.
