@@ -48,6 +48,12 @@ pub struct StackConfig {
     pub echo_reply_queue: usize,
     /// Cap on packet-buffer memory outstanding.
     pub buffer_limit_bytes: usize,
+    /// Cap on the bytes reserved for socket buffers, all sockets together: a TCP
+    /// connection's send and receive buffers, a bound UDP socket's receive queue limit.
+    /// A socket that would pass it is refused (`NoSocketMemory`), a SYN or SYN-cookie ACK
+    /// that would is dropped; either is counted in `stack.drop.socket_memory` (the
+    /// equivalent of Linux's `tcp_mem` hard limit). See [`SocketMemory`].
+    pub socket_memory_limit: usize,
     /// Settings new TCP sockets start with.
     pub tcp: TcpConfig,
 }
@@ -65,8 +71,51 @@ impl Default for StackConfig {
             icmp_error_burst: 50,
             echo_reply_queue: 1024,
             buffer_limit_bytes: 256 << 20,
+            socket_memory_limit: DEFAULT_SOCKET_MEMORY_LIMIT,
             tcp: TcpConfig::default(),
         }
+    }
+}
+
+/// The default [`StackConfig::socket_memory_limit`]: 1 GiB, 512 TCP connections with the
+/// default 1 MiB send and 1 MiB receive buffers (which are allocated when the connection
+/// is made, so the cap bounds real memory).
+pub const DEFAULT_SOCKET_MEMORY_LIMIT: usize = 1 << 30;
+
+/// The stack-wide account of socket buffer memory: what is reserved against the limit,
+/// and the most that ever was. A socket reserves its buffers' sizes when it is made (a
+/// TCP connection: its send and receive buffer capacities, allocated then; a UDP socket:
+/// its receive queue limit, when it is bound) and gives them back when it is freed, so
+/// the account is of capacity promised, not bytes queued at the moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketMemory {
+    pub limit: usize,
+    pub reserved: usize,
+    pub peak: usize,
+}
+
+impl SocketMemory {
+    fn new(limit: usize) -> SocketMemory {
+        SocketMemory {
+            limit,
+            ..SocketMemory::default()
+        }
+    }
+
+    /// Takes `bytes` if they fit under the limit.
+    fn try_reserve(&mut self, bytes: usize) -> bool {
+        match self.reserved.checked_add(bytes) {
+            Some(total) if total <= self.limit => {
+                self.reserved = total;
+                self.peak = self.peak.max(total);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release(&mut self, bytes: usize) {
+        self.reserved = self.reserved.saturating_sub(bytes);
     }
 }
 
@@ -176,6 +225,7 @@ pub struct Stack {
     pub(crate) routes: RouteTable,
     pub(crate) next_ident: u16,
     pub(crate) reassembler: Reassembler,
+    pub(crate) socket_memory: SocketMemory,
     pub(crate) icmp_limiter: RateLimiter,
     pub(crate) echo_replies: VecDeque<EchoReply>,
     /// UDP's PCBs; each holds the index of its socket.
@@ -211,6 +261,7 @@ impl Stack {
             routes: RouteTable::new(),
             next_ident,
             reassembler: Reassembler::new(config.reassembly),
+            socket_memory: SocketMemory::new(config.socket_memory_limit),
             icmp_limiter: RateLimiter::new(config.icmp_errors_per_sec, config.icmp_error_burst),
             echo_replies: VecDeque::new(),
             udp_pcbs: PcbTable::new(config.tuning.pcb_config()),
@@ -322,6 +373,26 @@ impl Stack {
 
     pub fn reassembler(&self) -> &Reassembler {
         &self.reassembler
+    }
+
+    /// Socket buffer memory: the limit, what is reserved now, the peak.
+    pub fn socket_memory(&self) -> SocketMemory {
+        self.socket_memory
+    }
+
+    /// Reserves `bytes` of socket buffer memory; when they would pass the limit, counts
+    /// `stack.drop.socket_memory` and returns false.
+    pub(crate) fn reserve_socket_memory(&mut self, bytes: usize) -> bool {
+        let ok = self.socket_memory.try_reserve(bytes);
+        if !ok {
+            self.ledger.counters().inc(Counter::StackDropSocketMemory);
+        }
+        ok
+    }
+
+    /// Gives back what [`reserve_socket_memory`](Self::reserve_socket_memory) took.
+    pub(crate) fn release_socket_memory(&mut self, bytes: usize) {
+        self.socket_memory.release(bytes);
     }
 
     /// Moves frames and runs timers; returns when the stack next needs a poll (`None`:
@@ -473,6 +544,22 @@ impl Stack {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_memory_refuses_past_the_limit_and_gives_back() {
+        let mut m = SocketMemory::new(100);
+        assert!(m.try_reserve(60));
+        assert!(!m.try_reserve(41));
+        assert_eq!(m.reserved, 60);
+        assert!(m.try_reserve(40));
+        assert!(!m.try_reserve(1));
+        m.release(70);
+        assert_eq!((m.reserved, m.peak), (30, 100));
+        // Overflowing sizes are refused, not wrapped.
+        assert!(!m.try_reserve(usize::MAX));
+        m.release(usize::MAX);
+        assert_eq!(m.reserved, 0);
+    }
 
     #[test]
     fn rate_limiter_allows_a_burst_then_the_rate() {

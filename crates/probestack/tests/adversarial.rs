@@ -518,7 +518,7 @@ fn adversarial_packets_are_dropped_counted_and_survived() {
         a.expect(
             "ip_fragment_flood",
             &before,
-            &[(IpFragmentsIn, 300), (IpDropFragMemory, dropped)],
+            &[(IpFragmentsIn, 300), (IpFragEvicted, dropped)],
         );
         // A datagram in three fragments still gets through (and evicts old ones).
         a.udp_serves(3000);

@@ -373,6 +373,10 @@ fn header_prediction_switch() {
 #[test]
 fn listen_backlog_overflow_is_counted() {
     let mut p = pair(1500);
+    // Without SYN cookies, which would answer the SYNs past the backlog (tests/limits.rs).
+    let mut config = p.b.tcp_default_config();
+    config.syn_cookies = false;
+    p.b.set_tcp_default_config(config);
     let l = p.b.tcp_listen((ADDR_B, PORT), 2).unwrap();
     let conns: Vec<_> = (0..4)
         .map(|_| p.a.tcp_connect((ADDR_B, PORT)).unwrap())

@@ -159,8 +159,6 @@ impl Stack {
         now: Instant,
     ) -> Option<(Ipv4Repr, PacketBuf)> {
         self.ledger.counters().inc(Counter::IpFragmentsIn);
-        // Datagrams evicted at the memory cap to make room for this fragment are drops
-        // too, though `add` succeeds: count them with the fragments it refuses.
         let evicted_before = self.reassembler.stats().evicted_for_memory;
         let result = {
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
@@ -175,10 +173,11 @@ impl Stack {
             )
         };
         self.free(Layer::Ip, Side::Receive, buf);
+        // Datagrams this fragment pushed out to stay under the caps.
         let evicted = self.reassembler.stats().evicted_for_memory - evicted_before;
-        self.ledger
-            .counters()
-            .add(Counter::IpDropFragMemory, evicted);
+        if evicted > 0 {
+            self.ledger.counters().add(Counter::IpFragEvicted, evicted);
+        }
         let Reassembled { header, payload } = match result {
             Ok(Some(r)) => r,
             Ok(None) => return None,
@@ -421,8 +420,8 @@ mod tests {
     use crate::stack::{InterfaceConfig, StackConfig};
 
     /// First fragments of more datagrams than the reassembly memory cap holds: each is
-    /// either still held or counted in `ip.drop.frag_memory`, the datagrams evicted to
-    /// make room included (they were dropped without a word before).
+    /// either still held or counted in `ip.drop.frag_evicted`, the datagrams evicted to
+    /// make room (they were dropped without a word before).
     #[test]
     fn datagrams_evicted_at_the_memory_cap_are_counted() {
         let (_peer, nic) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
@@ -464,6 +463,6 @@ mod tests {
         assert_eq!(c.get(Counter::IpFragmentsIn), u64::from(SENT));
         assert!(held > 0 && held < u64::from(SENT), "{held} held");
         assert_eq!(st.reassembler().stats().refused_for_memory, 0);
-        assert_eq!(held + c.get(Counter::IpDropFragMemory), u64::from(SENT));
+        assert_eq!(held + c.get(Counter::IpFragEvicted), u64::from(SENT));
     }
 }

@@ -103,8 +103,11 @@ counters! {
     IpDropFragOverlap = "ip.drop.frag_overlap";
     /// Fragments dropped as malformed (a middle fragment not a multiple of 8, too long).
     IpDropFragMalformed = "ip.drop.frag_malformed";
-    /// Fragments refused, or datagrams evicted, at the reassembly memory cap.
+    /// Fragments refused at the reassembly memory cap (their datagram could not fit even
+    /// alone), and incomplete datagrams evicted (oldest first) to make room under it or
+    /// under the cap on datagrams held.
     IpDropFragMemory = "ip.drop.frag_memory";
+    IpFragEvicted = "ip.drop.frag_evicted";
     /// Datagrams whose reassembly timed out.
     IpReassemblyTimeout = "ip.reassembly_timeouts";
     /// Lookups of the defrag queue for a datagram that was not a fragment (paper 001 §7.6).
@@ -178,8 +181,15 @@ counters! {
     /// Connections opened actively (connect) and passively (accepted by a listener).
     TcpActiveOpens = "tcp.active_opens";
     TcpPassiveOpens = "tcp.passive_opens";
-    /// SYNs a listener dropped because its backlog was full.
+    /// SYNs a listener dropped because its backlog was full (SYN cookies off, or its
+    /// accept queue full), and SYN-cookie ACKs dropped because the accept queue was full.
     TcpDropListenOverflow = "tcp.drop.listen_overflow";
+    /// SYN cookies (RFC 4987 §3.6): SYN-ACKs sent with a cookie because the backlog was
+    /// full, ACKs whose valid cookie made a connection, and ACKs to a listener whose
+    /// cookie was bad or expired (dropped; RFC 9293's RST for such an ACK is sent too).
+    TcpSynCookiesSent = "tcp.syn_cookies_sent";
+    TcpSynCookiesAccepted = "tcp.syn_cookies_accepted";
+    TcpSynCookiesRejected = "tcp.syn_cookies_rejected";
     /// RSTs sent and accepted.
     TcpResetsOut = "tcp.resets_out";
     TcpResetsIn = "tcp.resets_in";
@@ -223,6 +233,9 @@ counters! {
     TcpIcmpIgnored = "tcp.icmp_ignored";
     /// Sends refused because no packet buffer could be had.
     StackDropNoBuffer = "stack.drop.no_buffer";
+    /// Sockets refused, and SYNs or SYN-cookie ACKs dropped, because their buffers would
+    /// pass `StackConfig::socket_memory_limit`.
+    StackDropSocketMemory = "stack.drop.socket_memory";
     /// Frames a device refused on transmit.
     StackDropDeviceRefused = "stack.drop.device_refused";
 }

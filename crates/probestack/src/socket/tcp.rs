@@ -15,6 +15,7 @@ use crate::socket::blocking::block_on;
 use crate::stack::Stack;
 use crate::tcp::connection::{ConnError, ConnStats, Connection, State, TcpConfig};
 use crate::tcp::isn::IsnGenerator;
+use crate::tcp::syn_cookie::SynCookies;
 use crate::time::{Clock, Duration, Instant};
 use crate::udp::pcb::{PcbError, PcbId};
 use crate::wire::Ipv4Address;
@@ -57,6 +58,9 @@ pub enum TcpError {
     InvalidAddress,
     /// The handle is closed or belongs to no socket.
     BadHandle,
+    /// The connection's buffers would pass the stack's socket memory limit
+    /// (`StackConfig::socket_memory_limit`; ENOBUFS).
+    NoSocketMemory,
 }
 
 impl std::fmt::Display for TcpError {
@@ -74,6 +78,7 @@ impl std::fmt::Display for TcpError {
             TcpError::NoRoute => "no route to host",
             TcpError::InvalidAddress => "invalid address",
             TcpError::BadHandle => "bad socket handle",
+            TcpError::NoSocketMemory => "no socket buffer memory",
         })
     }
 }
@@ -103,6 +108,9 @@ pub(crate) struct Listener {
     pub config: TcpConfig,
     /// The socket asked for RFC 1146 "no checksum" on its connections.
     pub no_checksum: bool,
+    /// When it last answered a SYN with a cookie: ACKs are checked for cookies only
+    /// while one it sent could still be valid.
+    pub cookie_sent_at: Option<Instant>,
 }
 
 pub(crate) enum Kind {
@@ -115,6 +123,9 @@ pub(crate) struct TcpSocket {
     pub pcb: Option<PcbId>,
     /// The listener a passively opened connection belongs to until it is accepted.
     pub parent: Option<usize>,
+    /// Socket buffer bytes reserved for it against the stack's limit, given back when
+    /// its slot is freed ([`Stack::tcp_free_slot`]).
+    pub reserved: usize,
 }
 
 struct Slot {
@@ -127,6 +138,8 @@ pub(crate) struct TcpSockets {
     slots: Vec<Slot>,
     free: Vec<usize>,
     pub isn: IsnGenerator,
+    /// SYN cookies, under the ISN key (their hash input is tagged apart).
+    pub cookies: SynCookies,
     pub port_key: [u8; 16],
     pub port_counter: u32,
     /// Settings new sockets start with.
@@ -144,6 +157,7 @@ impl TcpSockets {
             slots: Vec::new(),
             free: Vec::new(),
             isn: IsnGenerator::new(isn_key),
+            cookies: SynCookies::new(isn_key),
             port_key,
             port_counter: 0,
             config,
@@ -283,11 +297,13 @@ impl Stack {
             embryonic: 0,
             config: self.tcp.config,
             no_checksum: false,
+            cookie_sent_at: None,
         };
         let h = self.tcp.insert(TcpSocket {
             kind: Kind::Listener(listener),
             pcb: None,
             parent: None,
+            reserved: 0,
         });
         match self.tcp_pcbs.insert(local, None, h.index) {
             Ok(id) => {
@@ -297,6 +313,7 @@ impl Stack {
                 Ok(h)
             }
             Err(e) => {
+                // A listener reserves no socket memory.
                 self.tcp.remove(h.index);
                 Err(match e {
                     PcbError::AddrInUse => TcpError::AddrInUse,
@@ -356,6 +373,10 @@ impl Stack {
         }
         let local_addr = self.source_address_for(remote.0).ok_or(TcpError::NoRoute)?;
         drop(p);
+        let reserved = config.send_buffer.saturating_add(config.recv_buffer);
+        if !self.reserve_socket_memory(reserved) {
+            return Err(TcpError::NoSocketMemory);
+        }
         // The slot is taken first so that the PCB can name it; it holds the connection
         // once its port and initial sequence number are known.
         let h = self.tcp.insert(TcpSocket {
@@ -366,9 +387,11 @@ impl Stack {
                 embryonic: 0,
                 config,
                 no_checksum,
+                cookie_sent_at: None,
             }),
             pcb: None,
             parent: None,
+            reserved,
         });
         let port = match local_port {
             Some(p) => {
@@ -383,7 +406,7 @@ impl Stack {
         let (port, id) = match port {
             Ok(x) => x,
             Err(e) => {
-                self.tcp.remove(h.index);
+                self.tcp_free_slot(h.index);
                 return Err(e);
             }
         };
@@ -655,7 +678,7 @@ impl Stack {
                 self.tcp_reap(h.index);
             }
             Kind::Listener(_) => {
-                let Some(s) = self.tcp.remove(h.index) else {
+                let Some(s) = self.tcp_free_slot(h.index) else {
                     return Err(TcpError::BadHandle);
                 };
                 if let Some(id) = s.pcb {
@@ -766,6 +789,19 @@ impl Stack {
             }
             Kind::Stream(_) => Err(TcpError::NotConnected),
         }
+    }
+
+    /// Frees a socket's slot and gives back the socket memory it reserved.
+    pub(crate) fn tcp_free_slot(&mut self, index: usize) -> Option<TcpSocket> {
+        let s = self.tcp.remove(index)?;
+        self.release_socket_memory(s.reserved);
+        Some(s)
+    }
+
+    /// TCP connections the stack holds, in any state (accepted or not, closing ones
+    /// included): what a flood against a listener could make grow.
+    pub fn tcp_connection_count(&self) -> usize {
+        self.tcp.connection_indices().count()
     }
 
     /// The settings new sockets start with.

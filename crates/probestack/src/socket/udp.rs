@@ -51,6 +51,9 @@ pub enum UdpError {
     BadHandle,
     /// A blocking call waited its whole timeout.
     TimedOut,
+    /// The socket's receive queue limit would pass the stack's socket memory limit
+    /// (`StackConfig::socket_memory_limit`; ENOBUFS).
+    NoSocketMemory,
 }
 
 impl std::fmt::Display for UdpError {
@@ -68,6 +71,7 @@ impl std::fmt::Display for UdpError {
             UdpError::NoBuffer => write!(f, "no buffer space"),
             UdpError::BadHandle => write!(f, "bad socket handle"),
             UdpError::TimedOut => write!(f, "timed out"),
+            UdpError::NoSocketMemory => write!(f, "no socket buffer memory"),
         }
     }
 }
@@ -110,6 +114,9 @@ pub(crate) struct UdpSocket {
     pub rx: VecDeque<Queued>,
     pub rx_bytes: usize,
     pub rx_limit: usize,
+    /// Socket buffer bytes reserved against the stack's limit: `rx_limit` once bound
+    /// (an unbound socket receives nothing and holds nothing), 0 before.
+    pub reserved: usize,
     /// Paper 000's per-socket option: send without a checksum on any route.
     pub no_checksum: bool,
     /// An error to report on the next call (ICMP port unreachable on a connected socket).
@@ -163,6 +170,7 @@ impl UdpSockets {
             rx: VecDeque::new(),
             rx_bytes: 0,
             rx_limit: DEFAULT_RX_LIMIT,
+            reserved: 0,
             no_checksum: false,
             error: None,
         };
@@ -219,24 +227,36 @@ impl Stack {
         self.udp_attach(h, addr, port)
     }
 
-    /// Inserts the socket's PCB, choosing an ephemeral port for port 0.
+    /// Inserts the socket's PCB, choosing an ephemeral port for port 0, and reserves its
+    /// receive queue limit against the socket memory limit.
     fn udp_attach(&mut self, h: UdpHandle, addr: Ipv4Address, port: u16) -> Result<(), UdpError> {
+        let rx_limit = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?.rx_limit;
         let port = if port == 0 {
             self.udp_ephemeral_port(addr)?
         } else {
             port
         };
-        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
-        let id = self
-            .udp_pcbs
-            .insert((addr, port), None, h.index)
-            .map_err(|e| match e {
-                PcbError::AddrInUse => UdpError::AddrInUse,
-                _ => UdpError::AddrNotAvailable,
-            })?;
+        if !self.reserve_socket_memory(rx_limit) {
+            return Err(UdpError::NoSocketMemory);
+        }
+        let inserted = {
+            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+            self.udp_pcbs.insert((addr, port), None, h.index)
+        };
+        let id = match inserted {
+            Ok(id) => id,
+            Err(e) => {
+                self.release_socket_memory(rx_limit);
+                return Err(match e {
+                    PcbError::AddrInUse => UdpError::AddrInUse,
+                    _ => UdpError::AddrNotAvailable,
+                });
+            }
+        };
         let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
         s.pcb = Some(id);
         s.local = Some((addr, port));
+        s.reserved = rx_limit;
         Ok(())
     }
 
@@ -301,6 +321,7 @@ impl Stack {
         if let Some(id) = s.pcb {
             self.udp_pcbs.remove(id);
         }
+        self.release_socket_memory(s.reserved);
         for q in s.rx {
             self.pool.free(q.payload);
         }
@@ -322,7 +343,21 @@ impl Stack {
     }
 
     /// The receive buffer limit: payload bytes queued before arriving datagrams are dropped.
+    /// On a bound socket the new limit is reserved against the socket memory limit in
+    /// place of the old one; if it does not fit, the old limit stays and
+    /// [`UdpError::NoSocketMemory`] is returned.
     pub fn udp_set_recv_buffer(&mut self, h: UdpHandle, bytes: usize) -> Result<(), UdpError> {
+        let s = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
+        if s.pcb.is_some() {
+            let old = s.reserved;
+            self.release_socket_memory(old);
+            if !self.reserve_socket_memory(bytes) {
+                self.reserve_socket_memory(old);
+                return Err(UdpError::NoSocketMemory);
+            }
+            let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
+            s.reserved = bytes;
+        }
         self.udp_sockets
             .get_mut(h)
             .ok_or(UdpError::BadHandle)?

@@ -146,6 +146,9 @@ pub struct TcpConfig {
     pub initial_window_segments: usize,
     /// How long a fully closed socket waits in FIN-WAIT-2 for the peer's FIN.
     pub fin_wait2_timeout: Duration,
+    /// A listener whose backlog is full answers SYNs with SYN cookies (RFC 4987 §3.6,
+    /// [`syn_cookie`](super::syn_cookie)) instead of dropping them.
+    pub syn_cookies: bool,
 }
 
 impl Default for TcpConfig {
@@ -168,6 +171,7 @@ impl Default for TcpConfig {
             max_ooo_ranges: 32,
             initial_window_segments: 10,
             fin_wait2_timeout: Duration::from_secs(60),
+            syn_cookies: true,
         }
     }
 }
@@ -635,6 +639,40 @@ impl Connection {
         self.snd_wl1 = syn.seq_number;
         self.negotiate(syn, now);
         self.cwnd = self.snd_mss;
+    }
+
+    /// The ACK `ack` completed a handshake whose SYN-ACK carried a SYN cookie (RFC 4987
+    /// §3.6) with ISN `iss` and MSS `peer_mss`: this new connection starts in ESTABLISHED
+    /// as SYN-RECEIVED would have left it, our SYN acknowledged, with none of the options
+    /// the cookie SYN-ACK did not offer (window scaling, timestamps, SACK, RFC 1146). The
+    /// caller then gives `ack` to [`input`](Self::input) for its data.
+    pub fn accept_cookie_ack(
+        &mut self,
+        ack: &TcpRepr,
+        iss: SeqNumber,
+        peer_mss: u16,
+        now: Instant,
+    ) {
+        self.state = State::Established;
+        self.iss = iss;
+        self.snd_una = iss + 1;
+        self.snd_nxt = iss + 1;
+        self.snd_max = iss + 1;
+        self.snd_sml = iss + 1;
+        self.snd_mss = usize::from(peer_mss).clamp(64, self.rcv_mss);
+        self.irs = ack.seq_number - 1;
+        self.rcv_nxt = ack.seq_number;
+        self.rcv_adv = self.rcv_nxt;
+        self.snd_wnd = usize::from(ack.window_len);
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = ack.seq_number;
+        self.snd_wl2 = iss + 1;
+        (self.snd_shift, self.rcv_shift, self.ws_agreed) = (0, 0, false);
+        (self.ts_enabled, self.sack_enabled, self.no_checksum) = (false, false, false);
+        if let Some(d) = self.config.keepalive {
+            self.keepalive_deadline = Some(now + d);
+        }
+        self.cwnd = self.initial_window();
     }
 
     /// The options of the peer's SYN: what each side offered and both agreed.

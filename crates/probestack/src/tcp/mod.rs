@@ -7,7 +7,8 @@
 //!   [`recv_buffer`]: the receive buffer, copied bytes and NIC pages (zero-copy receive);
 //!   [`assembler`]: the out-of-order queue's
 //!   bookkeeping; [`rtt`]: the RFC 6298 timer; [`scoreboard`]: the SACK scoreboard;
-//!   [`isn`]: RFC 6528 initial sequence numbers and RFC 6056 ports;
+//!   [`isn`]: RFC 6528 initial sequence numbers and RFC 6056 ports; [`syn_cookie`]: RFC
+//!   4987 §3.6 SYN cookies, for a listener whose backlog is full;
 //! - this module: input (parse, checksum, demultiplex, hand to the connection or the
 //!   listener, RST for segments nobody wants) and output (segments to frames: header,
 //!   data copied out of the send buffer and checksummed, down to IP), and the timers.
@@ -21,6 +22,24 @@
 //!
 //! The PCB table is the one UDP uses (paper 002 §6.3's lookups and caches): a listener is
 //! a `<laddr|*, lport>` PCB, a connection a full four-tuple.
+//!
+//! # A listener under a SYN flood
+//!
+//! A listener's backlog bounds the connections it holds for it: those in SYN-RECEIVED
+//! and those established and waiting to be accepted. A SYN that finds the accept queue
+//! itself full is dropped (`tcp.drop.listen_overflow`): no connection could be queued.
+//! One that finds the backlog full of half-open connections (a SYN flood from spoofed
+//! addresses keeps it so, each held until its SYN-ACK retransmissions give up) is
+//! answered with a SYN cookie when the listener's `TcpConfig::syn_cookies` is on
+//! (RFC 4987 §3.6; `tcp.syn_cookies_sent`) and dropped when it is off. Nothing is kept for
+//! a cookie: the ACK that returns it, an ACK for the listener matching no connection,
+//! (looked at only while a cookie the listener sent could still be valid)
+//! makes the connection, ESTABLISHED at once, if its cookie is valid and unexpired
+//! (`tcp.syn_cookies_accepted`) and the accept queue has room; its data is delivered. An
+//! ACK with a bad or expired cookie is counted (`tcp.syn_cookies_rejected`) and answered
+//! with RFC 9293's RST. A new connection also reserves its buffers against the stack's
+//! socket memory limit, and the SYN (or cookie ACK) is dropped when they do not fit
+//! (`stack.drop.socket_memory`).
 
 pub mod assembler;
 pub mod connection;
@@ -30,8 +49,10 @@ pub mod ring;
 pub mod rtt;
 pub mod scoreboard;
 pub mod send_buffer;
+pub mod syn_cookie;
 
 pub use connection::{ConnError, ConnStats, Connection, State, TcpConfig};
+pub use syn_cookie::SynCookies;
 
 use crate::buf::{PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
@@ -241,8 +262,13 @@ impl Stack {
                 ..
             }) => {
                 let syn = seg.control == Control::Syn && seg.ack_number.is_none();
+                let cookie_ack =
+                    matches!(seg.control, Control::None | Control::Fin) && seg.ack_number.is_some();
                 if syn {
                     self.tcp_listener_syn(index, ip, &seg, now);
+                } else if cookie_ack && self.tcp_listener_cookie_ack(index, ip, &seg, now) {
+                    // A connection made from a cookie, or a cookie ACK dropped for want of
+                    // room: either way, nothing more to do for this segment.
                 } else if let Some(rst) = RstReply::for_segment(&seg) {
                     // RFC 9293 §3.10.7.2: an ACK to a listener draws a RST; a RST is
                     // ignored; anything else is dropped.
@@ -290,7 +316,9 @@ impl Stack {
         self.tcp.deferred = deferred;
     }
 
-    /// A SYN for a listener: a new connection in SYN-RECEIVED, if the backlog has room.
+    /// A SYN for a listener: a new connection in SYN-RECEIVED, if the backlog has room;
+    /// a SYN cookie instead when it is full of half-open connections (see the module
+    /// documentation).
     fn tcp_listener_syn(&mut self, index: usize, ip: &Ipv4Repr, syn: &TcpRepr, now: Instant) {
         let Some(TcpSocket {
             kind: Kind::Listener(l),
@@ -299,23 +327,60 @@ impl Stack {
         else {
             return;
         };
-        if l.embryonic + l.accept_queue.len() >= l.backlog {
-            self.ledger.counters().inc(Counter::TcpDropListenOverflow);
-            return;
-        }
-        l.embryonic += 1;
         let (config, ask) = (l.config, l.no_checksum);
         let local = (ip.dst, syn.dst_port);
         let remote = (ip.src, syn.src_port);
+        if l.accept_queue.len() >= l.backlog {
+            self.ledger.counters().inc(Counter::TcpDropListenOverflow);
+            return;
+        }
+        if l.embryonic + l.accept_queue.len() >= l.backlog {
+            if config.syn_cookies {
+                l.cookie_sent_at = Some(now);
+                self.tcp_send_syn_cookie(local, remote, syn, &config, now);
+            } else {
+                self.ledger.counters().inc(Counter::TcpDropListenOverflow);
+            }
+            return;
+        }
+        let reserved = config.send_buffer.saturating_add(config.recv_buffer);
+        if !self.reserve_socket_memory(reserved) {
+            return;
+        }
         let iss = self.tcp.isn.isn(local, remote, now);
         let ask = ask || self.checksum_elidable(remote.0);
         let mss = self.tcp_mss_for(remote.0);
         let mut conn = Connection::new(local, remote, config, iss, mss, ask);
         conn.accept_syn(syn, now);
+        let Some(h) = self.tcp_insert_child(index, local, remote, conn, reserved) else {
+            return;
+        };
+        if let Some(TcpSocket {
+            kind: Kind::Listener(l),
+            ..
+        }) = self.tcp.at_mut(index)
+        {
+            l.embryonic += 1;
+        }
+        self.tcp_output(h);
+    }
+
+    /// Puts a passively opened connection (holding `reserved` bytes of socket memory) in
+    /// a slot of its own with its PCB, its listener at `parent`. Returns its slot, or
+    /// `None` (the memory given back) if the PCB could not be had.
+    fn tcp_insert_child(
+        &mut self,
+        parent: usize,
+        local: (Ipv4Address, u16),
+        remote: (Ipv4Address, u16),
+        conn: Connection,
+        reserved: usize,
+    ) -> Option<usize> {
         let h = self.tcp.insert(TcpSocket {
             kind: Kind::Stream(Box::new(conn)),
             pcb: None,
-            parent: Some(index),
+            parent: Some(parent),
+            reserved,
         });
         let inserted = {
             let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::PcbConnect);
@@ -326,19 +391,129 @@ impl Stack {
                 if let Some(s) = self.tcp.at_mut(h.index) {
                     s.pcb = Some(id);
                 }
-                self.tcp_output(h.index);
+                Some(h.index)
             }
             Err(_) => {
-                self.tcp.remove(h.index);
-                if let Some(TcpSocket {
-                    kind: Kind::Listener(l),
-                    ..
-                }) = self.tcp.at_mut(index)
-                {
-                    l.embryonic -= 1;
-                }
+                self.tcp_free_slot(h.index);
+                None
             }
         }
+    }
+
+    /// Answers `syn` with a SYN-ACK whose ISN is a SYN cookie (RFC 4987 §3.6), keeping
+    /// nothing. It offers only what the cookie can carry back: our MSS, and an unscaled
+    /// window; no window scaling, timestamps or SACK.
+    fn tcp_send_syn_cookie(
+        &mut self,
+        local: (Ipv4Address, u16),
+        remote: (Ipv4Address, u16),
+        syn: &TcpRepr,
+        config: &TcpConfig,
+        now: Instant,
+    ) {
+        let (cookie, _) =
+            self.tcp
+                .cookies
+                .make(local, remote, syn.seq_number, syn.max_seg_size, now);
+        let mss = self.tcp_mss_for(remote.0).min(usize::from(u16::MAX)) as u16;
+        let repr = TcpRepr {
+            src_port: local.1,
+            dst_port: remote.1,
+            control: Control::Syn,
+            seq_number: cookie,
+            ack_number: Some(syn.seq_number + 1),
+            window_len: config.recv_buffer.min(usize::from(u16::MAX)) as u16,
+            max_seg_size: Some(mss),
+            ..TcpRepr::default()
+        };
+        if self.tcp_send_bare(local, remote, &repr) {
+            self.ledger.counters().inc(Counter::TcpSynCookiesSent);
+        }
+    }
+
+    /// An ACK (perhaps with data or FIN) for the listener at `index` that matched no
+    /// connection: if it returns a valid SYN cookie, the connection is made, ESTABLISHED,
+    /// queued for accept, and given the segment for its data. Returns whether the segment
+    /// was taken care of (a connection made, or a valid cookie's ACK dropped for want of
+    /// room); `false` for a segment with no valid cookie, after counting it when the
+    /// listener uses cookies.
+    fn tcp_listener_cookie_ack(
+        &mut self,
+        index: usize,
+        ip: &Ipv4Repr,
+        seg: &TcpRepr,
+        now: Instant,
+    ) -> bool {
+        let Some(TcpSocket {
+            kind: Kind::Listener(l),
+            ..
+        }) = self.tcp.at(index)
+        else {
+            return false;
+        };
+        let Some(ack) = seg.ack_number else {
+            return false;
+        };
+        // As Linux does, look for a cookie only while one we sent may still be valid: a
+        // listener that has not been flooded lately gives a guesser nothing to find.
+        let recent = l
+            .cookie_sent_at
+            .is_some_and(|t| now.saturating_since(t) < syn_cookie::COOKIE_LIFETIME);
+        if !l.config.syn_cookies || !recent {
+            return false;
+        }
+        let (config, queue_full) = (l.config, l.accept_queue.len() >= l.backlog);
+        let local = (ip.dst, seg.dst_port);
+        let remote = (ip.src, seg.src_port);
+        let peer_mss = match self
+            .tcp
+            .cookies
+            .check(local, remote, seg.seq_number, ack, now)
+        {
+            Ok(mss) => mss,
+            Err(_) => {
+                self.ledger.counters().inc(Counter::TcpSynCookiesRejected);
+                return false;
+            }
+        };
+        if queue_full {
+            // As Linux does: the peer believes it is connected; its retransmitted data
+            // (or a later ACK) tries again while the cookie lives.
+            self.ledger.counters().inc(Counter::TcpDropListenOverflow);
+            return true;
+        }
+        let reserved = config.send_buffer.saturating_add(config.recv_buffer);
+        if !self.reserve_socket_memory(reserved) {
+            return true;
+        }
+        let iss = ack - 1;
+        let mss = self.tcp_mss_for(remote.0);
+        let mut conn = Connection::new(local, remote, config, iss, mss, false);
+        conn.accept_cookie_ack(seg, iss, peer_mss, now);
+        let Some(child) = self.tcp_insert_child(index, local, remote, conn, reserved) else {
+            return true;
+        };
+        self.ledger.counters().inc(Counter::TcpSynCookiesAccepted);
+        if let Some(TcpSocket {
+            kind: Kind::Listener(l),
+            ..
+        }) = self.tcp.at_mut(index)
+        {
+            l.accept_queue.push_back(child);
+            self.ledger.counters().inc(Counter::TcpPassiveOpens);
+        }
+        // The ACK itself, for its data and FIN, through the connection's normal input.
+        let hp = self.tuning.header_prediction;
+        let reply = match self.tcp.conn_mut(child) {
+            Some(c) => c.input(seg, false, hp, &self.ledger, now),
+            None => None,
+        };
+        if let Some(rst) = reply {
+            self.tcp_send_rst(local, remote, rst);
+        }
+        self.tcp_output(child);
+        self.tcp_reap(child);
+        true
     }
 
     /// A passively opened connection left SYN-RECEIVED: into the accept queue when it
@@ -372,7 +547,7 @@ impl Stack {
         if !reap {
             return;
         }
-        let Some(s) = self.tcp.remove(index) else {
+        let Some(s) = self.tcp_free_slot(index) else {
             return;
         };
         if let Some(id) = s.pcb {
@@ -585,9 +760,6 @@ impl Stack {
         remote: (Ipv4Address, u16),
         rst: RstReply,
     ) {
-        if remote.0.is_broadcast() || remote.0.is_unspecified() {
-            return;
-        }
         let repr = TcpRepr {
             src_port: local.1,
             dst_port: remote.1,
@@ -596,8 +768,24 @@ impl Stack {
             ack_number: rst.ack,
             ..TcpRepr::default()
         };
+        if self.tcp_send_bare(local, remote, &repr) {
+            self.ledger.counters().inc(Counter::TcpResetsOut);
+        }
+    }
+
+    /// Sends a segment of no connection (a RST, a SYN cookie's SYN-ACK), with its
+    /// checksum and no data; whether it went down to IP.
+    fn tcp_send_bare(
+        &mut self,
+        local: (Ipv4Address, u16),
+        remote: (Ipv4Address, u16),
+        repr: &TcpRepr,
+    ) -> bool {
+        if remote.0.is_broadcast() || remote.0.is_unspecified() {
+            return false;
+        }
         let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, repr.buffer_len()) else {
-            return;
+            return false;
         };
         let emitted = {
             let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
@@ -605,11 +793,12 @@ impl Stack {
             repr.emit(&mut p, local.0, remote.0, Checksum::Check)
         };
         if emitted.is_err() {
-            return self.free(Layer::Tcp, Side::Send, buf);
+            self.free(Layer::Tcp, Side::Send, buf);
+            return false;
         }
-        self.ledger.counters().inc(Counter::TcpResetsOut);
         self.ledger.counters().inc(Counter::TcpSegmentsOut);
         let _ = self.ip_output(remote.0, IpProtocol::Tcp, buf, true, self.now);
+        true
     }
 
     /// An ICMP destination-unreachable about a TCP segment we sent: `quoted` is the IP
