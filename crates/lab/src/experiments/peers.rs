@@ -1937,7 +1937,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
                 "fast / system",
             ],
         );
-        for system in BULK_SYSTEMS {
+        for system in SYSTEMS {
             if let Some(x) = find(r, &w, system) {
                 t.row(vec![
                     system.label().to_string(),
@@ -2001,7 +2001,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
                 "fast / system",
             ],
         );
-        for system in SYSTEMS {
+        for system in BULK_SYSTEMS {
             if let Some(x) = find(r, &w, system) {
                 let label = match x.link_mtu {
                     Some(m) if m != mtu => format!("{} (MTU {m})", system.label()),
