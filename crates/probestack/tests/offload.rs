@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::transfer::transfer;
+use common::transfer::{connect, transfer};
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -18,9 +18,7 @@ use probestack::driver::{
 };
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
-use probestack::socket::tcp::TcpHandle;
 use probestack::socket::udp::{UdpError, UdpHandle};
-use probestack::tcp::State;
 use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
 use probestack::wire::Ipv4Address;
@@ -141,20 +139,6 @@ fn host(mtu: usize, tso: bool) -> HostConfig {
     h
 }
 
-/// Connects A to a listener on B; returns (A's stream, B's stream).
-fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle) {
-    let l = p.b.tcp_listen((ADDR_B, PORT), 8).unwrap();
-    let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
-    let mut s = None;
-    assert!(p.run_until(Duration::from_secs(5), |p| {
-        if s.is_none() {
-            s = p.b.tcp_accept(l).ok();
-        }
-        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
-    }));
-    (c, s.unwrap())
-}
-
 /// Same ones'-complement zero: a computed checksum of 0 may travel as 0xFFFF.
 fn same_checksum(sent: u16, computed: u16) -> bool {
     sent == computed || (computed == 0 && sent == 0xFFFF)
@@ -203,7 +187,7 @@ fn offloaded_checksums_are_right_on_the_wire() {
         a.nic.copy_mode = mode;
         b.nic.copy_mode = mode;
         let mut w = World::new(a, b);
-        let (c, s) = connect(&mut w.p);
+        let (c, s) = connect(&mut w.p, PORT);
         assert!(!w.p.a.tcp_connection(c).unwrap().checksum_elided());
         transfer(&mut w.p, c, s, 2 << 20, Duration::from_secs(30));
         // Some data back, so that both NICs complete checksums.
@@ -257,7 +241,7 @@ fn bulk_under_faults(mtu: usize, tso: bool) -> NicStats {
     a.nic.rx_faults = FaultConfig::lossy(17);
     b.nic.rx_faults = FaultConfig::lossy(18);
     let mut w = World::new(a, b);
-    let (c, s) = connect(&mut w.p);
+    let (c, s) = connect(&mut w.p, PORT);
     transfer(&mut w.p, c, s, 16 << 20, Duration::from_secs(600));
     let ca = w.p.a.ledger().counters();
     assert!(ca.get(Counter::TcpRetransmittedSegments) > 0);
@@ -315,7 +299,7 @@ fn corruption_is_caught_and_retransmitted_when_the_nic_verifies() {
             ..FaultConfig::none()
         };
         let mut w = World::new(a, b);
-        let (c, s) = connect(&mut w.p);
+        let (c, s) = connect(&mut w.p, PORT);
         transfer(&mut w.p, c, s, 4 << 20, Duration::from_secs(120));
         let sb = w.stats_b();
         let cb = w.p.b.ledger().counters();
@@ -443,7 +427,7 @@ fn tso_works_when_the_peers_agreed_on_no_checksum() {
         let mut h = host(mtu, true);
         h.stack.tuning.checksum_elision = true;
         let mut w = World::new(h.clone(), h);
-        let (tx, rx) = connect(&mut w.p);
+        let (tx, rx) = connect(&mut w.p, PORT);
         assert!(w.p.a.tcp_connection(tx).unwrap().checksum_elided());
         transfer(&mut w.p, tx, rx, 4 << 20, Duration::from_secs(60));
         w.p.run_for(Duration::from_millis(1));

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::transfer::{fnv, pattern};
+use common::transfer::{connect, fnv, pattern, PatternSender, FNV_START};
 use probestack::buf::Loan;
 use probestack::driver::{
     CopyMode, Device, DeviceCaps, DeviceContext, DeviceError, FaultConfig, MemoryNic, RxFrame,
@@ -15,8 +15,7 @@ use probestack::driver::{
 };
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
-use probestack::socket::tcp::{TcpError, TcpHandle};
-use probestack::tcp::State;
+use probestack::socket::tcp::TcpError;
 use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
 
@@ -38,19 +37,6 @@ fn host(mtu: usize, copy_mode: CopyMode, offload: bool) -> HostConfig {
     h
 }
 
-fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle) {
-    let l = p.b.tcp_listen((ADDR_B, PORT), 8).unwrap();
-    let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
-    let mut s = None;
-    assert!(p.run_until(Duration::from_secs(5), |p| {
-        if s.is_none() {
-            s = p.b.tcp_accept(l).ok();
-        }
-        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
-    }));
-    (c, s.unwrap())
-}
-
 /// What a zero-copy transfer saw.
 struct Outcome {
     /// Loans that were checked incomplete while some of their bytes were unacknowledged.
@@ -62,9 +48,9 @@ struct Outcome {
 /// loans of `chunk` bytes; checks the stream by hash, each loan's completion, and that
 /// every loan comes back unchanged in its own allocation.
 fn loaned_transfer(p: &mut Pair, chunk: usize, total: usize, copy_every: usize) -> Outcome {
-    let (tx, rx) = connect(p);
+    let (tx, rx) = connect(p, PORT);
     let (mut made, mut got) = (0usize, 0usize);
-    let (mut hs, mut hr) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
+    let (mut hs, mut hr) = (FNV_START, FNV_START);
     // Loans in flight: the loan, where it starts in the stream, how much of it is queued,
     // its address, and whether it was ever seen incomplete with its bytes unacknowledged.
     let mut loans: Vec<(Loan, usize, usize, usize, bool)> = Vec::new();
@@ -308,30 +294,14 @@ fn a_device_without_scatter_gather_gets_whole_frames_the_driver_copied() {
 /// every `copy_every`-th read). Checks the stream by hash; returns the bytes B got in
 /// whole page-aligned pages.
 fn paged_transfer(p: &mut Pair, total: usize, copy_every: usize) -> usize {
-    let (tx, rx) = connect(p);
+    let (tx, rx) = connect(p, PORT);
     p.b.tcp_set_zero_copy_receive(rx, true).unwrap();
-    let (mut sent, mut got, mut paged, mut reads) = (0usize, 0usize, 0usize, 0usize);
-    let (mut hs, mut hr) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
-    let mut pending = Vec::new();
+    let mut sender = PatternSender::new(total);
+    let (mut got, mut paged, mut reads) = (0usize, 0usize, 0usize);
+    let mut hr = FNV_START;
     let mut buf = vec![0u8; 10_000];
     let done = p.run_until(Duration::from_secs(120), |p| {
-        loop {
-            if pending.is_empty() && sent < total {
-                pending = pattern(sent, (64 * 1024).min(total - sent));
-            }
-            if pending.is_empty() {
-                break;
-            }
-            match p.a.tcp_send(tx, &pending) {
-                Ok(n) => {
-                    fnv(&mut hs, &pending[..n]);
-                    sent += n;
-                    pending.drain(..n);
-                }
-                Err(TcpError::WouldBlock) => break,
-                Err(e) => panic!("send: {e}"),
-            }
-        }
+        sender.pump(p, tx);
         loop {
             reads += 1;
             if copy_every > 0 && reads.is_multiple_of(copy_every) {
@@ -361,8 +331,15 @@ fn paged_transfer(p: &mut Pair, total: usize, copy_every: usize) -> usize {
         }
         got == total
     });
-    assert!(done, "stalled: sent {sent}, received {got} of {total}");
-    assert_eq!(hs, hr, "the bytes received differ from the bytes sent");
+    assert!(
+        done,
+        "stalled: sent {}, received {got} of {total}",
+        sender.sent
+    );
+    assert_eq!(
+        sender.hash, hr,
+        "the bytes received differ from the bytes sent"
+    );
     paged
 }
 

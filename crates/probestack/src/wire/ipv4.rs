@@ -615,6 +615,28 @@ impl Ipv4Repr {
         packet: &mut Packet<T>,
         checksum: Checksum,
     ) -> Result<()> {
+        self.emit_into(packet, checksum, true)
+    }
+
+    /// Writes the header alone into a buffer that need hold only the header: the payload
+    /// follows elsewhere (a frame's fragments, the loaned data of a zero-copy send). The
+    /// total length still says header plus `payload_len`.
+    pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        checksum: Checksum,
+    ) -> Result<()> {
+        self.emit_into(packet, checksum, false)
+    }
+
+    /// [`emit`](Self::emit) when `whole` (the buffer holds the datagram), else
+    /// [`emit_header`](Self::emit_header).
+    fn emit_into<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        checksum: Checksum,
+        whole: bool,
+    ) -> Result<()> {
         if self.dscp > 0x3F {
             return Err(Error::BadField {
                 proto: Proto::Ipv4,
@@ -645,37 +667,9 @@ impl Ipv4Repr {
                 field: "payload length",
                 value: u32::try_from(self.payload_len).unwrap_or(u32::MAX),
             })?;
-        check_len(Proto::Ipv4, packet.buffer.as_ref(), total_len)?;
+        let need = if whole { total_len } else { self.header_len() };
+        check_len(Proto::Ipv4, packet.buffer.as_ref(), need)?;
         self.write_header(packet, total_len, checksum);
-        Ok(())
-    }
-
-    /// Writes the header alone into a buffer that need hold only the header: the payload
-    /// follows elsewhere (a frame's fragments, the loaned data of a zero-copy send). The
-    /// total length still says header plus `payload_len`.
-    pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(
-        &self,
-        packet: &mut Packet<T>,
-        checksum: Checksum,
-    ) -> Result<()> {
-        let header_only = Ipv4Repr {
-            payload_len: 0,
-            ..*self
-        };
-        header_only.emit(packet, Checksum::Skip)?;
-        let total_len = self
-            .header_len()
-            .checked_add(self.payload_len)
-            .filter(|&n| n <= MAX_TOTAL_LEN)
-            .ok_or(Error::BadField {
-                proto: Proto::Ipv4,
-                field: "payload length",
-                value: u32::try_from(self.payload_len).unwrap_or(u32::MAX),
-            })?;
-        packet.set_total_len(total_len as u16);
-        if checksum == Checksum::Check {
-            packet.fill_checksum();
-        }
         Ok(())
     }
 

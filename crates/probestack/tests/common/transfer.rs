@@ -1,9 +1,24 @@
-//! A bulk TCP transfer between the two stacks of a simulated pair, checked by hash: the
-//! TCP tests and the offload tests share it.
+//! A bulk TCP transfer between the two stacks of a simulated pair, checked by hash, and the
+//! connection it runs on: the TCP, offload and zero-copy tests share them.
 
-use probestack::sim::Pair;
+use probestack::sim::{Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
+use probestack::tcp::State;
 use probestack::time::Duration;
+
+/// Connects A to a listener on B at `port`; returns (A's stream, B's stream).
+pub fn connect(p: &mut Pair, port: u16) -> (TcpHandle, TcpHandle) {
+    let l = p.b.tcp_listen((ADDR_B, port), 8).unwrap();
+    let c = p.a.tcp_connect((ADDR_B, port)).unwrap();
+    let mut s = None;
+    assert!(p.run_until(Duration::from_secs(5), |p| {
+        if s.is_none() {
+            s = p.b.tcp_accept(l).ok();
+        }
+        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+    }));
+    (c, s.unwrap())
+}
 
 /// Deterministic bytes that say where they are in the stream.
 pub fn pattern(offset: usize, len: usize) -> Vec<u8> {
@@ -20,34 +35,59 @@ pub fn fnv(h: &mut u64, data: &[u8]) {
     }
 }
 
+/// A's side of a checked transfer: the pattern written by copy, 64 KiB at a time, and
+/// the hash of what the stack took.
+pub struct PatternSender {
+    pub sent: usize,
+    pub total: usize,
+    pub hash: u64,
+    pending: Vec<u8>,
+}
+
+impl PatternSender {
+    pub fn new(total: usize) -> PatternSender {
+        PatternSender {
+            sent: 0,
+            total,
+            hash: FNV_START,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Writes on `tx` until A's stack takes no more or everything is sent.
+    pub fn pump(&mut self, p: &mut Pair, tx: TcpHandle) {
+        loop {
+            if self.pending.is_empty() && self.sent < self.total {
+                self.pending = pattern(self.sent, (64 * 1024).min(self.total - self.sent));
+            }
+            if self.pending.is_empty() {
+                return;
+            }
+            match p.a.tcp_send(tx, &self.pending) {
+                Ok(n) => {
+                    fnv(&mut self.hash, &self.pending[..n]);
+                    self.sent += n;
+                    self.pending.drain(..n);
+                }
+                Err(TcpError::WouldBlock) => return,
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+    }
+}
+
+/// FNV-1a's offset basis.
+pub const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
 /// Sends `total` bytes from `tx` on A to `rx` on B and checks them by hash; returns the
 /// virtual time taken in milliseconds.
 pub fn transfer(p: &mut Pair, tx: TcpHandle, rx: TcpHandle, total: usize, limit: Duration) -> u64 {
     let start = p.now();
-    let (mut sent, mut got) = (0usize, 0usize);
-    let (mut hs, mut hr) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
+    let mut sender = PatternSender::new(total);
+    let (mut got, mut hr) = (0usize, FNV_START);
     let mut buf = vec![0u8; 256 * 1024];
-    let chunk = 64 * 1024;
-    let mut pending = Vec::new();
     let done = p.run_until(limit, |p| {
-        loop {
-            if pending.is_empty() && sent < total {
-                let n = chunk.min(total - sent);
-                pending = pattern(sent, n);
-            }
-            if pending.is_empty() {
-                break;
-            }
-            match p.a.tcp_send(tx, &pending) {
-                Ok(n) => {
-                    fnv(&mut hs, &pending[..n]);
-                    sent += n;
-                    pending.drain(..n);
-                }
-                Err(TcpError::WouldBlock) => break,
-                Err(e) => panic!("send: {e}"),
-            }
-        }
+        sender.pump(p, tx);
         loop {
             match p.b.tcp_recv(rx, &mut buf) {
                 Ok(0) => break,
@@ -63,8 +103,12 @@ pub fn transfer(p: &mut Pair, tx: TcpHandle, rx: TcpHandle, total: usize, limit:
     });
     assert!(
         done,
-        "transfer stalled: sent {sent}, received {got} of {total}"
+        "transfer stalled: sent {}, received {got} of {total}",
+        sender.sent
     );
-    assert_eq!(hs, hr, "the bytes received differ from the bytes sent");
+    assert_eq!(
+        sender.hash, hr,
+        "the bytes received differ from the bytes sent"
+    );
     (p.now() - start).as_millis()
 }
