@@ -23,6 +23,12 @@ pub struct ArpConfig {
     pub max_requests: u32,
     /// Packets kept per unresolved address; further ones push out the oldest.
     pub queue_per_address: usize,
+    /// Entries the cache holds at most, resolved and pending together (Linux's
+    /// `gc_thresh3` is 1024), so that traffic from or to many addresses (a spoofed flood
+    /// from the local subnet) cannot grow it, or the packets its pending entries hold,
+    /// without bound. At the limit expired entries are forgotten first; a new address is
+    /// then refused (its packet dropped and counted) or not learned.
+    pub max_entries: usize,
 }
 
 impl Default for ArpConfig {
@@ -32,6 +38,7 @@ impl Default for ArpConfig {
             request_interval: Duration::from_secs(1),
             max_requests: 3,
             queue_per_address: 8,
+            max_entries: 1024,
         }
     }
 }
@@ -61,6 +68,8 @@ pub enum Resolution<P> {
     Queued,
     /// Queued, and this older packet was pushed out of the full queue (count a drop).
     QueuedDropped(P),
+    /// The cache is full ([`ArpConfig::max_entries`]): not queued (count a drop).
+    TableFull(P),
 }
 
 /// Work the cache asks of the link layer after its timers run.
@@ -108,6 +117,9 @@ impl<P> ArpCache<P> {
             return Resolution::Resolved(mac, packet);
         }
         let cap = self.config.queue_per_address.max(1);
+        if !self.entries.contains_key(&ip) && !self.make_room(now) {
+            return Resolution::TableFull(packet);
+        }
         match self.entries.get_mut(&ip) {
             Some(Entry::Pending { waiting, .. }) => {
                 waiting.push_back(packet);
@@ -119,7 +131,7 @@ impl<P> ArpCache<P> {
                 Resolution::Queued
             }
             _ => {
-                // Absent, or resolved but expired: start resolving.
+                // Absent (and there is room), or resolved but expired: start resolving.
                 let mut waiting = VecDeque::with_capacity(1);
                 waiting.push_back(packet);
                 self.entries.insert(
@@ -145,12 +157,37 @@ impl<P> ArpCache<P> {
         create: bool,
         now: Instant,
     ) -> Vec<P> {
-        match self.entries.get(&ip) {
-            Some(Entry::Resolved { expires: None, .. }) => Vec::new(),
-            Some(_) => self.set(ip, mac, Some(now + self.config.entry_lifetime)),
-            None if create => self.set(ip, mac, Some(now + self.config.entry_lifetime)),
-            None => Vec::new(),
+        let known = match self.entries.get(&ip) {
+            Some(Entry::Resolved { expires: None, .. }) => return Vec::new(),
+            known => known.is_some(),
+        };
+        if known || (create && self.make_room(now)) {
+            self.set(ip, mac, Some(now + self.config.entry_lifetime))
+        } else {
+            Vec::new()
         }
+    }
+
+    /// Whether a new entry may be added: below the limit, or once expired resolved
+    /// entries are forgotten.
+    fn make_room(&mut self, now: Instant) -> bool {
+        if self.entries.len() < self.config.max_entries {
+            return true;
+        }
+        self.entries.retain(|_, e| match e {
+            Entry::Resolved { expires, .. } => expires.is_none_or(|x| now < x),
+            Entry::Pending { .. } => true,
+        });
+        self.entries.len() < self.config.max_entries
+    }
+
+    /// Entries held (resolved and pending).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     fn set(&mut self, ip: Ipv4Address, mac: EthernetAddress, expires: Option<Instant>) -> Vec<P> {
@@ -242,6 +279,34 @@ mod tests {
             .learn(Ipv4Address::new(198, 18, 0, 10), MAC, false, t(3))
             .is_empty());
         assert_eq!(c.lookup(Ipv4Address::new(198, 18, 0, 10), t(3)), None);
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_forgets_expired_entries_to_make_room() {
+        let cfg = ArpConfig {
+            max_entries: 4,
+            ..ArpConfig::default()
+        };
+        let mut c: ArpCache<i32> = ArpCache::new(cfg);
+        let ip = |i: u8| Ipv4Address::new(198, 18, 1, i);
+        for i in 0..2 {
+            assert_eq!(c.resolve(ip(i), 1, t(0)), Resolution::QueuedSendRequest);
+        }
+        for i in 2..4 {
+            assert!(c.learn(ip(i), MAC, true, t(0)).is_empty());
+        }
+        assert_eq!(c.len(), 4);
+        // Full: a new address is refused, and not learned; known ones still work.
+        assert_eq!(c.resolve(ip(9), 5, t(1)), Resolution::TableFull(5));
+        assert!(c.learn(ip(10), MAC, true, t(1)).is_empty());
+        assert_eq!(c.lookup(ip(10), t(1)), None);
+        assert_eq!(c.resolve(ip(0), 2, t(1)), Resolution::Queued);
+        assert_eq!(c.resolve(ip(2), 3, t(1)), Resolution::Resolved(MAC, 3));
+        assert_eq!(c.len(), 4);
+        // Once the learned entries expire they make room for new addresses.
+        let later = t(0) + cfg.entry_lifetime;
+        assert_eq!(c.resolve(ip(9), 6, later), Resolution::QueuedSendRequest);
+        assert!(c.len() <= 4);
     }
 
     #[test]

@@ -170,6 +170,10 @@ impl Stack {
             Resolution::Resolved(mac, d) => self.link_send_ipv4(iface, mac, d, now),
             Resolution::QueuedSendRequest => self.send_arp_request(iface, next_hop, now),
             Resolution::Queued => {}
+            Resolution::TableFull(p) => {
+                self.ledger.counters().inc(Counter::ArpDropTableFull);
+                self.pool.free(p);
+            }
             Resolution::QueuedDropped(old) => {
                 self.ledger.counters().inc(Counter::ArpDropQueueFull);
                 self.pool.free(old);

@@ -76,6 +76,9 @@ counters! {
     ArpDropUnresolved = "arp.drop.unresolved";
     /// Packets pushed out of a full queue waiting for ARP.
     ArpDropQueueFull = "arp.drop.queue_full";
+    /// Packets for a new address dropped because the ARP cache was full
+    /// (`ArpConfig::max_entries`).
+    ArpDropTableFull = "arp.drop.table_full";
     /// IPv4 datagrams received (before validation).
     IpPacketsIn = "ip.packets_in";
     /// IPv4 datagrams with a bad version, header length, total length or option.
