@@ -349,9 +349,15 @@ pub fn run(out: &Path, level: Level) -> io::Result<()> {
     });
 
     next("overhead: what the probes cost (builds a probe-free copy)");
-    if full {
-        let mut bar = Progress::new("overhead", 3 * 6);
-        let r = overhead::run(5, 400, |s| bar.step(s)).map_err(io::Error::other)?;
+    // Test mode leaves it out: building the second copy takes minutes.
+    let rounds = match level {
+        Level::Test => None,
+        Level::Quick => Some((3, 200)),
+        Level::Full => Some((5, 400)),
+    };
+    if let Some((rounds, millis)) = rounds {
+        let mut bar = Progress::new("overhead", 3 * (rounds + 1));
+        let r = overhead::run(rounds, millis, |s| bar.step(s)).map_err(io::Error::other)?;
         bar.finish();
         write_json(out, "overhead", &r)?;
         sections.push(Section {
@@ -359,7 +365,7 @@ pub fn run(out: &Path, level: Level) -> io::Result<()> {
             ..Section::new("overhead", "What the probes cost")
         });
     } else {
-        let why = "measured only with --full: it builds a second, probe-free copy of the tool (minutes on two cores); `probestack lab overhead` runs it alone";
+        let why = "left out of the test report: it builds a second, probe-free copy of the tool (minutes on two cores); `probestack lab overhead` runs it alone";
         eprintln!("  overhead: skipped ({why})");
         sections.push(Section::skipped("overhead", "What the probes cost", why));
     }
