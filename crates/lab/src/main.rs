@@ -73,7 +73,8 @@ struct ReportArgs {
     /// Fewer samples and sizes: within five minutes on two cores (the default).
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// The papers' sizes and counts, the full bulk matrix and the probes' overhead.
+    /// The papers' sizes and counts, the full bulk matrix, and longer runs of the probes'
+    /// overhead.
     #[arg(long)]
     full: bool,
     /// Where to write the report.

@@ -33,15 +33,13 @@ use crate::experiments::{
 use crate::table::Table;
 use figures::Figure;
 use progress::Progress;
-use svg::LabelledRow;
 
 /// How much the report measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
     /// Tiny runs for the tests: seconds. Overhead and tap are skipped.
     Test,
-    /// The default: a few minutes on two cores. Overhead is skipped (it builds a second
-    /// copy of the tool).
+    /// The default: a few minutes on two cores, the probes' overhead in short rounds.
     Quick,
     /// The papers' sizes and counts.
     Full,
@@ -313,20 +311,9 @@ pub fn run(out: &Path, level: Level) -> io::Result<()> {
         .map_err(io::Error::other)?;
     bar.finish();
     write_json(out, "cpu", &r)?;
-    let rows: Vec<LabelledRow> = r
-        .rows
-        .iter()
-        .map(|x| LabelledRow {
-            label: format!("{} {}", x.mtu, x.config),
-            parts: cpu::CATEGORIES
-                .iter()
-                .map(|c| (c.to_string(), x.by_category[c]))
-                .collect(),
-        })
-        .collect();
     sections.push(
         Section {
-            figures: vec![figures::receiver_cpu(&rows)],
+            figures: figures::cpu(&r),
             tables: cpu::tables(&r),
             ..Section::new("cpu", "Receiver CPU at a fixed rate (paper 004 Fig. 3)")
         }

@@ -626,6 +626,70 @@ fn a_cookie_ack_with_data_makes_a_connection_and_an_old_one_is_refused() {
     assert_eq!(p.b.tcp_accept(l), Err(TcpError::WouldBlock));
 }
 
+#[test]
+fn the_accept_queue_stays_within_the_backlog_when_cookies_filled_it() {
+    // Backlog 2: two clients half open, two more admitted by cookies into the accept
+    // queue; then the first two finish their handshakes and find no room.
+    const SMALL: usize = 2;
+    let (mut p, net) = pair_with(host(), host());
+    let l = p.b.tcp_listen((ADDR_B, PORT), SMALL).unwrap();
+    let isn = SeqNumber(0x0bad_cafe);
+    let client = |i: u8| (Ipv4Address::new(198, 18, 201, i), 41000 + u16::from(i));
+    let syn = TcpRepr {
+        dst_port: PORT,
+        control: Control::Syn,
+        seq_number: isn,
+        window_len: 65535,
+        max_seg_size: Some(1460),
+        ..TcpRepr::default()
+    };
+    let ack = |synack: SeqNumber| TcpRepr {
+        dst_port: PORT,
+        seq_number: isn + 1,
+        ack_number: Some(synack + 1),
+        window_len: 65535,
+        ..TcpRepr::default()
+    };
+    for i in 0..4 {
+        p.b.add_static_arp(0, client(i).0, MAC_A);
+        net.push(tcp_frame(client(i), &syn));
+        p.settle();
+    }
+    assert_eq!(
+        count(&p.b, Counter::TcpSynCookiesSent),
+        2,
+        "the last two got cookies"
+    );
+    // The cookie clients complete first and fill the accept queue.
+    for i in 2..4 {
+        let cookie = net.syn_acks_to(client(i))[0].seq;
+        net.push(tcp_frame(client(i), &ack(cookie)));
+        p.settle();
+    }
+    assert_eq!(count(&p.b, Counter::TcpSynCookiesAccepted), 2);
+    let overflows = count(&p.b, Counter::TcpDropListenOverflow);
+    let resets = count(&p.b, Counter::TcpResetsOut);
+    for i in 0..2 {
+        let synack = net.syn_acks_to(client(i))[0].seq;
+        net.push(tcp_frame(client(i), &ack(synack)));
+        p.settle();
+    }
+    assert_eq!(
+        count(&p.b, Counter::TcpDropListenOverflow),
+        overflows + 2,
+        "no room: counted"
+    );
+    assert_eq!(count(&p.b, Counter::TcpResetsOut), resets + 2, "and reset");
+    let mut queued = 0;
+    while p.b.tcp_accept(l).is_ok() {
+        queued += 1;
+    }
+    assert_eq!(
+        queued, SMALL,
+        "the accept queue never held more than the backlog"
+    );
+}
+
 // ----------------------------------------------------------------------------------------
 // Fragment flood.
 

@@ -419,22 +419,32 @@ impl Tally {
 
     /// What was counted between `earlier` and `self`.
     fn since(self, earlier: Tally) -> Tally {
+        self.zip(earlier, |now, then| now - then)
+    }
+
+    /// Both stacks' counts together.
+    fn plus(self, other: Tally) -> Tally {
+        self.zip(other, |a, b| a + b)
+    }
+
+    /// `f` of each pair of counts.
+    fn zip(self, o: Tally, f: impl Fn(u64, u64) -> u64) -> Tally {
         Tally {
-            hp_data_hits: self.hp_data_hits - earlier.hp_data_hits,
-            hp_ack_hits: self.hp_ack_hits - earlier.hp_ack_hits,
-            hp_misses: self.hp_misses - earlier.hp_misses,
-            segments_out: self.segments_out - earlier.segments_out,
-            retransmitted_segments: self.retransmitted_segments - earlier.retransmitted_segments,
-            retransmit_timeouts: self.retransmit_timeouts - earlier.retransmit_timeouts,
-            delayed_acks: self.delayed_acks - earlier.delayed_acks,
-            window_probes: self.window_probes - earlier.window_probes,
-            tx_queue_full: self.tx_queue_full - earlier.tx_queue_full,
-            fresh_buffers: self.fresh_buffers - earlier.fresh_buffers,
-            frames_in: self.frames_in - earlier.frames_in,
-            notifications: self.notifications - earlier.notifications,
-            zero_copy_segments: self.zero_copy_segments - earlier.zero_copy_segments,
-            rx_page_bytes: self.rx_page_bytes - earlier.rx_page_bytes,
-            rx_odd_bytes: self.rx_odd_bytes - earlier.rx_odd_bytes,
+            hp_data_hits: f(self.hp_data_hits, o.hp_data_hits),
+            hp_ack_hits: f(self.hp_ack_hits, o.hp_ack_hits),
+            hp_misses: f(self.hp_misses, o.hp_misses),
+            segments_out: f(self.segments_out, o.segments_out),
+            retransmitted_segments: f(self.retransmitted_segments, o.retransmitted_segments),
+            retransmit_timeouts: f(self.retransmit_timeouts, o.retransmit_timeouts),
+            delayed_acks: f(self.delayed_acks, o.delayed_acks),
+            window_probes: f(self.window_probes, o.window_probes),
+            tx_queue_full: f(self.tx_queue_full, o.tx_queue_full),
+            fresh_buffers: f(self.fresh_buffers, o.fresh_buffers),
+            frames_in: f(self.frames_in, o.frames_in),
+            notifications: f(self.notifications, o.notifications),
+            zero_copy_segments: f(self.zero_copy_segments, o.zero_copy_segments),
+            rx_page_bytes: f(self.rx_page_bytes, o.rx_page_bytes),
+            rx_odd_bytes: f(self.rx_odd_bytes, o.rx_odd_bytes),
         }
     }
 
@@ -1015,23 +1025,7 @@ pub fn run_cell_with(
         (Err(e), _) | (_, Err(e)) => return Err(e),
     };
     let receiver = received.tally;
-    let both = Tally {
-        hp_data_hits: sender.hp_data_hits + receiver.hp_data_hits,
-        hp_ack_hits: sender.hp_ack_hits + receiver.hp_ack_hits,
-        hp_misses: sender.hp_misses + receiver.hp_misses,
-        segments_out: sender.segments_out + receiver.segments_out,
-        retransmitted_segments: sender.retransmitted_segments + receiver.retransmitted_segments,
-        retransmit_timeouts: sender.retransmit_timeouts + receiver.retransmit_timeouts,
-        delayed_acks: sender.delayed_acks + receiver.delayed_acks,
-        window_probes: sender.window_probes + receiver.window_probes,
-        tx_queue_full: sender.tx_queue_full + receiver.tx_queue_full,
-        fresh_buffers: sender.fresh_buffers + receiver.fresh_buffers,
-        frames_in: sender.frames_in + receiver.frames_in,
-        notifications: sender.notifications + receiver.notifications,
-        zero_copy_segments: sender.zero_copy_segments + receiver.zero_copy_segments,
-        rx_page_bytes: sender.rx_page_bytes + receiver.rx_page_bytes,
-        rx_odd_bytes: sender.rx_odd_bytes + receiver.rx_odd_bytes,
-    };
+    let both = sender.plus(receiver);
     Ok(CellFigures {
         receiver_ledger: received.ledger,
         run_ns: received.run_ns,

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant as WallInstant};
 
 use probestack::checksum::Kernel;
 use probestack::driver::CopyMode;
+use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::udp::UdpError;
 use probestack::time::{Clock, RealClock};
@@ -243,12 +244,13 @@ impl UdpBench {
     }
 }
 
-/// The median MB/s over `runs` timed runs (after ARP and a warm-up run) of `rate`.
+/// The median MB/s over `runs` timed runs (after ARP and a warm-up run) of `rate`, and
+/// whether B received datagrams without a checksum (elided).
 fn udp_cell(
     host: HostConfig,
     settings: Settings,
     rate: impl Fn(&UdpRun) -> f64,
-) -> Result<(f64, usize), String> {
+) -> Result<(f64, usize, bool), String> {
     let mut bench = UdpBench::new(host)?;
     bench.run(1)?;
     bench.run(settings.udp_datagrams.clamp(1, 500))?;
@@ -261,7 +263,14 @@ fn udp_cell(
         }
         rates.push(rate(&r));
     }
-    Ok((median(&mut rates), runs))
+    let elided = bench
+        .pair
+        .b
+        .ledger()
+        .counters()
+        .get(Counter::UdpNoChecksumIn)
+        > 0;
+    Ok((median(&mut rates), runs, elided))
 }
 
 fn mb_per_s(bytes: u64, d: Duration) -> f64 {
@@ -282,12 +291,12 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Results {
         let mut host = HostConfig::with_mtu(MTU);
         host.stack.tuning = v.tuning();
         match udp_cell(host, settings, |r| mb_per_s(r.bytes_received, r.wall)) {
-            Ok((mb, runs)) => rows.push(Row {
+            Ok((mb, runs, elided)) => rows.push(Row {
                 protocol: "udp",
                 checksum: v.name(),
                 mb_per_s: mb,
                 gain_vs_rfc1071: None,
-                checksum_elided: v == ChecksumVariant::Elision,
+                checksum_elided: elided,
                 runs,
             }),
             Err(e) => failures.push(format!("UDP {}: {e}", v.name())),
@@ -341,7 +350,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Results {
             host.stack.tuning = v.tuning();
             host.nic.copy_mode = mode;
             match udp_cell(host, settings, |r| mb_per_s(r.bytes_sent, r.sender)) {
-                Ok((mb, runs)) => send_side.push(SendRow {
+                Ok((mb, runs, _)) => send_side.push(SendRow {
                     device,
                     checksum: v.name(),
                     mb_per_s: mb,
@@ -501,6 +510,10 @@ mod tests {
             tcp_elided.checksum_elided,
             "RFC 1146 negotiated on a CRC link"
         );
+        // UDP: datagrams arrived without a checksum only where it is elided.
+        for x in r.rows.iter().filter(|x| x.protocol == "udp") {
+            assert_eq!(x.checksum_elided, x.checksum == "elision", "{x:?}");
+        }
         assert_eq!(tables(&r).len(), 2);
     }
 }

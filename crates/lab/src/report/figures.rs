@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::svg::{stacked_bars, Axis, BarChart, LabelledRow, LinePlot, Series};
-use crate::experiments::{bulk, checksum, discard, echo, mix, throughput};
+use crate::experiments::{bulk, checksum, cpu, discard, echo, mix, throughput};
 
 /// One figure: its file name (without `.svg`), what it answers in which paper, the SVG.
 #[derive(Clone, Debug)]
@@ -385,13 +385,26 @@ pub fn mix(r: &mix::Results) -> Vec<Figure> {
     out
 }
 
-/// Paper 004 Fig. 3: the receiver's CPU by category, one stacked bar per (MTU,
-/// configuration) row. For `experiments::cpu` (another branch): build one
-/// [`LabelledRow`] per row, labelled e.g. "1500 none", with its `by_category` map
-/// (category → percent of receiver CPU), and call this.
-// Not called until `lab cpu` joins the report.
-#[cfg_attr(not(test), allow(dead_code))]
-pub fn receiver_cpu(rows: &[LabelledRow]) -> Figure {
+/// Paper 004 Fig. 3 from `lab cpu`: one stacked bar per (MTU, configuration) row.
+pub fn cpu(r: &cpu::Results) -> Vec<Figure> {
+    let rows: Vec<LabelledRow> = r
+        .rows
+        .iter()
+        .map(|x| LabelledRow {
+            label: format!("{} {}", x.mtu, x.config),
+            parts: x
+                .by_category
+                .iter()
+                .map(|(c, v)| (c.to_string(), *v))
+                .collect(),
+        })
+        .collect();
+    vec![receiver_cpu(&rows)]
+}
+
+/// The receiver's CPU by category, one stacked bar per labelled row (category → percent
+/// of the elapsed time).
+fn receiver_cpu(rows: &[LabelledRow]) -> Figure {
     Figure::bars(
         "cpu_receiver",
         "Receiver CPU by category at a fixed rate, per MTU and configuration (paper 004 Fig. 3)",

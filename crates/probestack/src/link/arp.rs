@@ -26,8 +26,8 @@ pub struct ArpConfig {
     /// Entries the cache holds at most, resolved and pending together (Linux's
     /// `gc_thresh3` is 1024), so that traffic from or to many addresses (a spoofed flood
     /// from the local subnet) cannot grow it, or the packets its pending entries hold,
-    /// without bound. At the limit expired entries are forgotten first; a new address is
-    /// then refused (its packet dropped and counted) or not learned.
+    /// without bound. At the limit a new address is refused (its packet dropped and
+    /// counted) or not learned; expired entries leave at the next poll.
     pub max_entries: usize,
 }
 
@@ -117,7 +117,7 @@ impl<P> ArpCache<P> {
             return Resolution::Resolved(mac, packet);
         }
         let cap = self.config.queue_per_address.max(1);
-        if !self.entries.contains_key(&ip) && !self.make_room(now) {
+        if !self.entries.contains_key(&ip) && !self.has_room() {
             return Resolution::TableFull(packet);
         }
         match self.entries.get_mut(&ip) {
@@ -161,23 +161,16 @@ impl<P> ArpCache<P> {
             Some(Entry::Resolved { expires: None, .. }) => return Vec::new(),
             known => known.is_some(),
         };
-        if known || (create && self.make_room(now)) {
+        if known || (create && self.has_room()) {
             self.set(ip, mac, Some(now + self.config.entry_lifetime))
         } else {
             Vec::new()
         }
     }
 
-    /// Whether a new entry may be added: below the limit, or once expired resolved
-    /// entries are forgotten.
-    fn make_room(&mut self, now: Instant) -> bool {
-        if self.entries.len() < self.config.max_entries {
-            return true;
-        }
-        self.entries.retain(|_, e| match e {
-            Entry::Resolved { expires, .. } => expires.is_none_or(|x| now < x),
-            Entry::Pending { .. } => true,
-        });
+    /// Whether a new entry may be added. Expired entries go at the next
+    /// [`poll`](Self::poll), which the stack runs on every turn.
+    fn has_room(&self) -> bool {
         self.entries.len() < self.config.max_entries
     }
 
@@ -303,8 +296,9 @@ mod tests {
         assert_eq!(c.resolve(ip(0), 2, t(1)), Resolution::Queued);
         assert_eq!(c.resolve(ip(2), 3, t(1)), Resolution::Resolved(MAC, 3));
         assert_eq!(c.len(), 4);
-        // Once the learned entries expire they make room for new addresses.
+        // Once the learned entries expire (forgotten at the next poll) they make room.
         let later = t(0) + cfg.entry_lifetime;
+        c.poll(later);
         assert_eq!(c.resolve(ip(9), 6, later), Resolution::QueuedSendRequest);
         assert!(c.len() <= 4);
     }

@@ -518,18 +518,33 @@ impl Stack {
 
     /// A passively opened connection left SYN-RECEIVED: into the accept queue when it
     /// became established (one that closed instead leaves the backlog when reaped).
+    ///
+    /// The accept queue holds at most the backlog: connections that SYN cookies admitted
+    /// may have filled it while this one was half open, and then this one is reset and
+    /// counted as an overflow (Linux drops the ACK instead and lets the peer retry).
     fn tcp_handshake_done(&mut self, index: usize, parent: Option<usize>, state: State) {
         let Some(parent) = parent.filter(|_| state != State::Closed) else {
             return;
         };
-        if let Some(TcpSocket {
+        let Some(TcpSocket {
             kind: Kind::Listener(l),
             ..
         }) = self.tcp.at_mut(parent)
-        {
-            l.embryonic = l.embryonic.saturating_sub(1);
+        else {
+            return;
+        };
+        l.embryonic = l.embryonic.saturating_sub(1);
+        if l.accept_queue.len() < l.backlog {
             l.accept_queue.push_back(index);
             self.ledger.counters().inc(Counter::TcpPassiveOpens);
+            return;
+        }
+        self.ledger.counters().inc(Counter::TcpDropListenOverflow);
+        if let Some(c) = self.tcp.conn_mut(index) {
+            let (local, remote) = (c.local, c.remote);
+            if let Some(rst) = c.abort() {
+                self.tcp_send_rst(local, remote, rst);
+            }
         }
     }
 
