@@ -409,7 +409,8 @@ fn a_corrupted_split_segment_is_caught_and_retransmitted() {
         ..FaultConfig::none()
     };
     let mut p = Pair::new(host(9000, CopyMode::Dma, false), b).unwrap();
-    paged_transfer(&mut p, 4 << 20, 0);
+    let paged = paged_transfer(&mut p, 4 << 20, 0);
+    assert!(paged > 0, "the page path was taken");
     assert!(p.b.ledger().counters().get(Counter::TcpDropBadChecksum) > 0);
 }
 
@@ -497,9 +498,21 @@ fn zero_copy_with_tso_and_negotiated_elision_across_mtus() {
                 ..h.nic.with_offloads()
             };
             let mut p = Pair::new(h.clone(), h).unwrap();
-            loaned_transfer(&mut p, 65536, 4 << 20, 0);
+            let total = 4 << 20;
+            loaned_transfer(&mut p, 65536, total, 0);
             let c = |k| p.a.ledger().counters().get(k);
-            assert_eq!(c(Counter::IpDropNeedFrag), 0, "mtu {mtu} elide {elide}");
+            let what = format!("mtu {mtu} elide {elide} tso {tso}");
+            assert_eq!(c(Counter::IpDropNeedFrag), 0, "{what}");
+            assert_eq!(
+                c(Counter::TcpNoChecksumIn) > 0,
+                elide,
+                "{what}: elision as configured"
+            );
+            if tso && mtu < 65535 {
+                // Super-segments: far fewer segments than one per MSS.
+                let full = (total / (mtu - 52)) as u64;
+                assert!(c(Counter::TcpSegmentsOut) < full / 2, "{what}");
+            }
         }
     }
 }

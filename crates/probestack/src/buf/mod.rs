@@ -92,9 +92,11 @@
 //! # Chains and external buffers
 //!
 //! A [`BufChain`] is a list of segments, each a [`PacketBuf`] (owned, writable) or an
-//! [`ExtBuf`] (shared, read-only). A device with scatter-gather sends the slices one after
-//! the other; TCP keeps its send queue as a chain of loaned data and cuts segments off it
-//! with [`BufChain::split_to`], which shares external memory instead of copying it.
+//! [`ExtBuf`] (shared, read-only); [`BufChain::split_to`] shares external memory instead of
+//! copying it. A frame on its way out is one [`PacketBuf`] whose fragments
+//! ([`PacketBuf::push_frag`]) are `ExtBuf`s: the loaned bytes of a zero-copy send, which a
+//! device with scatter-gather reads where they are (TCP's send buffer, `tcp::send_buffer`,
+//! keeps the loans until they are acknowledged).
 //!
 //! An [`ExtBuf`] is a reference-counted block (`Arc`) and a byte range in it; cloning and
 //! slicing cost a reference-count increment, and a slice may cross threads. When the
@@ -106,8 +108,10 @@
 //! copy-on-write so that the application cannot change data TCP may still retransmit, and
 //! releases them when the receiver acknowledges; here the application cannot get its buffer
 //! back while any `ExtBuf` into it lives, and no `ExtBuf` can write to it. On a zero-copy
-//! receive the stack turns a received [`PacketBuf`] into an `ExtBuf` (no copy) and hands it
-//! up, as paper 004 remaps the page that holds the payload.
+//! receive the memory NIC (header/data split) writes the payload into a page-aligned block
+//! of its own ([`ExtBuf::copy_page_aligned`], its DMA's placement, allocated per frame) and
+//! the stack hands the whole pages of it to the application by reference, as paper 004
+//! remaps the page that holds the payload.
 //!
 //! # Errors
 //!

@@ -555,15 +555,10 @@ impl Stack {
                 return Err(TcpError::BadHandle);
             };
             if c.rx.is_empty() {
-                if let Some(e) = c.error {
-                    return Err(e.into());
-                }
-                return match c.state() {
-                    // The peer's FIN came: end of stream.
-                    State::CloseWait | State::LastAck | State::Closing | State::TimeWait => Ok(0),
-                    State::Closed => Ok(0),
-                    _ if buf.is_empty() => Ok(0),
-                    _ => Err(TcpError::WouldBlock),
+                return match nothing_to_read(c) {
+                    Ok(()) => Ok(0),
+                    Err(TcpError::WouldBlock) if buf.is_empty() => Ok(0),
+                    Err(e) => Err(e),
                 };
             }
             let _c = self
@@ -595,8 +590,8 @@ impl Stack {
     /// Takes up to `max` bytes from the front of the received stream without copying
     /// them when they are whole pages (see
     /// [`tcp_set_zero_copy_receive`](Self::tcp_set_zero_copy_receive)), with a copy
-    /// otherwise. `Ok(None)` is the end of the stream; errors as
-    /// [`tcp_recv`](Self::tcp_recv). The application owns the buffer it gets; dropping it
+    /// otherwise. `Ok(None)` is the end of the stream, an empty buffer the answer to
+    /// `max` 0 when data waits; errors as [`tcp_recv`](Self::tcp_recv). The application owns the buffer it gets; dropping it
     /// frees the pages.
     pub fn tcp_recv_zero_copy(
         &mut self,
@@ -604,30 +599,34 @@ impl Stack {
         max: usize,
     ) -> Result<Option<ExtBuf>, TcpError> {
         let chunk = {
-            let _p = self
+            let p = self
                 .ledger
                 .probe(Layer::Socket, Side::Receive, Op::SocketCheck);
-            let c = match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
-                Kind::Stream(c) => c,
-                Kind::Listener(_) => return Err(TcpError::NotConnected),
+            let Some(TcpSocket {
+                kind: Kind::Stream(c),
+                ..
+            }) = self.tcp.get_mut(h)
+            else {
+                return Err(TcpError::BadHandle);
             };
             if c.rx.is_empty() {
-                if let Some(e) = c.error {
-                    return Err(e.into());
-                }
-                return match c.state() {
-                    State::CloseWait
-                    | State::LastAck
-                    | State::Closing
-                    | State::TimeWait
-                    | State::Closed => Ok(None),
-                    _ => Err(TcpError::WouldBlock),
-                };
+                return nothing_to_read(c).map(|()| None);
             }
+            if max == 0 {
+                return Ok(Some(ExtBuf::new(Vec::new())));
+            }
+            drop(p);
+            // Pages change hands (socket buffer work); ring bytes are copied out.
+            let op = if c.rx.front_is_pages() {
+                Op::SocketBuffer
+            } else {
+                Op::UserCopy
+            };
+            let _c = self.ledger.probe(Layer::Socket, Side::Receive, op);
             c.take_chunk(max)
         };
         let Some(chunk) = chunk else {
-            return Ok(None);
+            return Err(TcpError::WouldBlock);
         };
         let counter = if chunk.copied {
             Counter::TcpZeroCopyRxOddBytes
@@ -904,5 +903,19 @@ impl Stack {
         timeout: Duration,
     ) -> Result<usize, TcpError> {
         block_on(self, clock, timeout, |s| s.tcp_recv(h, buf))
+    }
+}
+
+/// A read that finds nothing waiting: the end of the stream (`Ok`: the peer's FIN came,
+/// or the connection is closed), the connection's error, or would-block.
+fn nothing_to_read(c: &Connection) -> Result<(), TcpError> {
+    if let Some(e) = c.error {
+        return Err(e.into());
+    }
+    match c.state() {
+        State::CloseWait | State::LastAck | State::Closing | State::TimeWait | State::Closed => {
+            Ok(())
+        }
+        _ => Err(TcpError::WouldBlock),
     }
 }

@@ -426,13 +426,11 @@ impl Stack {
                 return Err(UdpError::NoBuffer);
             }
             buf.push_frag(data.clone());
-            let elide = {
-                let _p = s.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
-                no_checksum || s.checksum_elidable(dst.0)
-            };
+            let (elide, offload) =
+                s.udp_checksum_choice(dst.0, no_checksum, udp_wire::HEADER_LEN + len);
             let plan = if elide {
                 UdpChecksum::Elided
-            } else if s.udp_checksum_offloadable(dst.0, udp_wire::HEADER_LEN + len) {
+            } else if offload {
                 UdpChecksum::Offloaded
             } else {
                 // Read to be summed, never copied.
@@ -444,6 +442,16 @@ impl Stack {
             s.ledger.counters().inc(Counter::UdpZeroCopyDatagrams);
             s.udp_output(h, dst, buf, plan, connected).map(|()| len)
         })
+    }
+
+    /// Who does a datagram's checksum (of `len` bytes, UDP header included): nobody
+    /// (paper 000's elision: the socket asks, or the next hop is the destination on a CRC
+    /// link and elision is on), the device (`checksum_offload`, a datagram sent whole), or
+    /// the host. Returns (elide, offload).
+    fn udp_checksum_choice(&self, dst: Ipv4Address, no_checksum: bool, len: usize) -> (bool, bool) {
+        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
+        let elide = no_checksum || self.checksum_elidable(dst);
+        (elide, !elide && self.udp_checksum_offloadable(dst, len))
     }
 
     /// The checks every send makes: the size, a pending error, where the datagram goes
@@ -499,13 +507,7 @@ impl Stack {
         ) else {
             return Err(UdpError::NoBuffer);
         };
-        // Paper 000: no checksum when the socket asks, or when the next hop is the
-        // destination on a link with a CRC and elision is on; then there is nothing to sum.
-        let elide = {
-            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
-            no_checksum || self.checksum_elidable(dst.0)
-        };
-        let offload = !elide && self.udp_checksum_offloadable(dst.0, buf.len());
+        let (elide, offload) = self.udp_checksum_choice(dst.0, no_checksum, buf.len());
         // The copy in: on the protocol-specific path it sums as it copies (paper 002 §7).
         let plan = {
             let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);

@@ -174,18 +174,24 @@ impl Stack {
                 acc.add_with(kernel, paged);
             }
             {
+                // The odd rest is copied as on the ordinary path: summed on the way with
+                // `fused_copy_checksum`, else in a pass of its own.
                 let _p = self
                     .ledger
                     .probe(Layer::Socket, Side::Receive, Op::SocketCopy);
                 let (a, b) = c.rx.unreadable_slices_mut(0, odd.len());
                 let (first, rest) = odd.split_at(a.len());
-                if verify {
+                if verify && fused {
                     acc.add_sum(checksum::copy_and_sum_with(kernel, a, first), first.len());
                     acc.add_sum(checksum::copy_and_sum_with(kernel, b, rest), rest.len());
                 } else {
                     a.copy_from_slice(first);
                     b.copy_from_slice(rest);
                 }
+            }
+            if verify && !fused {
+                let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
+                acc.add_with(kernel, odd);
             }
             if verify && !checksum::verifies(acc.sum()) {
                 self.ledger.counters().inc(Counter::TcpDropBadChecksum);

@@ -192,13 +192,27 @@ impl RecvBuffer {
             Some(Run::Ring(r)) => max.min(*r),
             _ => max.min(self.ring.len()),
         };
-        let mut copy = vec![0; k];
-        let n = self.pop_into(&mut copy);
-        copy.truncate(n);
+        let (a, b) = self.ring.slices(0, k);
+        let mut copy = Vec::with_capacity(k);
+        copy.extend_from_slice(a);
+        copy.extend_from_slice(b);
+        self.ring.consume(copy.len());
+        if let Some(Run::Ring(r)) = self.runs.front_mut() {
+            *r -= copy.len();
+            if *r == 0 {
+                self.runs.pop_front();
+            }
+        }
         Some(Chunk {
             data: ExtBuf::new(copy),
             copied: true,
         })
+    }
+
+    /// Whether the front of the stream is pages (a zero-copy read takes them by
+    /// reference) rather than ring bytes (it copies them).
+    pub fn front_is_pages(&self) -> bool {
+        matches!(self.runs.front(), Some(Run::Pages(_)))
     }
 }
 

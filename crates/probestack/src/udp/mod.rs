@@ -210,7 +210,6 @@ impl Stack {
             }
             Some(src) => {
                 // The payload may go on in the buffer's fragments (a zero-copy send).
-                let in_window = buf.len() - udp_wire::HEADER_LEN;
                 let payload_len = buf.total_len() - udp_wire::HEADER_LEN;
                 let emitted = {
                     let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
@@ -218,18 +217,10 @@ impl Stack {
                         src_port: local.1,
                         dst_port: dst.1,
                     };
-                    let mut p = udp_wire::Packet::new_unchecked(buf.data_mut());
-                    repr.emit_header(&mut p, in_window).and_then(|()| {
-                        let total = u16::try_from(repr.buffer_len(payload_len)).map_err(|_| {
-                            crate::wire::Error::BadField {
-                                proto: crate::wire::Proto::Udp,
-                                field: "length",
-                                value: u32::MAX,
-                            }
-                        })?;
-                        p.set_len(total);
-                        Ok(())
-                    })
+                    repr.emit_header(
+                        &mut udp_wire::Packet::new_unchecked(buf.data_mut()),
+                        payload_len,
+                    )
                 };
                 if emitted.is_err() {
                     self.free(Layer::Udp, Side::Send, buf);

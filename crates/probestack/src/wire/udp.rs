@@ -290,12 +290,12 @@ impl UdpRepr {
     }
 
     /// Writes the header of a datagram that will carry `payload_len` bytes of data: ports,
-    /// length field, and a zero checksum. The caller then writes the data into
-    /// [`Packet::payload_mut`] and, unless it sends no checksum, calls
-    /// [`Packet::fill_checksum`] or [`Packet::fill_checksum_with_payload_sum`].
+    /// length field, and a zero checksum. The buffer need hold only the header: the caller
+    /// then writes the data into [`Packet::payload_mut`] (or sends it from elsewhere, a
+    /// zero-copy send's fragments) and, unless it sends no checksum, fills the checksum.
     ///
     /// Fails with [`Error::BadField`] if the length does not fit the 16-bit field, and with
-    /// [`Error::Truncated`] if the buffer is shorter than the datagram.
+    /// [`Error::Truncated`] if the buffer is shorter than the header.
     pub fn emit_header<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         packet: &mut Packet<T>,
@@ -308,7 +308,7 @@ impl UdpRepr {
                 value: u32::try_from(self.buffer_len(payload_len)).unwrap_or(u32::MAX),
             });
         };
-        check_len(Proto::Udp, packet.buffer.as_ref(), usize::from(length))?;
+        check_len(Proto::Udp, packet.buffer.as_ref(), HEADER_LEN)?;
         packet.set_src_port(self.src_port);
         packet.set_dst_port(self.dst_port);
         packet.set_len(length);
@@ -321,7 +321,8 @@ impl UdpRepr {
     /// zero, which for UDP means "no checksum" (paper 000's elision when the next hop is the
     /// destination on a link with a CRC).
     ///
-    /// Errors as [`emit_header`](Self::emit_header).
+    /// Errors as [`emit_header`](Self::emit_header), and [`Error::Truncated`] if the buffer
+    /// is shorter than the datagram.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         packet: &mut Packet<T>,
@@ -331,6 +332,11 @@ impl UdpRepr {
         checksum: Checksum,
     ) -> Result<()> {
         self.emit_header(packet, payload.len())?;
+        check_len(
+            Proto::Udp,
+            packet.buffer.as_ref(),
+            self.buffer_len(payload.len()),
+        )?;
         packet.payload_mut().copy_from_slice(payload);
         if checksum == Checksum::Check {
             packet.fill_checksum(src, dst);
