@@ -37,14 +37,15 @@ enum Command {
     /// Run one experiment.
     #[command(subcommand)]
     Lab(Lab),
-    /// Serve echo, discard and chargen (UDP and TCP) on a TAP interface until Ctrl-C, then
-    /// print what the stack and the services did.
+    /// Serve echo, discard and chargen (UDP and TCP) on a TAP, or with --packet on an
+    /// existing interface, until Ctrl-C, then print what the stack and the services did.
     #[cfg(target_os = "linux")]
     Serve(serve::ServeArgs),
-    /// Ping an address from our stack on a TAP interface.
+    /// Ping an address from our stack on a TAP or an existing interface.
     #[cfg(target_os = "linux")]
     Ping(serve::PingArgs),
-    /// Send UDP datagrams or a TCP bulk transfer from our stack on a TAP interface.
+    /// Send UDP datagrams or a TCP bulk transfer from our stack on a TAP or an existing
+    /// interface.
     #[cfg(target_os = "linux")]
     Send(serve::SendArgs),
     /// TCP and UDP transfers between two simulated stacks through a wire with seeded drops,

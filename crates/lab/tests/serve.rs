@@ -17,7 +17,9 @@ const TAP: &str = "psk0";
 
 /// Why these tests cannot run here, if they cannot.
 fn skip_reason(tools: &[&str]) -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
+    let Ok(uid) = Command::new("id").arg("-u").output() else {
+        return Some("cannot run `id` to tell whether this is root".into());
+    };
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Some("not root: creating a network namespace and a TAP needs it".into());
     }

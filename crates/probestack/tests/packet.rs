@@ -137,7 +137,7 @@ fn udp_both_ways() {
     eprintln!("packet stats: {st:?}");
     no_drops(&st);
     // Linux leaves UDP checksums of unfragmented datagrams to the veth "hardware".
-    assert!(st.vnet.rx_csum_completed > 0, "{st:?}");
+    assert!(st.vnet.rx_csum_partial > 0, "{st:?}");
 }
 
 /// How Linux's end and ours are set up for a transfer from Linux.
@@ -231,10 +231,7 @@ fn tcp_4mib_from_linux_offload_on() {
     let Some(st) = tcp_from_linux(3, ON, Wire::Default) else {
         return;
     };
-    assert!(
-        st.vnet.rx_csum_completed > 0,
-        "no NEEDS_CSUM frames: {st:?}"
-    );
+    assert!(st.vnet.rx_csum_partial > 0, "no NEEDS_CSUM frames: {st:?}");
     assert!(st.vnet.rx_gso_frames > 0, "no super-frames: {st:?}");
     assert!(st.vnet.rx_largest > 1514, "{st:?}");
 }
@@ -259,7 +256,7 @@ fn tcp_4mib_from_linux_dumb_peer() {
         return;
     };
     assert_eq!(st.vnet.rx_gso_frames, 0, "{st:?}");
-    assert_eq!(st.vnet.rx_csum_completed, 0, "{st:?}");
+    assert_eq!(st.vnet.rx_csum_partial, 0, "{st:?}");
     assert_eq!(st.vnet.rx_csum_valid, 0, "{st:?}");
     assert!(st.vnet.rx_largest <= 1514, "{st:?}");
 }
@@ -274,7 +271,7 @@ fn tcp_4mib_from_linux_no_tso() {
     };
     assert_eq!(st.vnet.rx_gso_frames, 0, "{st:?}");
     assert!(st.vnet.rx_largest <= 1514, "{st:?}");
-    assert!(st.vnet.rx_csum_completed > 2000, "{st:?}");
+    assert!(st.vnet.rx_csum_partial > 2000, "{st:?}");
 }
 
 /// As above, with GRO on at our end (which also puts the veth on its NAPI path): the
@@ -390,9 +387,10 @@ fn udp_checksum_ok(f: &[u8]) -> bool {
 }
 
 /// Two devices on the two ends, no stack: a frame sent with NEEDS_CSUM arrives with
-/// NEEDS_CSUM (the veth moves the skb as it is) and is completed on receipt; a fully
-/// checksummed one arrives with no flag; the receiving device's `offload` decides whether
-/// the stack is told a completed one was verified. Neither device sees its own frames.
+/// NEEDS_CSUM (the veth moves the skb as it is); a fully checksummed one arrives with no
+/// flag. The receiving device's `offload` decides: on, it vouches for a partial one to the
+/// stack and leaves the seed in place (nobody would read the sum); off, it completes the
+/// checksum and the stack verifies it. Neither device sees its own frames.
 #[test]
 fn what_crosses_the_veth() {
     skip_unless_able!();
@@ -425,16 +423,17 @@ fn what_crosses_the_veth() {
         let data = f.frame.data();
         assert_eq!(data.len(), 14 + 20 + 8 + 999);
         assert_eq!(&data[42..], &payload[..]);
-        assert!(udp_checksum_ok(data), "{tx:?} -> {rx:?}");
+        let vouched = tx.offload && rx.offload;
+        assert_eq!(udp_checksum_ok(data), !vouched, "{tx:?} -> {rx:?}");
         // A partial checksum stays partial across the veth; a full one comes with no
         // flag (a veth has not set CHECKSUM_UNNECESSARY on its own since Linux 4.4).
         let sb = b.stats();
         let partial = u64::from(tx.offload);
         assert_eq!(
-            (sb.vnet.rx_csum_completed, sb.vnet.rx_csum_valid),
+            (sb.vnet.rx_csum_partial, sb.vnet.rx_csum_valid),
             (partial, 0)
         );
-        let want = if rx.offload && tx.offload {
+        let want = if vouched {
             RxChecksum::Verified
         } else {
             RxChecksum::None
@@ -565,7 +564,9 @@ fn two_stacks_16mib_offload_off() {
     assert!(b.vnet.rx_largest <= 1514, "{b:?}");
 }
 
-/// GRO on the receiving end of the veth (which turns on the veth's NAPI path).
+/// GRO on the receiving end of the veth (which turns on the veth's NAPI path): the 16 MiB
+/// still arrive intact (checked in `two_stacks`); how many super-frames GRO made is
+/// printed, not asserted, since the kernel decides it.
 #[test]
 fn two_stacks_16mib_gro_on_the_receiver() {
     skip_unless_able!();

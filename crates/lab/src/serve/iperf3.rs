@@ -88,6 +88,10 @@ pub struct Iperf3Stats {
     pub udp_lost: u64,
     /// UDP datagrams that arrived out of order, over all tests.
     pub udp_out_of_order: u64,
+    /// UDP datagrams ignored because their counter jumped implausibly far ahead (more
+    /// than [`MAX_COUNTER_JUMP`]): forged or corrupt, they would make the loss count
+    /// meaningless.
+    pub udp_ignored: u64,
     /// Clients turned away because a test was running.
     pub access_denied: u64,
     /// Tests that failed: protocol errors, unsupported options, clients that vanished.
@@ -214,11 +218,12 @@ impl Stream {
     }
 
     /// Counts one UDP datagram of the test: loss and order from its counter, jitter from
-    /// its stamp.
-    fn udp_datagram(&mut self, data: &[u8], udp64: bool, now: Instant) {
+    /// its stamp. False, counting nothing, for a datagram too short for its header or
+    /// whose counter jumps more than [`MAX_COUNTER_JUMP`] ahead.
+    fn udp_datagram(&mut self, data: &[u8], udp64: bool, now: Instant) -> bool {
         let header = if udp64 { 16 } else { 12 };
         if data.len() < header {
-            return;
+            return false;
         }
         let word = |i: usize| u32::from_be_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
         let (sec, usec) = (word(0), word(4));
@@ -227,6 +232,9 @@ impl Stream {
         } else {
             u64::from(word(8))
         };
+        if count.saturating_sub(self.packets) > MAX_COUNTER_JUMP {
+            return false;
+        }
         self.bytes += data.len() as u64;
         if count > self.packets {
             // A gap in the counter: the missing datagrams are lost until they turn up.
@@ -244,8 +252,13 @@ impl Stream {
             self.jitter += (d - self.jitter) / 16.0;
         }
         self.transit = Some(transit);
+        true
     }
 }
+
+/// The furthest a UDP stream's datagram counter may jump ahead of the highest seen: 2^24
+/// datagrams lost in a row is already beyond any real test.
+const MAX_COUNTER_JUMP: u64 = 1 << 24;
 
 /// Where the test is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -768,11 +781,17 @@ impl Iperf3Server {
                     Some(i) if running && !params.reverse => {
                         let st = &mut s.streams[i];
                         let (lost, ooo) = (st.lost, st.out_of_order);
-                        st.udp_datagram(data, params.udp64, now);
+                        if !st.udp_datagram(data, params.udp64, now) {
+                            self.stats.udp_ignored += 1;
+                        }
                         self.stats.bytes_received += got.len as u64;
                         self.stats.udp_out_of_order += st.out_of_order - ooo;
                         // Loss can shrink when a late datagram fills a gap.
-                        self.stats.udp_lost = (self.stats.udp_lost + st.lost).saturating_sub(lost);
+                        self.stats.udp_lost = self
+                            .stats
+                            .udp_lost
+                            .saturating_add(st.lost)
+                            .saturating_sub(lost);
                         s.last_activity = now;
                     }
                     Some(_) if s.phase == Phase::Streams => {
@@ -1131,19 +1150,9 @@ mod tests {
         }
 
         /// Vanishes: every socket reset, nothing more said.
+        /// Goes away without a word: every connection reset.
         fn vanish(&mut self, stack: &mut Stack) {
-            let _ = stack.tcp_abort(self.ctrl);
-            for d in &self.streams {
-                match d {
-                    Data::Tcp(h) => {
-                        let _ = stack.tcp_abort(*h);
-                    }
-                    Data::Udp(u) => {
-                        let _ = stack.udp_close(*u);
-                    }
-                }
-            }
-            self.done = true;
+            self.end(stack, true);
         }
 
         fn poll(&mut self, stack: &mut Stack, now: Instant) {
@@ -1232,12 +1241,22 @@ mod tests {
         }
 
         fn close(&mut self, stack: &mut Stack) {
-            let _ = stack.tcp_close(self.ctrl);
+            self.end(stack, false);
+        }
+
+        /// Closes (or with `abort`, resets) the control connection and every stream.
+        fn end(&mut self, stack: &mut Stack, abort: bool) {
+            let tcp_end = |stack: &mut Stack, h: TcpHandle| {
+                let _ = if abort {
+                    stack.tcp_abort(h)
+                } else {
+                    stack.tcp_close(h)
+                };
+            };
+            tcp_end(stack, self.ctrl);
             for d in &self.streams {
                 match d {
-                    Data::Tcp(h) => {
-                        let _ = stack.tcp_close(*h);
-                    }
+                    Data::Tcp(h) => tcp_end(stack, *h),
                     Data::Udp(u) => {
                         let _ = stack.udp_close(*u);
                     }
@@ -1435,6 +1454,26 @@ mod tests {
             let next = p.settle().map_or(tick, |t| t.min(tick));
             p.clock.advance_to(next.max(now + Duration::from_micros(1)));
         }
+    }
+
+    #[test]
+    fn a_udp_counter_that_leaps_is_ignored_and_loss_stays_sane() {
+        let mut st = Stream::new(1, StreamKind::Udp((Ipv4Address::new(198, 18, 0, 1), 5000)));
+        let datagram = |count: u64| {
+            let mut d = vec![0u8; 64];
+            d[8..12].copy_from_slice(&((count >> 32) as u32).to_be_bytes());
+            d[12..16].copy_from_slice(&(count as u32).to_be_bytes());
+            d
+        };
+        let now = Instant::ZERO;
+        assert!(st.udp_datagram(&datagram(1), true, now));
+        assert!(st.udp_datagram(&datagram(5), true, now));
+        assert_eq!((st.packets, st.lost), (5, 3));
+        // A forged counter near 2^64 is refused, not counted as 2^64 losses.
+        assert!(!st.udp_datagram(&datagram(u64::MAX - 1), true, now));
+        assert!(st.udp_datagram(&datagram(6), true, now));
+        assert_eq!((st.packets, st.lost), (6, 3));
+        assert!(!st.udp_datagram(&[0u8; 10], true, now), "too short");
     }
 
     /// Runs one test to its end; returns the client.

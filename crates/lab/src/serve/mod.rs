@@ -57,7 +57,8 @@ pub struct HostArgs {
     /// Our address and prefix, inside 198.18.0.0/15 (e.g. 198.18.0.2/15).
     #[arg(long, value_name = "ADDR/PREFIX")]
     pub addr: String,
-    /// Ask Linux for checksum and TCP segmentation offload on the TAP.
+    /// Checksum and TCP segmentation offload: asked of Linux on a TAP; on an AF_PACKET
+    /// interface, what the stack is told it may leave to the kernel.
     #[arg(long)]
     pub offload: bool,
     /// Capture our frames, both ways, to this pcap file.
@@ -286,6 +287,7 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
         ("bytes_sent", ip.bytes_sent),
         ("udp_lost", ip.udp_lost),
         ("udp_out_of_order", ip.udp_out_of_order),
+        ("udp_ignored", ip.udp_ignored),
         ("access_denied", ip.access_denied),
         ("errors", ip.errors),
     ] {
@@ -377,8 +379,11 @@ pub fn ping(a: PingArgs) -> Result<(), String> {
 
 /// The payload byte at `offset` of what `send` sends: a pattern a receiver can check.
 fn pattern(offset: u64) -> u8 {
-    (offset % 251) as u8
+    (offset % PATTERN_PERIOD) as u8
 }
+
+/// The period of [`pattern`] (a prime, so it does not line up with any write size).
+const PATTERN_PERIOD: u64 = 251;
 
 /// `probestack send`: UDP datagrams or a TCP bulk transfer, then what was sent and the
 /// rate.
@@ -537,7 +542,8 @@ fn send_tcp(
     let (mut queued, mut received) = (0u64, 0u64);
     let mut shut = false;
     let mut error = None;
-    let mut chunk = vec![0u8; size];
+    // The pattern repeats every 251 bytes: a write at any offset is a slice of this.
+    let data: Vec<u8> = (0..size as u64 + PATTERN_PERIOD).map(pattern).collect();
     let mut rbuf = vec![0u8; 65536];
     let stats = run(stack, clock, stop, |st, now| {
         let h = match conn {
@@ -581,10 +587,8 @@ fn send_tcp(
         let allowed = allowance(rate, now - t0, size as u64).min(total);
         while queued < allowed {
             let n = (allowed - queued).min(size as u64) as usize;
-            for (i, b) in chunk[..n].iter_mut().enumerate() {
-                *b = pattern(queued + i as u64);
-            }
-            match st.tcp_send(h, &chunk[..n]) {
+            let at = (queued % PATTERN_PERIOD) as usize;
+            match st.tcp_send(h, &data[at..at + n]) {
                 Ok(k) => queued += k as u64,
                 Err(TcpError::WouldBlock) => break,
                 Err(e) => {

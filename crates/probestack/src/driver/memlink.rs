@@ -103,7 +103,7 @@ use crate::probe::{Counter, Counters, Layer, Op, Side};
 use crate::time::{Duration, Instant};
 use crate::wire::ethernet;
 
-mod offload;
+pub(crate) mod offload;
 
 use offload::SuperFrame;
 

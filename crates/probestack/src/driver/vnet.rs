@@ -46,11 +46,11 @@
 
 use std::io;
 
+use super::memlink::offload::{checksum_field_fits, complete_checksum, fill_ipv4_checksum};
 use super::{
     ChecksumOffload, CopyMode, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame, TxMeta,
 };
 use crate::buf::{PacketBuf, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE};
-use crate::checksum;
 use crate::probe::{Counter, Layer, Op, Side};
 
 /// The length of the legacy `struct virtio_net_hdr`, which both devices use.
@@ -74,7 +74,6 @@ pub(crate) const ETHERNET_HEADER_LEN: usize = 14;
 /// The largest TCP super-frame sent (as an IP datagram): the kernel's `gso_max_size` is
 /// 65,536 and the IPv4 total length field holds 65,535.
 pub(crate) const MAX_SUPER_FRAME: usize = 65535;
-const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
 
 /// Bytes of frame a receive block holds: the rest of a 64 KiB-class block after
 /// [`HEADROOM`], more than the 65,550 bytes the largest super-frame takes (a 65,535-byte
@@ -143,8 +142,9 @@ pub struct VnetStats {
     /// Frames handed to the kernel, and their bytes (Ethernet header onward).
     pub tx_frames: u64,
     pub tx_bytes: u64,
-    /// Received frames whose partial checksum (NEEDS_CSUM) the device completed.
-    pub rx_csum_completed: u64,
+    /// Received frames with a partial checksum (NEEDS_CSUM), completed in software only
+    /// when the device does not vouch for them to the stack (`trust` off).
+    pub rx_csum_partial: u64,
     /// Received frames the kernel marked as verified (DATA_VALID).
     pub rx_csum_valid: u64,
     /// Received TCP/IPv4 super-frames (GSO), handed up whole.
@@ -183,7 +183,7 @@ impl VnetStats {
             ("rx_bytes", self.rx_bytes),
             ("rx_gso_frames", self.rx_gso_frames),
             ("rx_largest", self.rx_largest),
-            ("rx_csum_completed", self.rx_csum_completed),
+            ("rx_csum_partial", self.rx_csum_partial),
             ("rx_csum_valid", self.rx_csum_valid),
             ("rx_malformed", self.rx_malformed),
             ("rx_too_long", self.rx_too_long),
@@ -205,20 +205,25 @@ impl VnetStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RxHeader {
     pub checksum: RxChecksum,
-    /// A partial checksum (NEEDS_CSUM) was completed.
-    pub completed: bool,
+    /// The frame had a partial checksum (NEEDS_CSUM).
+    pub partial: bool,
     /// The kernel had verified the checksum (DATA_VALID).
     pub valid: bool,
     /// A TCP/IPv4 super-frame.
     pub gso: bool,
 }
 
-/// Reads a received frame's header and prepares the frame: completes a partial checksum,
-/// recognises a super-frame. `None`: the header makes no sense for this frame, which is
+/// Reads a received frame's header and prepares the frame: completes a partial checksum
+/// if `complete` (a device that vouches for the frame to the stack has no reason to: the
+/// stack will not look, and Linux's own sockets do not either), recognises a super-frame. `None`: the header makes no sense for this frame, which is
 /// dropped (unknown flags, a GSO type other than TCPv4, a GSO frame without NEEDS_CSUM or
 /// with no segment size, checksum offsets outside the frame or at an odd offset); the
 /// frame is then untouched.
-pub(crate) fn accept_header(hdr: &[u8; VNET_HDR_LEN], frame: &mut [u8]) -> Option<RxHeader> {
+pub(crate) fn accept_header(
+    hdr: &[u8; VNET_HDR_LEN],
+    frame: &mut [u8],
+    complete: bool,
+) -> Option<RxHeader> {
     let h = VnetHeader::parse(hdr);
     if h.flags & !(VNET_F_NEEDS_CSUM | VNET_F_DATA_VALID | VNET_F_RSC_INFO) != 0 {
         return None;
@@ -230,56 +235,23 @@ pub(crate) fn accept_header(hdr: &[u8; VNET_HDR_LEN], frame: &mut [u8]) -> Optio
     };
     let mut out = RxHeader {
         checksum: RxChecksum::None,
-        completed: false,
+        partial: false,
         valid: false,
         gso,
     };
     if h.flags & VNET_F_NEEDS_CSUM != 0 {
-        if !complete_checksum(frame, usize::from(h.csum_start), usize::from(h.csum_offset)) {
+        let (start, offset) = (usize::from(h.csum_start), usize::from(h.csum_offset));
+        let fits = checksum_field_fits(frame.len(), start, offset);
+        if !fits || (complete && !complete_checksum(frame, start, offset)) {
             return None;
         }
-        out.completed = true;
+        out.partial = true;
         out.checksum = RxChecksum::Verified;
     } else if h.flags & VNET_F_DATA_VALID != 0 {
         out.valid = true;
         out.checksum = RxChecksum::Verified;
     }
     Some(out)
-}
-
-/// Completes a partial checksum: the field at `start + offset` holds the pseudo-header
-/// sum; sums from `start` to the end with the field in place, complements and stores (0
-/// as `0xFFFF`). False, with the frame untouched, when the offsets do not fit the frame
-/// or the field is not on a 16-bit boundary from `start`.
-pub(crate) fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) -> bool {
-    let at = start + offset;
-    if !offset.is_multiple_of(2) || start >= frame.len() || at + 2 > frame.len() {
-        return false;
-    }
-    let mut value = checksum::finish(checksum::sum(&frame[start..]));
-    if value == 0 {
-        value = 0xFFFF;
-    }
-    frame[at..at + 2].copy_from_slice(&value.to_be_bytes());
-    true
-}
-
-/// Fills in the IPv4 header checksum of an Ethernet frame that carries IPv4 (RFC 791);
-/// false when the frame is not IPv4 or its header does not fit.
-pub(crate) fn fill_ipv4_checksum(frame: &mut [u8]) -> bool {
-    if frame.len() < ETHERNET_HEADER_LEN + 20 || frame[12..14] != ETHERTYPE_IPV4 {
-        return false;
-    }
-    let ihl = usize::from(frame[ETHERNET_HEADER_LEN] & 0x0F) * 4;
-    let end = ETHERNET_HEADER_LEN + ihl;
-    if ihl < 20 || end > frame.len() {
-        return false;
-    }
-    let header = &mut frame[ETHERNET_HEADER_LEN..end];
-    header[10..12].copy_from_slice(&[0, 0]);
-    let value = checksum::ipv4_header_checksum(header);
-    header[10..12].copy_from_slice(&value.to_be_bytes());
-    true
 }
 
 /// What a device with virtio-net headers tells the stack: no CRC (a frame never crossed
@@ -324,7 +296,7 @@ pub(crate) fn prepare_tx(
     }
     if let Some((start, offset)) = meta.l4_checksum {
         let (s, o) = (usize::from(start), usize::from(offset));
-        if !o.is_multiple_of(2) || s >= len || s + o + 2 > len {
+        if !checksum_field_fits(len, s, o) {
             stats.tx_errors += 1;
         } else if csum_offload {
             hdr = VnetHeader::partial_checksum(start, offset);
@@ -535,14 +507,14 @@ pub(crate) fn receive(
         }
         let header = {
             let _p = cx.ledger.probe(Layer::Driver, Side::Receive, Op::Checksum);
-            accept_header(&hdr, block.data_mut())
+            accept_header(&hdr, block.data_mut(), !trust)
         };
         let Some(header) = header else {
             stats.rx_malformed += 1;
             blocks.block = Some(block);
             continue;
         };
-        stats.rx_csum_completed += u64::from(header.completed);
+        stats.rx_csum_partial += u64::from(header.partial);
         stats.rx_csum_valid += u64::from(header.valid);
         stats.rx_gso_frames += u64::from(header.gso);
         let checksum = if trust {
@@ -591,7 +563,10 @@ pub(crate) fn cvt(r: isize) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum;
     use crate::probe::Ledger;
+
+    const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
     use crate::time::Instant;
 
     #[test]
@@ -677,16 +652,26 @@ mod tests {
     fn completes_partial_tcp_and_udp_checksums() {
         for len in [20, 21, 1480, 2999, 65_000] {
             let (mut f, want) = partial_frame(6, l4(len), 16);
-            let h = accept_header(&vnet(VNET_F_NEEDS_CSUM, 0, 0, 34, 16), &mut f).unwrap();
+            let h = accept_header(&vnet(VNET_F_NEEDS_CSUM, 0, 0, 34, 16), &mut f, true).unwrap();
             assert_eq!(h.checksum, RxChecksum::Verified);
-            assert!(h.completed && !h.gso && !h.valid);
+            assert!(h.partial && !h.gso && !h.valid);
             assert_eq!(u16::from_be_bytes([f[50], f[51]]), want, "tcp {len}");
         }
         for len in [8, 9, 1000, 1473] {
             let (mut f, want) = partial_frame(17, l4(len), 6);
-            accept_header(&vnet(VNET_F_NEEDS_CSUM, 0, 0, 34, 6), &mut f).unwrap();
+            accept_header(&vnet(VNET_F_NEEDS_CSUM, 0, 0, 34, 6), &mut f, true).unwrap();
             assert_eq!(u16::from_be_bytes([f[40], f[41]]), want, "udp {len}");
         }
+    }
+
+    #[test]
+    fn a_trusted_partial_checksum_is_not_summed() {
+        let (mut f, _) = partial_frame(6, l4(1480), 16);
+        let before = f.clone();
+        let h = accept_header(&vnet(VNET_F_NEEDS_CSUM, 0, 0, 34, 16), &mut f, false).unwrap();
+        assert_eq!(h.checksum, RxChecksum::Verified);
+        assert!(h.partial);
+        assert_eq!(f, before, "the seed stays in the field; nothing was summed");
     }
 
     #[test]
@@ -701,9 +686,10 @@ mod tests {
                 16,
             ),
             &mut f,
+            true,
         )
         .unwrap();
-        assert!(h.gso && h.completed);
+        assert!(h.gso && h.partial);
         assert_eq!(u16::from_be_bytes([f[50], f[51]]), want);
     }
 
@@ -711,10 +697,10 @@ mod tests {
     fn data_valid_and_plain_frames() {
         let (mut f, _) = partial_frame(6, l4(40), 16);
         let before = f.clone();
-        let h = accept_header(&vnet(VNET_F_DATA_VALID, 0, 0, 0, 0), &mut f).unwrap();
+        let h = accept_header(&vnet(VNET_F_DATA_VALID, 0, 0, 0, 0), &mut f, true).unwrap();
         assert_eq!(h.checksum, RxChecksum::Verified);
-        assert!(h.valid && !h.completed);
-        let h = accept_header(&vnet(0, 0, 0, 0, 0), &mut f).unwrap();
+        assert!(h.valid && !h.partial);
+        let h = accept_header(&vnet(0, 0, 0, 0, 0), &mut f, true).unwrap();
         assert_eq!(h.checksum, RxChecksum::None);
         assert_eq!(f, before, "nothing written without NEEDS_CSUM");
     }
@@ -736,7 +722,8 @@ mod tests {
         ];
         for h in bad {
             let mut g = f.clone();
-            assert_eq!(accept_header(&h, &mut g), None, "{h:?}");
+            assert_eq!(accept_header(&h, &mut g, true), None, "{h:?}");
+            assert_eq!(accept_header(&h, &mut g, false), None, "{h:?}");
             assert_eq!(g, f, "a refused frame is untouched");
         }
     }
@@ -762,7 +749,7 @@ mod tests {
                 h[1] &= 1;
             }
             let mut f = vec![0u8; (next() % 120) as usize];
-            let _ = accept_header(&h, &mut f);
+            let _ = accept_header(&h, &mut f, true);
         }
     }
 
@@ -897,7 +884,7 @@ mod tests {
     fn receive_acts_on_headers_and_skips_what_it_must() {
         let ledger = Ledger::new();
         let cx = cx(&ledger);
-        let (small, want) = partial_frame(6, l4(100), 16);
+        let (small, _) = partial_frame(6, l4(100), 16);
         let (big, _) = partial_frame(6, l4(20 + 14_480), 16);
         let mut queue: Vec<Scripted> = vec![
             Ok((Read::Skip, [0; 10], vec![])),
@@ -969,13 +956,11 @@ mod tests {
         let mut blocks = RxBlocks::default();
         let mut stats = VnetStats::default();
         // Skip, too short, truncated and a bad flag are passed over to the partial frame.
+        // Trusted: vouched for, and not summed (the seed stays in the field).
         let f = receive(&mut blocks, &mut stats, true, &cx, &mut read).unwrap();
         assert_eq!(f.checksum, RxChecksum::Verified);
         assert_eq!(f.frame.len(), small.len());
-        assert_eq!(
-            u16::from_be_bytes([f.frame.data()[50], f.frame.data()[51]]),
-            want
-        );
+        assert_eq!(f.frame.data(), &small[..]);
         assert_eq!((stats.rx_malformed, stats.rx_too_long), (2, 1));
         // The super-frame, not trusted: completed but left for the stack to verify.
         let f = receive(&mut blocks, &mut stats, false, &cx, &mut read).unwrap();
@@ -994,7 +979,7 @@ mod tests {
         assert_eq!(stats.rx_frames, 3);
         assert_eq!(
             (
-                stats.rx_csum_completed,
+                stats.rx_csum_partial,
                 stats.rx_csum_valid,
                 stats.rx_gso_frames
             ),

@@ -111,18 +111,25 @@ fn store_checksum(frame: &mut [u8], at: usize, sum: u16) {
 /// the field at `start + offset`, complements and stores. False, with the frame
 /// untouched, when the field does not fit the frame or is not on a 16-bit boundary from
 /// `start` (the request makes no sense).
-pub(super) fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) -> bool {
-    let at = start + offset;
-    if !offset.is_multiple_of(2) || start >= frame.len() || at + 2 > frame.len() {
+/// The memory NIC and the virtio-net devices' software fallback share it.
+pub(crate) fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) -> bool {
+    if !checksum_field_fits(frame.len(), start, offset) {
         return false;
     }
     let sum = checksum::sum(&frame[start..]);
-    store_checksum(frame, at, sum);
+    store_checksum(frame, start + offset, sum);
     true
 }
 
-/// Fills in the IPv4 header checksum; false when the frame does not carry IPv4.
-pub(super) fn fill_ipv4_checksum(frame: &mut [u8]) -> bool {
+/// Whether a checksum field at `start + offset` lies in a frame of `len` bytes, on a
+/// 16-bit boundary from `start`.
+pub(crate) fn checksum_field_fits(len: usize, start: usize, offset: usize) -> bool {
+    offset.is_multiple_of(2) && start < len && start + offset + 2 <= len
+}
+
+/// Fills in the IPv4 header checksum; false when the frame does not carry IPv4 (or has
+/// a malformed header length).
+pub(crate) fn fill_ipv4_checksum(frame: &mut [u8]) -> bool {
     let Some(ihl) = ipv4_header_len(frame) else {
         return false;
     };
