@@ -317,6 +317,35 @@ fn corruption_is_caught_and_retransmitted_when_the_nic_verifies() {
     }
 }
 
+/// A NIC that verifies only transport checksums reports each frame's raw sum; the stack
+/// adds the pseudo-header to it instead of summing the segment again, and still catches
+/// corruption the CRC did not see.
+#[test]
+fn a_raw_sum_from_the_nic_is_used_and_still_catches_corruption() {
+    let a = host(1500, false);
+    let mut b = host(1500, false);
+    b.nic.checksum_offload.ipv4_rx = false;
+    b.nic.rx_faults = FaultConfig {
+        seed: 9,
+        flip_passed: 0.02,
+        ..FaultConfig::none()
+    };
+    let mut w = World::new(a, b);
+    let (c, s) = connect(&mut w.p, PORT);
+    transfer(&mut w.p, c, s, 4 << 20, Duration::from_secs(120));
+    let raw =
+        w.b.lock()
+            .unwrap()
+            .frames
+            .iter()
+            .filter(|(_, x)| matches!(x, RxChecksum::RawSum(_)))
+            .count();
+    assert!(raw > 100, "the NIC reported raw sums ({raw})");
+    assert_eq!(w.stats_b().rx_csum_verified, 0);
+    let cb = w.p.b.ledger().counters();
+    assert!(cb.get(Counter::TcpDropBadChecksum) + cb.get(Counter::IpDropBadChecksum) > 20);
+}
+
 /// A payload that says what it should be, so a receiver can tell an intact datagram.
 fn payload(seq: u32, len: usize) -> Vec<u8> {
     let mut v: Vec<u8> = (0..len)

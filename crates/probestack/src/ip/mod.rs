@@ -419,6 +419,56 @@ mod tests {
     use crate::sim::{ipv4_header, ADDR_A, ADDR_B, MAC_B};
     use crate::stack::{InterfaceConfig, StackConfig};
 
+    /// A datagram whose checksum is right, handed up with a raw sum from the "NIC": the
+    /// stack trusts the raw sum (adding only the pseudo-header), so a wrong one drops the
+    /// datagram and a right one delivers it.
+    #[test]
+    fn udp_uses_the_raw_sum_a_nic_reports() {
+        let (_peer, nic) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
+        let mut st = Stack::new(StackConfig::default());
+        st.add_interface(
+            Box::new(nic),
+            InterfaceConfig {
+                mac: MAC_B,
+                cidr: Ipv4Cidr {
+                    address: ADDR_B,
+                    prefix_len: 15,
+                },
+            },
+        );
+        let rx = st.udp_open();
+        st.udp_bind(rx, ADDR_B, 9).unwrap();
+        let payload = b"raw sums from the NIC";
+        let udp = crate::wire::udp::UdpRepr {
+            src_port: 4000,
+            dst_port: 9,
+        };
+        let udp_len = udp.buffer_len(payload.len());
+        let ip = ipv4_header(ADDR_A, ADDR_B, IpProtocol::Udp, udp_len);
+        let mut bytes = vec![0u8; ip.buffer_len()];
+        ip.emit(
+            &mut ipv4::Packet::new_unchecked(&mut bytes[..]),
+            Checksum::Check,
+        )
+        .unwrap();
+        udp.emit(
+            &mut crate::wire::udp::Packet::new_unchecked(&mut bytes[20..]),
+            ADDR_A,
+            ADDR_B,
+            payload,
+            Checksum::Check,
+        )
+        .unwrap();
+        let raw = checksum::sum(&bytes[20..]);
+        let c = |st: &Stack, k| st.ledger().counters().get(k);
+        for (reported, delivered) in [(raw ^ 0x0100, false), (raw, true)] {
+            let buf = PacketBuf::from_slice(&bytes, 0).unwrap();
+            st.ip_input(0, buf, RxChecksum::RawSum(reported), Instant::ZERO);
+            assert_eq!(st.udp_queued(rx), usize::from(delivered), "{reported:#x}");
+        }
+        assert_eq!(c(&st, Counter::UdpDropBadChecksum), 1);
+    }
+
     /// First fragments of more datagrams than the reassembly memory cap holds: each is
     /// either still held or counted in `ip.drop.frag_evicted`, the datagrams evicted to
     /// make room (they were dropped without a word before).

@@ -147,9 +147,19 @@ impl Stack {
         // RFC 1146: SYN and RST segments always carry the standard checksum.
         let elided = !matches!(seg.control, Control::Syn | Control::Rst)
             && conn.as_ref().is_some_and(|c| c.checksum_elided());
-        let verify = !elided && rx != RxChecksum::Verified;
         let seed =
             checksum::pseudo_header_v4(ip.src.0, ip.dst.0, tcp_wire::PROTOCOL, tcp_len as u16);
+        // A NIC that summed the transport bytes (RawSum) leaves only the pseudo-header to
+        // add; the host sums only what no device vouched for.
+        if let (RxChecksum::RawSum(raw), false) = (rx, elided) {
+            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
+            if !checksum::verifies(checksum::combine(seed, raw)) {
+                drop(_p);
+                self.ledger.counters().inc(Counter::TcpDropBadChecksum);
+                return self.free(Layer::Tcp, Side::Receive, datagram);
+            }
+        }
+        let verify = !elided && rx == RxChecksum::None;
         // Zero-copy receive: whole pages by reference, the odd rest copied.
         let zero_copy = conn.as_ref().is_some_and(|c| c.zero_copy_rx) && !seg.payload.is_empty();
         let pages = match (split, conn.as_deref_mut()) {

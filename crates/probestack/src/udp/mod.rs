@@ -90,7 +90,23 @@ impl Stack {
 
         // RFC 768: a zero field means the sender computed no checksum.
         let mut verify_on_copy = None;
-        if field != 0 && rx != RxChecksum::Verified {
+        if let (RxChecksum::RawSum(raw), true) = (rx, field != 0) {
+            // The NIC summed the datagram; only the pseudo-header is left to add.
+            let ok = {
+                let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
+                let seed = checksum::pseudo_header_v4(
+                    repr.src.0,
+                    repr.dst.0,
+                    udp_wire::PROTOCOL,
+                    udp_len as u16,
+                );
+                checksum::verifies(checksum::combine(seed, raw))
+            };
+            if !ok {
+                self.ledger.counters().inc(Counter::UdpDropBadChecksum);
+                return self.free(Layer::Udp, Side::Receive, datagram);
+            }
+        } else if field != 0 && rx != RxChecksum::Verified {
             let message = &datagram.data()[hl..hl + udp_len];
             if self.tuning.udp_fast_path {
                 // Paper 002 §7.1: sum only the header now; the data is summed as it is
