@@ -56,13 +56,11 @@ use std::time::{Duration as WallDuration, Instant as WallInstant};
 use probestack::buf::Loan;
 use probestack::driver::NicConfig;
 use probestack::probe::{Counter, Snapshot};
-use probestack::sim::{HostConfig, Pair, ADDR_B};
+use probestack::sim::{HostConfig, Pair};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::stack::Stack;
-use probestack::tcp::State;
 use probestack::time::{Clock, Duration, RealClock};
 use probestack::tuning::Tuning;
-use probestack::wire::Ipv4Address;
 use serde::Serialize;
 
 use crate::bench::median;
@@ -962,33 +960,7 @@ pub fn run_cell_with(
     let clock = RealClock::new();
 
     // The handshake, on this thread.
-    let listener = sb
-        .tcp_listen((Ipv4Address::UNSPECIFIED, PORT), 1)
-        .map_err(|e| format!("listen: {e}"))?;
-    let c = sa
-        .tcp_connect((ADDR_B, PORT))
-        .map_err(|e| format!("connect: {e}"))?;
-    let start = WallInstant::now();
-    let mut accepted = None;
-    loop {
-        let now = clock.now();
-        sa.poll(now);
-        sb.poll(now);
-        if accepted.is_none() {
-            accepted = sb.tcp_accept(listener).ok();
-        }
-        if accepted.is_some() && sa.tcp_state(c) == Ok(State::Established) {
-            break;
-        }
-        if start.elapsed() > HANDSHAKE_TIMEOUT {
-            return Err(format!(
-                "no connection after {HANDSHAKE_TIMEOUT:?}: A {:?}, B accepted {}",
-                sa.tcp_state(c),
-                accepted.is_some()
-            ));
-        }
-    }
-    let s = accepted.ok_or("no connection")?;
+    let (c, s) = super::connect_stacks(&mut sa, &mut sb, PORT, &clock, HANDSHAKE_TIMEOUT)?;
     if zero_copy {
         sb.tcp_set_zero_copy_receive(s, true)
             .map_err(|e| e.to_string())?;

@@ -40,7 +40,6 @@ use std::path::Path;
 use probestack::driver::CopyMode;
 use probestack::probe::{Category, Snapshot};
 use probestack::sim::{HostConfig, Pair, ADDR_B};
-use probestack::tcp::State;
 use probestack::time::{Clock, RealClock};
 use probestack::tuning::Tuning;
 use probestack::wire::Ipv4Address;
@@ -297,15 +296,6 @@ pub struct Results {
     pub aggregates: Vec<Aggregate>,
 }
 
-const CATEGORIES: [Category; 7] = [
-    Category::DataMove,
-    Category::Checksum,
-    Category::ProtSpec,
-    Category::Mbuf,
-    Category::OpSys,
-    Category::ErrorChk,
-    Category::DataStruct,
-];
 
 /// Total ns by category over every bucket of a snapshot.
 fn category_totals(s: &Snapshot, into: &mut BTreeMap<&'static str, f64>) {
@@ -348,9 +338,8 @@ fn measure_udp(
     let mut buf = vec![0u8; 65536];
     let mut out = Vec::new();
     for &size in sizes {
-        let size = size.min(65507);
         let msg: Vec<u8> = (0..size).map(|i| (i * 13 + 1) as u8).collect();
-        let mut one = |p: &mut Pair| -> Result<(), String> {
+        let one = |p: &mut Pair| -> Result<(), String> {
             p.a.udp_send_to(tx, &msg, ADDR_B, 9)
                 .map_err(|e| format!("UDP send of {size} bytes: {e}"))?;
             for _ in 0..10_000 {
@@ -364,26 +353,36 @@ fn measure_udp(
             Err(format!("UDP: a {size}-byte datagram never arrived"))
         };
         // Warm-up (ARP, pools, caches), then the measured messages.
-        for _ in 0..WARM_UP {
-            one(&mut p)?;
-        }
-        for l in [p.a.ledger(), p.b.ledger()] {
-            l.clear();
-            l.set_sample_every(1);
-        }
-        for _ in 0..n {
-            one(&mut p)?;
-        }
-        let mut totals = BTreeMap::new();
-        category_totals(&p.a.ledger().snapshot(), &mut totals);
-        category_totals(&p.b.ledger().snapshot(), &mut totals);
-        for l in [p.a.ledger(), p.b.ledger()] {
-            l.set_sample_every(0);
-        }
-        totals.values_mut().for_each(|v| *v /= n as f64);
+        let totals = probed(&mut p, n, one)?;
         out.push(totals);
     }
     Ok(out)
+}
+
+/// `one` message exchange after [`WARM_UP`] unprobed ones, `n` times with both hosts'
+/// ledgers probing every message: the ns per message by category, both hosts together.
+fn probed(
+    p: &mut Pair,
+    n: usize,
+    mut one: impl FnMut(&mut Pair) -> Result<(), String>,
+) -> Result<BTreeMap<&'static str, f64>, String> {
+    for _ in 0..WARM_UP {
+        one(p)?;
+    }
+    for l in [p.a.ledger(), p.b.ledger()] {
+        l.clear();
+        l.set_sample_every(1);
+    }
+    for _ in 0..n {
+        one(p)?;
+    }
+    let mut totals = BTreeMap::new();
+    for l in [p.a.ledger(), p.b.ledger()] {
+        category_totals(&l.snapshot(), &mut totals);
+        l.set_sample_every(0);
+    }
+    totals.values_mut().for_each(|v| *v /= n as f64);
+    Ok(totals)
 }
 
 /// Per-message category times for TCP at each size of `sizes`, one connection.
@@ -395,31 +394,20 @@ fn measure_tcp(
     let h = host(tuning);
     let mut p = Pair::new(h.clone(), h).map_err(|e| format!("memory link: {e}"))?;
     let clock = RealClock::new();
-    let listener =
-        p.b.tcp_listen((Ipv4Address::UNSPECIFIED, 5002), 1)
-            .map_err(|e| format!("listen: {e}"))?;
-    let c =
-        p.a.tcp_connect((ADDR_B, 5002))
-            .map_err(|e| format!("connect: {e}"))?;
-    let mut accepted = None;
-    for _ in 0..100_000 {
-        let now = clock.now();
-        p.a.poll(now);
-        p.b.poll(now);
-        if accepted.is_none() {
-            accepted = p.b.tcp_accept(listener).ok();
-        }
-        if accepted.is_some() && p.a.tcp_state(c) == Ok(State::Established) {
-            break;
-        }
-    }
-    let s = accepted.ok_or("TCP: no connection")?;
+    let (c, s) = super::connect_stacks(
+        &mut p.a,
+        &mut p.b,
+        5002,
+        &clock,
+        std::time::Duration::from_secs(2),
+    )
+    .map_err(|e| format!("TCP: {e}"))?;
     p.a.tcp_set_nodelay(c, true).map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 65536];
     let mut out = Vec::new();
     for &size in sizes {
         let msg: Vec<u8> = (0..size).map(|i| (i * 13 + 1) as u8).collect();
-        let mut one = |p: &mut Pair| -> Result<(), String> {
+        let one = |p: &mut Pair| -> Result<(), String> {
             let (mut sent, mut got) = (0, 0);
             for _ in 0..200_000 {
                 if sent < size {
@@ -442,23 +430,7 @@ fn measure_tcp(
                 "TCP: a {size}-byte message did not arrive ({got} bytes did)"
             ))
         };
-        for _ in 0..WARM_UP {
-            one(&mut p)?;
-        }
-        for l in [p.a.ledger(), p.b.ledger()] {
-            l.clear();
-            l.set_sample_every(1);
-        }
-        for _ in 0..n {
-            one(&mut p)?;
-        }
-        let mut totals = BTreeMap::new();
-        category_totals(&p.a.ledger().snapshot(), &mut totals);
-        category_totals(&p.b.ledger().snapshot(), &mut totals);
-        for l in [p.a.ledger(), p.b.ledger()] {
-            l.set_sample_every(0);
-        }
-        totals.values_mut().for_each(|v| *v /= n as f64);
+        let totals = probed(&mut p, n, one)?;
         out.push(totals);
     }
     Ok(out)
@@ -491,14 +463,14 @@ pub fn run(
                 measure_udp(tuning, &sizes, n)?
             };
             let mut weighted: BTreeMap<&'static str, f64> =
-                CATEGORIES.iter().map(|c| (c.name(), 0.0)).collect();
+                Category::ALL.iter().map(|c| (c.name(), 0.0)).collect();
             for (&size, m) in sizes.iter().zip(measured) {
                 let weight = weights[&size];
                 let mut by_category: BTreeMap<&'static str, f64> =
-                    CATEGORIES.iter().map(|c| (c.name(), 0.0)).collect();
+                    Category::ALL.iter().map(|c| (c.name(), 0.0)).collect();
                 by_category.extend(m);
                 let touching = |dt: bool| {
-                    CATEGORIES
+                    Category::ALL
                         .iter()
                         .filter(|c| c.touches_data() == dt)
                         .map(|c| by_category[c.name()])
@@ -520,7 +492,7 @@ pub fn run(
             }
             let total: f64 = weighted.values().sum();
             let share = |v: f64| if total > 0.0 { v / total } else { 0.0 };
-            let dt: f64 = CATEGORIES
+            let dt: f64 = Category::ALL
                 .iter()
                 .filter(|c| c.touches_data())
                 .map(|c| weighted[c.name()])
@@ -555,7 +527,7 @@ fn pct(x: f64) -> String {
 
 pub fn tables(r: &Results) -> Vec<Table> {
     let mut out = Vec::new();
-    let names: Vec<&str> = CATEGORIES.iter().map(|c| c.name()).collect();
+    let names: Vec<&str> = Category::ALL.iter().map(|c| c.name()).collect();
     for tuning in ["bsd", "fast"] {
         let mut header = vec!["protocol", "size", "weight", "total µs"];
         header.extend(&names);
