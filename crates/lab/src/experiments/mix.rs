@@ -296,7 +296,6 @@ pub struct Results {
     pub aggregates: Vec<Aggregate>,
 }
 
-
 /// Total ns by category over every bucket of a snapshot.
 fn category_totals(s: &Snapshot, into: &mut BTreeMap<&'static str, f64>) {
     for b in &s.buckets {
