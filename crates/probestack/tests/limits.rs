@@ -192,6 +192,9 @@ impl Device for Injector {
     fn recycle(&mut self, frame: PacketBuf) {
         self.inner.recycle(frame);
     }
+    fn buffer_depot(&self) -> Option<probestack::buf::Depot> {
+        self.inner.buffer_depot()
+    }
 }
 
 fn host() -> HostConfig {

@@ -343,6 +343,9 @@ impl Device for Tap {
     fn recycle(&mut self, frame: PacketBuf) {
         self.inner.recycle(frame);
     }
+    fn buffer_depot(&self) -> Option<probestack::buf::Depot> {
+        self.inner.buffer_depot()
+    }
 }
 
 // ----------------------------------------------------------------------------------------

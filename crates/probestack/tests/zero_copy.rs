@@ -270,6 +270,12 @@ impl Device for NoGather {
     fn next_deadline(&self) -> Option<Instant> {
         self.0.next_deadline()
     }
+    fn recycle(&mut self, frame: probestack::buf::PacketBuf) {
+        self.0.recycle(frame)
+    }
+    fn buffer_depot(&self) -> Option<probestack::buf::Depot> {
+        self.0.buffer_depot()
+    }
 }
 
 #[test]

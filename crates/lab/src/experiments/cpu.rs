@@ -326,16 +326,21 @@ pub fn tables(r: &Results) -> Vec<Table> {
             "N frames",
             "frames/notification",
             "ns/frame",
+            "vs first",
             "notification ns/frame",
             "CPU %",
             "Gbit/s",
         ],
     );
+    let first = r.coalescing.first().map(|x| x.ns_per_frame);
     for row in &r.coalescing {
         c.row(vec![
             row.coalesce_frames.to_string(),
             format!("{:.1}", row.frames_per_notification),
             format!("{:.0}", row.ns_per_frame),
+            first.map_or("-".into(), |f| {
+                format!("{:+.0}%", (row.ns_per_frame / f - 1.0) * 100.0)
+            }),
             format!("{:.0}", row.notify_ns_per_frame),
             format!("{:.1}", row.cpu_percent),
             format!("{:.2}", row.rate_gbps),

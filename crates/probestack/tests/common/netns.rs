@@ -226,6 +226,12 @@ impl<D: Device, S> Device for Watched<D, S> {
     fn readiness_fd(&self) -> Option<i32> {
         self.dev.readiness_fd()
     }
+    fn recycle(&mut self, frame: PacketBuf) {
+        self.dev.recycle(frame)
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.dev.counters()
+    }
 }
 
 /// Sets a flag when dropped: stops a stack's thread even if the test panics.
