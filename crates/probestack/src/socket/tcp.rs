@@ -373,7 +373,7 @@ impl Stack {
         }
         let local_addr = self.source_address_for(remote.0).ok_or(TcpError::NoRoute)?;
         drop(p);
-        let reserved = config.send_buffer.saturating_add(config.recv_buffer);
+        let reserved = config.buffer_bytes();
         if !self.reserve_socket_memory(reserved) {
             return Err(TcpError::NoSocketMemory);
         }

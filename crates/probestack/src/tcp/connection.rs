@@ -151,6 +151,14 @@ pub struct TcpConfig {
     pub syn_cookies: bool,
 }
 
+impl TcpConfig {
+    /// The socket buffer memory a connection with this configuration reserves: its send
+    /// and receive buffers, allocated when it is made.
+    pub fn buffer_bytes(&self) -> usize {
+        self.send_buffer.saturating_add(self.recv_buffer)
+    }
+}
+
 impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {

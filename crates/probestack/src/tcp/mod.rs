@@ -359,7 +359,7 @@ impl Stack {
             }
             return;
         }
-        let reserved = config.send_buffer.saturating_add(config.recv_buffer);
+        let reserved = config.buffer_bytes();
         if !self.reserve_socket_memory(reserved) {
             return;
         }
@@ -498,7 +498,7 @@ impl Stack {
             self.ledger.counters().inc(Counter::TcpDropListenOverflow);
             return true;
         }
-        let reserved = config.send_buffer.saturating_add(config.recv_buffer);
+        let reserved = config.buffer_bytes();
         if !self.reserve_socket_memory(reserved) {
             return true;
         }
