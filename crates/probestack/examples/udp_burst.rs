@@ -1,0 +1,51 @@
+//! A profiling harness: the peers experiment's UDP one-way loop (bursts of 32 datagrams
+//! from A to B over the memory link, both stacks on this thread), for callgrind or perf.
+//!
+//! `cargo run --release -p probestack --example udp_burst -- [SIZE] [BURSTS] [bsd|fast]`
+
+use probestack::sim::{HostConfig, Pair, ADDR_B};
+use probestack::time::{Clock, RealClock};
+use probestack::tuning::Tuning;
+use probestack::wire::Ipv4Address;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let size: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64);
+    let bursts: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(20_000);
+    let tuning = match args.get(3).map(String::as_str) {
+        Some("bsd") => Tuning::bsd(),
+        _ => Tuning::fast(),
+    };
+    let mut host = HostConfig::with_mtu(1500);
+    host.stack.tuning = tuning;
+    let mut pair = Pair::new(host.clone(), host).expect("memory link");
+    let b = pair.b.udp_open();
+    pair.b
+        .udp_bind(b, Ipv4Address::UNSPECIFIED, 9)
+        .expect("bind");
+    let a = pair.a.udp_open();
+    let clock = RealClock::new();
+    let data = vec![0xA5u8; size];
+    let mut buf = vec![0u8; 2048];
+    let (mut sent, mut got) = (0u64, 0u64);
+    let start = std::time::Instant::now();
+    for _ in 0..bursts {
+        for _ in 0..32 {
+            if pair.a.udp_send_to(a, &data, ADDR_B, 9).is_ok() {
+                sent += 1;
+            }
+        }
+        let now = clock.now();
+        pair.a.poll(now);
+        pair.b.poll(now);
+        while pair.b.udp_recv_from(b, &mut buf).is_ok() {
+            got += 1;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "sent {sent} received {got} in {secs:.3} s: {:.2} M/s, {:.1} ns per datagram",
+        got as f64 / secs / 1e6,
+        secs * 1e9 / got.max(1) as f64
+    );
+}
