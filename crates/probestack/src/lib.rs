@@ -8,6 +8,7 @@ pub mod buf;
 pub mod checksum;
 pub mod driver;
 pub mod fuzz;
+pub mod hash;
 pub mod ip;
 pub mod link;
 pub mod probe;

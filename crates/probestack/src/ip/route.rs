@@ -3,6 +3,8 @@
 //! exactly that question of the route ("the route structure includes a flag on whether the
 //! next hop in the route is just a gateway or is the destination host").
 
+use std::cell::Cell;
+
 use crate::wire::Ipv4Address;
 
 /// An address with a prefix length: an interface address or a route's destination.
@@ -95,6 +97,11 @@ pub struct RouteDecision {
 #[derive(Clone, Debug, Default)]
 pub struct RouteTable {
     routes: Vec<Route>,
+    /// The last destination looked up and its answer: one datagram asks up to four times
+    /// (the checksum choice, the source address, IP output), and a flow asks for the same
+    /// destination datagram after datagram, as the one-behind PCB caches of paper 002
+    /// §6.3 bet. Emptied whenever the table changes.
+    last: Cell<Option<(Ipv4Address, Option<RouteDecision>)>>,
 }
 
 impl RouteTable {
@@ -110,6 +117,7 @@ impl RouteTable {
             destination: dest,
             ..route
         });
+        self.last.set(None);
     }
 
     /// Removes the route to `destination`; whether there was one.
@@ -117,6 +125,7 @@ impl RouteTable {
         let dest = destination.network();
         let before = self.routes.len();
         self.routes.retain(|r| r.destination != dest);
+        self.last.set(None);
         self.routes.len() != before
     }
 
@@ -125,7 +134,20 @@ impl RouteTable {
     }
 
     /// The most specific route to `dst`.
+    #[inline]
     pub fn lookup(&self, dst: Ipv4Address) -> Option<RouteDecision> {
+        match self.last.get() {
+            Some((d, decision)) if d == dst => decision,
+            _ => {
+                let decision = self.search(dst);
+                self.last.set(Some((dst, decision)));
+                decision
+            }
+        }
+    }
+
+    /// Longest-prefix match over the whole table.
+    fn search(&self, dst: Ipv4Address) -> Option<RouteDecision> {
         let r = self
             .routes
             .iter()
@@ -181,6 +203,29 @@ mod tests {
         assert_eq!(def.next_hop, Ipv4Address::new(198, 18, 0, 1));
         assert!(t.remove(cidr("0.0.0.0/0")));
         assert_eq!(t.lookup(Ipv4Address::new(203, 0, 113, 1)), None);
+    }
+
+    #[test]
+    fn the_last_answer_is_forgotten_when_the_table_changes() {
+        let mut t = RouteTable::new();
+        let dst = Ipv4Address::new(198, 19, 5, 6);
+        assert_eq!(t.lookup(dst), None);
+        t.add(Route {
+            destination: cidr("198.18.0.0/15"),
+            next_hop: NextHop::Direct,
+            interface: 0,
+        });
+        assert_eq!(t.lookup(dst).map(|d| d.interface), Some(0));
+        // Asked again: the cached answer, and the same one.
+        assert_eq!(t.lookup(dst).map(|d| d.interface), Some(0));
+        t.add(Route {
+            destination: cidr("198.19.5.0/24"),
+            next_hop: NextHop::Gateway(Ipv4Address::new(198, 18, 0, 254)),
+            interface: 1,
+        });
+        assert_eq!(t.lookup(dst).map(|d| d.interface), Some(1));
+        assert!(t.remove(cidr("198.19.5.0/24")));
+        assert_eq!(t.lookup(dst).map(|d| d.interface), Some(0));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! The cache holds packets of any type `P` and decides; the link layer sends the requests
 //! and the packets.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::hash::TableMap;
 
 use crate::time::{Duration, Instant};
 use crate::wire::ethernet::EthernetAddress;
@@ -85,14 +87,14 @@ pub struct ArpTimers<P> {
 #[derive(Debug)]
 pub struct ArpCache<P> {
     config: ArpConfig,
-    entries: HashMap<Ipv4Address, Entry<P>>,
+    entries: TableMap<Ipv4Address, Entry<P>>,
 }
 
 impl<P> ArpCache<P> {
     pub fn new(config: ArpConfig) -> ArpCache<P> {
         ArpCache {
             config,
-            entries: HashMap::new(),
+            entries: TableMap::default(),
         }
     }
 

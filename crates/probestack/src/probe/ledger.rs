@@ -161,7 +161,8 @@ impl Recorder {
         }
     }
 
-    #[inline]
+    #[cold]
+    #[inline(never)]
     fn open_probe(&self, cell: u16) {
         let start = self.clock.now();
         self.open.borrow_mut().push(Frame {
@@ -171,7 +172,8 @@ impl Recorder {
         });
     }
 
-    #[inline]
+    #[cold]
+    #[inline(never)]
     fn close_probe(&self) {
         let now = self.clock.now();
         let mut open = self.open.borrow_mut();

@@ -70,7 +70,7 @@
 //! PCB compared in a port bucket. Cache checks are counted as hits and misses, not as
 //! entries examined. [`PcbStats::counters`] maps them onto the stack's [`Counter`]s.
 
-use std::collections::HashMap;
+use crate::hash::TableMap;
 use std::fmt;
 
 use crate::probe::Counter;
@@ -357,8 +357,8 @@ pub struct PcbTable<T> {
     /// The list's first PCB; new PCBs go in front, as 4.3BSD's `insque` after the head.
     head: Option<u32>,
     /// Connected PCBs by 4-tuple.
-    connected: HashMap<ConnKey, u32>,
-    ports: HashMap<u16, PortGroup>,
+    connected: TableMap<ConnKey, u32>,
+    ports: TableMap<u16, PortGroup>,
     recv_cache: Option<u32>,
     send_cache: Option<u32>,
     stats: PcbStats,
@@ -372,8 +372,8 @@ impl<T> PcbTable<T> {
             free: Vec::new(),
             len: 0,
             head: None,
-            connected: HashMap::new(),
-            ports: HashMap::new(),
+            connected: TableMap::default(),
+            ports: TableMap::default(),
             recv_cache: None,
             send_cache: None,
             stats: PcbStats::default(),
@@ -930,6 +930,7 @@ impl<'a, T> Iterator for Iter<'a, T> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     const fn ip(a: u8, b: u8, c: u8, d: u8) -> Ipv4Address {
         Ipv4Address::new(a, b, c, d)

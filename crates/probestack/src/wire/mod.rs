@@ -181,8 +181,16 @@ pub(crate) mod field {
 
 /// An IPv4 address. A plain wrapper rather than `std::net::Ipv4Addr` so that it is `[u8;
 /// 4]` in memory and free to convert; `From` conversions go both ways.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Ipv4Address(pub [u8; 4]);
+
+/// One 32-bit word, not a length-prefixed byte slice (the derived hash): table lookups
+/// keyed by addresses hash one word.
+impl std::hash::Hash for Ipv4Address {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u32(u32::from_ne_bytes(self.0));
+    }
+}
 
 impl Ipv4Address {
     pub const UNSPECIFIED: Ipv4Address = Ipv4Address([0, 0, 0, 0]);
