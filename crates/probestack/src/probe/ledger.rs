@@ -131,8 +131,6 @@ struct Recorder {
     bucketing: Cell<Bucketing>,
     /// Open messages (nested ones join the outermost).
     message_depth: Cell<u32>,
-    /// Whether the open message is being probed.
-    sampled: Cell<bool>,
     message_size: Cell<usize>,
     message_start: Cell<u64>,
     open: RefCell<Vec<Frame>>,
@@ -151,7 +149,6 @@ impl Recorder {
             countdown: Cell::new(0),
             bucketing: Cell::new(Bucketing::Exact),
             message_depth: Cell::new(0),
-            sampled: Cell::new(false),
             message_size: Cell::new(0),
             message_start: Cell::new(0),
             open: RefCell::new(Vec::with_capacity(32)),
@@ -231,7 +228,8 @@ impl Recorder {
         }
     }
 
-    fn begin_message(&self, size: usize) {
+    /// `sampled_flag` is the ledger's flag, which this sets for the message.
+    fn begin_message(&self, size: usize, sampled_flag: &Cell<bool>) {
         let depth = self.message_depth.get();
         self.message_depth.set(depth + 1);
         if depth > 0 {
@@ -239,7 +237,7 @@ impl Recorder {
         }
         self.messages_seen.set(self.messages_seen.get() + 1);
         let sampled = self.draw();
-        self.sampled.set(sampled);
+        sampled_flag.set(sampled);
         if sampled {
             self.message_size.set(size);
             self.scratch.borrow_mut().clear();
@@ -247,14 +245,14 @@ impl Recorder {
         }
     }
 
-    fn end_message(&self) {
+    fn end_message(&self, sampled: &Cell<bool>) {
         let depth = self.message_depth.get().saturating_sub(1);
         self.message_depth.set(depth);
-        if depth > 0 || !self.sampled.get() {
+        if depth > 0 || !sampled.get() {
             return;
         }
         let wall = self.clock.now().saturating_sub(self.message_start.get());
-        self.sampled.set(false);
+        sampled.set(false);
         // Probes still open (a guard leaked out of its message) are abandoned.
         self.open.borrow_mut().clear();
         let key = self.bucketing.get().bucket(self.message_size.get());
@@ -283,11 +281,12 @@ fn probe_overhead_ticks(clock: ProbeClock) -> f64 {
     static COST: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *COST.get_or_init(|| {
         let r = Recorder::new(clock);
+        let sampled = Cell::new(false);
         r.sample_every.set(1);
         let n = 2_000;
         let mut best = f64::INFINITY;
         for _ in 0..5 {
-            r.begin_message(0);
+            r.begin_message(0, &sampled);
             let t0 = clock.now();
             for _ in 0..n {
                 r.open_probe(0);
@@ -295,7 +294,7 @@ fn probe_overhead_ticks(clock: ProbeClock) -> f64 {
             }
             let outside = clock.now().saturating_sub(t0) as f64;
             let inside: u64 = r.scratch.borrow().iter().map(|&(_, t)| t).sum();
-            r.end_message();
+            r.end_message(&sampled);
             best = best.min((outside - inside as f64).max(0.0) / n as f64);
         }
         best
@@ -305,6 +304,11 @@ fn probe_overhead_ticks(clock: ProbeClock) -> f64 {
 /// The ledger of one stack: probes, sampling, buckets, and the counters beside them.
 #[derive(Debug)]
 pub struct Ledger {
+    /// Whether the open message is being probed. Here rather than in the recorder, so
+    /// that a probe in an unprobed message reads one flag beside the stack's other fields
+    /// and branches, without following a pointer first.
+    #[cfg(feature = "probes")]
+    sampled: Cell<bool>,
     #[cfg(feature = "probes")]
     rec: Option<Box<Recorder>>,
     counters: Counters,
@@ -320,6 +324,8 @@ impl Ledger {
     /// A ledger probing one message in [`DEFAULT_SAMPLE_EVERY`].
     pub fn new() -> Ledger {
         Ledger {
+            #[cfg(feature = "probes")]
+            sampled: Cell::new(false),
             #[cfg(feature = "probes")]
             rec: Some(Box::new(Recorder::new(*ProbeClock::get()))),
             counters: Counters::new(),
@@ -371,20 +377,8 @@ impl Ledger {
     /// an open message are part of it.
     #[inline]
     pub fn message(&self, size: usize) -> Message<'_> {
-        #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            r.begin_message(size);
-            return Message {
-                rec: Some(r),
-                _ledger: PhantomData,
-            };
-        }
-        let _ = size;
-        Message {
-            #[cfg(feature = "probes")]
-            rec: None,
-            _ledger: PhantomData,
-        }
+        self.begin_message(size);
+        Message { ledger: self }
     }
 
     /// Opens a message without a guard, for code that must mutate its owner while the
@@ -393,7 +387,7 @@ impl Ledger {
     pub fn begin_message(&self, size: usize) {
         #[cfg(feature = "probes")]
         if let Some(r) = &self.rec {
-            r.begin_message(size);
+            r.begin_message(size, &self.sampled);
         }
         #[cfg(not(feature = "probes"))]
         let _ = size;
@@ -404,7 +398,7 @@ impl Ledger {
     pub fn end_message(&self) {
         #[cfg(feature = "probes")]
         if let Some(r) = &self.rec {
-            r.end_message();
+            r.end_message(&self.sampled);
         }
     }
 
@@ -412,28 +406,24 @@ impl Ledger {
     #[inline]
     pub fn set_message_size(&self, size: usize) {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            if r.sampled.get() {
-                r.message_size.set(size);
-            }
+        if let (true, Some(r)) = (self.sampled.get(), &self.rec) {
+            r.message_size.set(size);
         }
         #[cfg(not(feature = "probes"))]
         let _ = size;
     }
 
     /// Opens a probe charged to (`layer`, `side`, `op`) until the guard drops. Outside a
-    /// sampled message this costs a load and a branch.
+    /// sampled message this costs a load and a branch (and one more when the guard drops).
     #[inline(always)]
     pub fn probe(&self, layer: Layer, side: Side, op: Op) -> Probe<'_> {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            if r.sampled.get() {
-                r.open_probe(cell_index(layer, side, op));
-                return Probe {
-                    rec: Some(r),
-                    _ledger: PhantomData,
-                };
-            }
+        if let (true, Some(r)) = (self.sampled.get(), &self.rec) {
+            r.open_probe(cell_index(layer, side, op));
+            return Probe {
+                rec: Some(r),
+                _ledger: PhantomData,
+            };
         }
         let _ = (layer, side, op);
         Probe {
@@ -449,14 +439,12 @@ impl Ledger {
     #[inline(always)]
     pub fn device_work(&self) -> Probe<'_> {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            if r.sampled.get() {
-                r.open_probe(DEVICE_CELL);
-                return Probe {
-                    rec: Some(r),
-                    _ledger: PhantomData,
-                };
-            }
+        if let (true, Some(r)) = (self.sampled.get(), &self.rec) {
+            r.open_probe(DEVICE_CELL);
+            return Probe {
+                rec: Some(r),
+                _ledger: PhantomData,
+            };
         }
         Probe {
             #[cfg(feature = "probes")]
@@ -552,33 +540,21 @@ impl Ledger {
 /// An open message; it closes when dropped.
 #[must_use = "a message closes when this guard drops"]
 pub struct Message<'a> {
-    #[cfg(feature = "probes")]
-    rec: Option<&'a Recorder>,
-    _ledger: PhantomData<&'a Ledger>,
+    ledger: &'a Ledger,
 }
 
 impl Message<'_> {
     /// Sets the size that decides the message's bucket (the receive path learns it late).
     #[inline]
     pub fn set_size(&self, size: usize) {
-        #[cfg(feature = "probes")]
-        if let Some(r) = self.rec {
-            if r.sampled.get() {
-                r.message_size.set(size);
-            }
-        }
-        #[cfg(not(feature = "probes"))]
-        let _ = size;
+        self.ledger.set_message_size(size);
     }
 }
 
 impl Drop for Message<'_> {
     #[inline]
     fn drop(&mut self) {
-        #[cfg(feature = "probes")]
-        if let Some(r) = self.rec {
-            r.end_message();
-        }
+        self.ledger.end_message();
     }
 }
 
