@@ -362,6 +362,8 @@ impl Stack {
     /// Changes the switches between experiments.
     pub fn set_tuning(&mut self, t: Tuning) {
         self.tuning = t;
+        // Header templates were built under the old switches (checksum elision, offload).
+        self.udp_sockets.forget_templates();
         self.pool.set_buffer_cache(t.buffer_cache);
         self.udp_pcbs.set_config(t.pcb_config());
         self.tcp_pcbs.set_config(t.pcb_config());

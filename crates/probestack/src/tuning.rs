@@ -31,6 +31,12 @@ pub struct Tuning {
     /// sendto on an unconnected socket sends to the address given (paper 002 §6.2); off,
     /// it connects the PCB for the datagram and disconnects it after, as 4.3BSD did.
     pub sendto_without_connect: bool,
+    /// A UDP socket keeps the Ethernet, IP and UDP headers of its last destination built
+    /// (`udp::template`; 4.3BSD's IP header template, Clark et al. 1989) and sends the
+    /// next datagram there by copying them and filling the lengths, identifier and
+    /// checksums; off, every datagram goes through UDP, IP (route lookups, header) and
+    /// the link (ARP, Ethernet header) one layer after the other.
+    pub udp_header_template: bool,
     /// How UDP finds a datagram's PCB (paper 002 §6.3.5): linear best-match scan,
     /// early exit with move-to-front, or hashed.
     pub pcb_lookup: PcbLookup,
@@ -77,6 +83,7 @@ impl Tuning {
             defrag_check_only_fragments: false,
             udp_fast_path: false,
             sendto_without_connect: false,
+            udp_header_template: false,
             pcb_lookup: PcbLookup::Linear,
             pcb_recv_cache: false,
             pcb_send_cache: false,
@@ -98,6 +105,7 @@ impl Tuning {
             defrag_check_only_fragments: true,
             udp_fast_path: true,
             sendto_without_connect: true,
+            udp_header_template: true,
             pcb_lookup: PcbLookup::Hashed,
             pcb_recv_cache: true,
             pcb_send_cache: true,

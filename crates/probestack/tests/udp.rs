@@ -432,3 +432,141 @@ fn recvmsg_scatters_over_buffers_on_both_paths() {
         assert_eq!(p.b.udp_recv(rx, &mut x), Err(UdpError::WouldBlock));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The header template (`Tuning::udp_header_template`).
+
+/// A `Write` the test keeps a handle on, for a capture of A's frames.
+#[derive(Clone, Default)]
+struct SharedBytes(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBytes {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Two stacks with `t`, A's transmitted frames captured.
+fn captured_pair(t: Tuning) -> (Pair, SharedBytes) {
+    use probestack::driver::pcap::{PcapMode, PcapWriter};
+    let mut a = HostConfig::with_mtu(1500);
+    a.stack.tuning = t;
+    let b = a.clone();
+    let out = SharedBytes::default();
+    let sink = out.clone();
+    let p = Pair::with_devices(
+        a,
+        b,
+        |nic| Box::new(PcapWriter::new(nic, sink, PcapMode::TxOnly).unwrap()),
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    (p, out)
+}
+
+fn frames(out: &SharedBytes) -> Vec<Vec<u8>> {
+    let bytes = out.0.lock().unwrap().clone();
+    let (_, records) = probestack::driver::pcap::parse(&bytes).unwrap();
+    records.into_iter().map(|r| r.data).collect()
+}
+
+/// Sends datagrams of many sizes (some fragmented, which the template leaves to the
+/// layers) from A to B, to two destinations in turn; returns A's frames and B's datagrams.
+fn template_run(t: Tuning) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, u64) {
+    let (mut p, out) = captured_pair(t);
+    let rx = [9, 10].map(|port| {
+        let h = p.b.udp_open();
+        p.b.udp_bind(h, Ipv4Address::UNSPECIFIED, port).unwrap();
+        p.b.udp_set_recv_buffer(h, 8 << 20).unwrap();
+        h
+    });
+    let tx = p.a.udp_open();
+    let mut seq = 0;
+    for len in [0, 1, 2, 3, 17, 64, 511, 512, 1471, 1472, 1473, 4000] {
+        for port in [9, 10, 10, 9] {
+            seq += 1;
+            p.a.udp_send_to(tx, &payload(seq, len), ADDR_B, port)
+                .unwrap();
+            p.run_for(Duration::from_micros(50));
+        }
+    }
+    // The socket's no-checksum option changes the headers too.
+    p.a.udp_set_no_checksum(tx, true).unwrap();
+    for i in 0..3 {
+        p.a.udp_send_to(tx, &payload(1000 + i, 100), ADDR_B, 9)
+            .unwrap();
+    }
+    p.run_for(Duration::from_millis(5));
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 70_000];
+    for h in rx {
+        while let Ok(r) = p.b.udp_recv_from(h, &mut buf) {
+            got.push(buf[..r.len].to_vec());
+        }
+    }
+    let sent = p.a.ledger().counters().get(Counter::UdpTemplateSent);
+    (frames(&out), got, sent)
+}
+
+/// The template's frames are the layers' frames, byte for byte, with and without
+/// checksums (elision on and off), and B gets the same datagrams.
+#[test]
+fn the_header_template_sends_the_frames_the_layers_send() {
+    for elision in [true, false] {
+        let with = Tuning {
+            checksum_elision: elision,
+            ..Tuning::fast()
+        };
+        let without = Tuning {
+            udp_header_template: false,
+            ..with
+        };
+        let (frames_t, got_t, sent_t) = template_run(with);
+        let (frames_l, got_l, sent_l) = template_run(without);
+        assert_eq!(sent_l, 0);
+        // All but the fragmented sizes and the first datagram (ARP) take the template.
+        assert!(sent_t >= 35, "only {sent_t} datagrams took the template");
+        assert_eq!(frames_t.len(), frames_l.len());
+        for (i, (t, l)) in frames_t.iter().zip(&frames_l).enumerate() {
+            assert_eq!(t, l, "frame {i} differs (elision {elision})");
+        }
+        assert_eq!(got_t, got_l);
+        assert_eq!(got_t.len(), 51);
+        assert!(got_t.iter().all(|d| intact(d)));
+    }
+}
+
+/// A template goes stale when the next hop's MAC changes, when the route changes, and
+/// when the route goes: the next datagram follows the new facts.
+#[test]
+fn a_stale_header_template_is_rebuilt_or_refused() {
+    let (mut p, out) = captured_pair(Tuning::fast());
+    let rx = p.b.udp_open();
+    p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+    let tx = p.a.udp_open();
+    p.a.udp_send_to(tx, b"first", ADDR_B, 9).unwrap();
+    assert!(recv_one(&mut p, rx).is_some());
+    p.a.udp_send_to(tx, b"templated", ADDR_B, 9).unwrap();
+    assert!(recv_one(&mut p, rx).is_some());
+    let c = |p: &Pair, k| p.a.ledger().counters().get(k);
+    assert_eq!(c(&p, Counter::UdpTemplateSent), 1);
+    // B's MAC, as A knows it, changes: the next frame goes to the new MAC.
+    let moved = probestack::wire::ethernet::EthernetAddress([2, 0, 0, 0, 0, 0x42]);
+    p.a.add_static_arp(0, ADDR_B, moved);
+    p.a.udp_send_to(tx, b"to the new MAC", ADDR_B, 9).unwrap();
+    p.run_for(Duration::from_micros(50));
+    let last = frames(&out).pop().unwrap();
+    assert_eq!(&last[..6], &moved.0, "the stale MAC was used");
+    assert_eq!(c(&p, Counter::UdpTemplateBuilt), 2);
+    // No route to B any more: the send fails as it does through the layers.
+    let subnet: Ipv4Cidr = "198.18.0.0/15".parse().unwrap();
+    assert!(p.a.routes_mut().remove(subnet));
+    assert_eq!(
+        p.a.udp_send_to(tx, b"nowhere", ADDR_B, 9),
+        Err(UdpError::NoRoute)
+    );
+}

@@ -102,6 +102,8 @@ pub struct RouteTable {
     /// destination datagram after datagram, as the one-behind PCB caches of paper 002
     /// §6.3 bet. Emptied whenever the table changes.
     last: Cell<Option<(Ipv4Address, Option<RouteDecision>)>>,
+    /// Changes with every route added or removed (for headers built from a lookup).
+    generation: u64,
 }
 
 impl RouteTable {
@@ -118,6 +120,7 @@ impl RouteTable {
             ..route
         });
         self.last.set(None);
+        self.generation += 1;
     }
 
     /// Removes the route to `destination`; whether there was one.
@@ -126,11 +129,17 @@ impl RouteTable {
         let before = self.routes.len();
         self.routes.retain(|r| r.destination != dest);
         self.last.set(None);
+        self.generation += 1;
         self.routes.len() != before
     }
 
     pub fn routes(&self) -> &[Route] {
         &self.routes
+    }
+
+    /// A number that changes whenever a route is added or removed.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The most specific route to `dst`.

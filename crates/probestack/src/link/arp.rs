@@ -88,6 +88,9 @@ pub struct ArpTimers<P> {
 pub struct ArpCache<P> {
     config: ArpConfig,
     entries: TableMap<Ipv4Address, Entry<P>>,
+    /// Changes whenever a mapping is set or forgotten, so that a header built from an
+    /// answer (a socket's header template) can tell it is stale.
+    generation: u64,
 }
 
 impl<P> ArpCache<P> {
@@ -95,6 +98,7 @@ impl<P> ArpCache<P> {
         ArpCache {
             config,
             entries: TableMap::default(),
+            generation: 0,
         }
     }
 
@@ -106,10 +110,27 @@ impl<P> ArpCache<P> {
 
     /// The MAC for `ip`, if resolved and not expired.
     pub fn lookup(&self, ip: Ipv4Address, now: Instant) -> Option<EthernetAddress> {
+        self.lookup_until(ip, now).map(|(mac, _)| mac)
+    }
+
+    /// The MAC for `ip` and until when it holds (`None`: a static entry), if resolved and
+    /// not expired.
+    pub fn lookup_until(
+        &self,
+        ip: Ipv4Address,
+        now: Instant,
+    ) -> Option<(EthernetAddress, Option<Instant>)> {
         match self.entries.get(&ip) {
-            Some(Entry::Resolved { mac, expires }) if expires.is_none_or(|e| now < e) => Some(*mac),
+            Some(Entry::Resolved { mac, expires }) if expires.is_none_or(|e| now < e) => {
+                Some((*mac, *expires))
+            }
             _ => None,
         }
+    }
+
+    /// A number that changes whenever a mapping is set or forgotten.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Resolves `ip` for `packet`: gives it back with the MAC when known, otherwise queues
@@ -186,6 +207,7 @@ impl<P> ArpCache<P> {
     }
 
     fn set(&mut self, ip: Ipv4Address, mac: EthernetAddress, expires: Option<Instant>) -> Vec<P> {
+        self.generation += 1;
         match self.entries.insert(ip, Entry::Resolved { mac, expires }) {
             Some(Entry::Pending { waiting, .. }) => waiting.into(),
             _ => Vec::new(),
@@ -204,6 +226,7 @@ impl<P> ArpCache<P> {
             return out;
         }
         let (interval, max) = (self.config.request_interval, self.config.max_requests);
+        self.generation += 1;
         self.entries.retain(|ip, e| match e {
             Entry::Resolved { expires, .. } => expires.is_none_or(|x| now < x),
             Entry::Pending {

@@ -222,7 +222,7 @@ impl Stack {
 
     /// Hands a whole frame to the interface's device. A full transmit queue drops the
     /// frame here, counted, and its buffer goes back to the pool.
-    fn device_transmit(&mut self, iface: usize, frame: PacketBuf, now: Instant) -> bool {
+    pub(crate) fn device_transmit(&mut self, iface: usize, frame: PacketBuf, now: Instant) -> bool {
         let frame = if frame.has_frags() && !self.ifaces[iface].caps.scatter_gather {
             match self.linearize(frame) {
                 Ok(f) => f,

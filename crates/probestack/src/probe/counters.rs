@@ -132,6 +132,10 @@ counters! {
     /// UDP datagrams received and sent.
     UdpDatagramsIn = "udp.datagrams_in";
     UdpDatagramsOut = "udp.datagrams_out";
+    /// UDP datagrams sent with the socket's header template (`Tuning::udp_header_template`),
+    /// and templates built (a first datagram to a destination, or a stale template).
+    UdpTemplateSent = "udp.template.sent";
+    UdpTemplateBuilt = "udp.template.built";
     /// UDP datagrams too short, with a bad length, or to port 0.
     UdpDropMalformed = "udp.drop.malformed";
     /// UDP datagrams whose checksum failed (at input, or while copied out).

@@ -13,6 +13,7 @@ use crate::checksum;
 use crate::probe::{Counter, Layer, Op, Side};
 use crate::stack::{SendError, Stack};
 use crate::udp::pcb::{PcbError, PcbId};
+use crate::udp::template::HeaderTemplate;
 use crate::udp::UdpChecksum;
 use crate::wire::udp as udp_wire;
 use crate::wire::Ipv4Address;
@@ -121,6 +122,8 @@ pub(crate) struct UdpSocket {
     pub no_checksum: bool,
     /// An error to report on the next call (ICMP port unreachable on a connected socket).
     pub error: Option<UdpError>,
+    /// The headers of the last destination sent to (`Tuning::udp_header_template`).
+    pub template: Option<HeaderTemplate>,
 }
 
 /// The default receive buffer limit (bytes of payload queued).
@@ -138,6 +141,13 @@ pub(crate) struct UdpSockets {
 }
 
 impl UdpSockets {
+    /// Drops every socket's header template (the switches changed).
+    pub fn forget_templates(&mut self) {
+        for s in self.slots.iter_mut().filter_map(|s| s.socket.as_mut()) {
+            s.template = None;
+        }
+    }
+
     pub fn get(&self, h: UdpHandle) -> Option<&UdpSocket> {
         self.slots
             .get(h.index)
@@ -172,6 +182,7 @@ impl UdpSockets {
             rx_limit: DEFAULT_RX_LIMIT,
             reserved: 0,
             no_checksum: false,
+            template: None,
             error: None,
         };
         if let Some(index) = self.slots.iter().position(|s| s.socket.is_none()) {
@@ -500,6 +511,11 @@ impl Stack {
         to: Option<(Ipv4Address, u16)>,
     ) -> Result<usize, UdpError> {
         let (dst, connected, no_checksum) = self.udp_send_target(h, len, to)?;
+        if self.tuning.udp_header_template && (connected || self.tuning.sendto_without_connect) {
+            if let Some(r) = self.udp_send_templated(h, parts, len, dst, no_checksum) {
+                return r;
+            }
+        }
         let Ok(mut buf) = self.alloc(
             Layer::Socket,
             Side::Send,
@@ -508,36 +524,41 @@ impl Stack {
             return Err(UdpError::NoBuffer);
         };
         let (elide, offload) = self.udp_checksum_choice(dst.0, no_checksum, buf.len());
-        // The copy in: on the protocol-specific path it sums as it copies (paper 002 §7).
-        let plan = {
-            let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
-            let mut at = crate::wire::udp::HEADER_LEN;
-            let mut acc = checksum::Accumulator::new();
-            let fused = self.tuning.udp_fast_path && !elide && !offload;
-            for part in parts {
-                let dst = &mut buf.data_mut()[at..at + part.len()];
-                if fused {
-                    acc.add_sum(
-                        checksum::copy_and_sum_with(self.tuning.checksum, dst, part),
-                        part.len(),
-                    );
-                } else {
-                    dst.copy_from_slice(part);
-                }
-                at += part.len();
-            }
-            if elide {
-                UdpChecksum::Elided
-            } else if offload {
-                UdpChecksum::Offloaded
-            } else if fused {
-                UdpChecksum::PayloadSummed(acc.sum())
-            } else {
-                UdpChecksum::SecondPass
-            }
+        let fused = self.tuning.udp_fast_path && !elide && !offload;
+        let plan = match self.udp_copy_in(&mut buf, parts, fused) {
+            _ if elide => UdpChecksum::Elided,
+            _ if offload => UdpChecksum::Offloaded,
+            Some(sum) => UdpChecksum::PayloadSummed(sum),
+            None => UdpChecksum::SecondPass,
         };
         let r = self.udp_output(h, dst, buf, plan, connected);
         r.map(|()| len)
+    }
+
+    /// The copy in of `parts` after the UDP header's room in `buf`: with `sum`, on the
+    /// protocol-specific path, it sums as it copies (paper 002 §7) and returns the sum.
+    pub(crate) fn udp_copy_in(
+        &self,
+        buf: &mut PacketBuf,
+        parts: &[&[u8]],
+        sum: bool,
+    ) -> Option<u16> {
+        let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
+        let mut at = crate::wire::udp::HEADER_LEN;
+        let mut acc = checksum::Accumulator::new();
+        for part in parts {
+            let dst = &mut buf.data_mut()[at..at + part.len()];
+            if sum {
+                acc.add_sum(
+                    checksum::copy_and_sum_with(self.tuning.checksum, dst, part),
+                    part.len(),
+                );
+            } else {
+                dst.copy_from_slice(part);
+            }
+            at += part.len();
+        }
+        sum.then(|| acc.sum())
     }
 
     /// Receives one datagram, waiting up to `timeout` for one to arrive (blocking use; see

@@ -13,6 +13,7 @@
 //! [`pcb`] finds the socket a datagram belongs to, with the lookups of paper 002 §6.3.
 
 pub mod pcb;
+pub(crate) mod template;
 
 use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum;
@@ -259,27 +260,22 @@ impl Stack {
                         });
                     } else if plan != UdpChecksum::Elided {
                         let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::Checksum);
-                        let sum = match plan {
+                        let field = match plan {
                             // Header and pseudo-header now; the payload was summed while copied.
-                            UdpChecksum::PayloadSummed(p) => {
-                                let seed = checksum::pseudo_header_v4(
-                                    src.0,
-                                    dst.0 .0,
-                                    udp_wire::PROTOCOL,
-                                    buf.total_len() as u16,
-                                );
-                                let mut acc = checksum::Accumulator::with_seed(seed);
-                                acc.add_sum(
-                                    checksum::header_sum(&buf.data()[..udp_wire::HEADER_LEN]),
-                                    udp_wire::HEADER_LEN,
-                                );
-                                acc.add_sum(p, payload_len);
-                                acc.sum()
-                            }
+                            UdpChecksum::PayloadSummed(p) => template::udp_checksum_field(
+                                src,
+                                dst.0,
+                                &buf.data()[..udp_wire::HEADER_LEN],
+                                p,
+                                payload_len,
+                            ),
                             // The generic path: a second pass over the whole datagram.
-                            _ => self.udp_full_sum(src, dst.0, buf.data()),
+                            _ => checksum::udp_field(checksum::finish(self.udp_full_sum(
+                                src,
+                                dst.0,
+                                buf.data(),
+                            ))),
                         };
-                        let field = checksum::udp_field(checksum::finish(sum));
                         udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
                     }
                     self.ledger.counters().inc(Counter::UdpDatagramsOut);

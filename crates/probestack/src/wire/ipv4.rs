@@ -171,6 +171,10 @@ impl Ipv4Options {
     /// Errors: more than 40 bytes after padding (`BadField`), or an option whose length
     /// is impossible (`BadOption`).
     pub fn new(options: &[u8]) -> Result<Ipv4Options> {
+        if options.is_empty() {
+            // Almost every datagram.
+            return Ok(Ipv4Options::NONE);
+        }
         let padded = options.len().div_ceil(4) * 4;
         if padded > MAX_OPTIONS_LEN {
             return Err(Error::BadField {
@@ -571,18 +575,27 @@ impl Ipv4Repr {
             return Err(Error::BadChecksum { proto: Proto::Ipv4 });
         }
         let options = Ipv4Options::new(packet.options())?;
+        // The fixed header as an array: its fields read without a bounds check each.
+        let Some(fixed) = packet.buffer.as_ref().first_chunk::<MIN_HEADER_LEN>() else {
+            return Err(Error::Truncated {
+                proto: Proto::Ipv4,
+                needed: MIN_HEADER_LEN,
+                available: packet.buffer.as_ref().len(),
+            });
+        };
+        let fixed = Packet::new_unchecked(fixed);
         Ok(Ipv4Repr {
-            src: packet.source(),
-            dst: packet.destination(),
-            protocol: packet.protocol(),
-            ttl: packet.ttl(),
-            dscp: packet.dscp(),
-            ecn: packet.ecn(),
-            ident: packet.ident(),
-            dont_frag: packet.dont_frag(),
-            more_frags: packet.more_frags(),
-            frag_offset: packet.frag_offset(),
-            payload_len: packet.total_len() as usize - packet.header_len(),
+            src: fixed.source(),
+            dst: fixed.destination(),
+            protocol: fixed.protocol(),
+            ttl: fixed.ttl(),
+            dscp: fixed.dscp(),
+            ecn: fixed.ecn(),
+            ident: fixed.ident(),
+            dont_frag: fixed.dont_frag(),
+            more_frags: fixed.more_frags(),
+            frag_offset: fixed.frag_offset(),
+            payload_len: (fixed.total_len() as usize).saturating_sub(packet.header_len()),
             options,
         })
     }

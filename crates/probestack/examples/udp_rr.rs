@@ -1,0 +1,59 @@
+//! A profiling harness: the peers experiment's UDP request/response loop (A sends 64
+//! bytes, B echoes them, A takes the reply; both stacks polled on this thread until it
+//! arrives), for callgrind or perf.
+//!
+//! `cargo run --release -p probestack --example udp_rr -- [SIZE] [ROUNDS] [bsd|fast]`
+
+use probestack::sim::{HostConfig, Pair, ADDR_B};
+use probestack::time::{Clock, RealClock};
+use probestack::tuning::Tuning;
+use probestack::wire::Ipv4Address;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let size: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64);
+    let rounds: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let tuning = match args.get(3).map(String::as_str) {
+        Some("bsd") => Tuning::bsd(),
+        _ => Tuning::fast(),
+    };
+    let mut host = HostConfig::with_mtu(1500);
+    host.stack.tuning = tuning;
+    let mut pair = Pair::new(host.clone(), host).expect("memory link");
+    let b = pair.b.udp_open();
+    pair.b
+        .udp_bind(b, Ipv4Address::UNSPECIFIED, 7)
+        .expect("bind");
+    let a = pair.a.udp_open();
+    let clock = RealClock::new();
+    let req = vec![0x5Au8; size];
+    let mut buf_a = vec![0u8; 2048];
+    let mut buf_b = vec![0u8; 2048];
+    let mut done = 0u64;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        if pair.a.udp_send_to(a, &req, ADDR_B, 7).is_err() {
+            continue;
+        }
+        // At most a few turns: the first round also waits for ARP.
+        for _ in 0..8 {
+            let now = clock.now();
+            pair.a.poll(now);
+            pair.b.poll(now);
+            if let Ok(r) = pair.b.udp_recv_from(b, &mut buf_b) {
+                let _ = pair.b.udp_send_to(b, &buf_b[..r.len], r.from.0, r.from.1);
+                pair.b.poll(now);
+                pair.a.poll(now);
+            }
+            if pair.a.udp_recv_from(a, &mut buf_a).is_ok() {
+                done += 1;
+                break;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{done} round trips in {secs:.3} s: {:.0} ns per round trip",
+        secs * 1e9 / done.max(1) as f64
+    );
+}
