@@ -36,7 +36,14 @@ fn main() {
     let mut buf_a = vec![0u8; size];
     let mut buf_b = vec![0u8; size];
     for seq in 0..WARM as u64 {
-        transaction(&mut pair, (a, b), &clock, &mut req, seq, (&mut buf_a, &mut buf_b));
+        transaction(
+            &mut pair,
+            (a, b),
+            &clock,
+            &mut req,
+            seq,
+            (&mut buf_a, &mut buf_b),
+        );
     }
     let start = std::time::Instant::now();
     for seq in 0..transactions as u64 {
@@ -135,7 +142,11 @@ fn transaction(
             }
         }
         if a_got == n {
-            assert_eq!(&buf_a[..n], &req[..], "transaction {seq}: the response differs");
+            assert_eq!(
+                &buf_a[..n],
+                &req[..],
+                "transaction {seq}: the response differs"
+            );
             return;
         }
     }
