@@ -6,6 +6,7 @@
 //!
 //! `cargo run --release -p probestack --example tcp_rr -- [TRANSACTIONS] [SIZE] [bsd|fast]`
 
+use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::stack::Stack;
@@ -61,6 +62,15 @@ fn main() {
         "{transactions} transactions of {size} bytes in {secs:.3} s: {:.1} k/s, {:.0} ns each",
         transactions as f64 / secs / 1e3,
         secs * 1e9 / transactions.max(1) as f64
+    );
+    let count = |c: Counter| pair.a.ledger().counters().get(c) + pair.b.ledger().counters().get(c);
+    println!(
+        "both ends: {} segments, header prediction {} data + {} ACK hits, {} misses; {} idle outputs",
+        count(Counter::TcpSegmentsOut),
+        count(Counter::TcpPredictionDataHits),
+        count(Counter::TcpPredictionAckHits),
+        count(Counter::TcpPredictionMisses),
+        count(Counter::TcpOutputIdle)
     );
 }
 
