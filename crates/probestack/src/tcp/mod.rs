@@ -602,7 +602,10 @@ impl Stack {
 
     /// Sends what the connection has to send, segment by segment, while the outgoing
     /// device has room; when it has none, the connection waits for the next poll (the
-    /// back-pressure a qdisc gives, instead of losing segments to a full queue).
+    /// back-pressure a qdisc gives, instead of losing segments to a full queue). A
+    /// connection with nothing to send ([`Connection::output_idle`], the usual case after
+    /// a read or after input that only started the delayed-ACK timer) returns at once,
+    /// before the route lookup.
     pub(crate) fn tcp_output(&mut self, index: usize) {
         let now = self.now;
         let remote = match self.tcp.conn_mut(index) {
