@@ -693,6 +693,48 @@ fn request_response_is_predicted() {
     }
 }
 
+/// TCP output for a connection with nothing to send returns before any route lookup or
+/// segment decision (`tcp.output_idle`): in request/response, every read (which opens no
+/// window worth announcing) and the output after each request's input (which only starts
+/// the delayed-ACK timer) take that path, and the segments sent are the ones the full
+/// path sends.
+#[test]
+fn output_with_nothing_to_send_returns_at_once() {
+    let mut p = pair(1500);
+    let (c, _l, s) = connect(&mut p);
+    p.a.tcp_set_nodelay(c, true).unwrap();
+    p.b.tcp_set_nodelay(s, true).unwrap();
+    let count =
+        |p: &Pair, which: Counter| [&p.a, &p.b].map(|stack| stack.ledger().counters().get(which));
+    let idle_before = count(&p, Counter::TcpOutputIdle);
+    let out_before = count(&p, Counter::TcpSegmentsOut);
+    let mut buf = [0u8; 64];
+    for i in 0..100u32 {
+        let request = i.to_be_bytes().repeat(16);
+        assert_eq!(p.a.tcp_send(c, &request), Ok(64));
+        assert!(p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s) == Ok(64)));
+        assert_eq!(p.b.tcp_recv(s, &mut buf), Ok(64));
+        assert_eq!(buf.to_vec(), request);
+        assert_eq!(p.b.tcp_send(s, &buf), Ok(64));
+        assert!(p.run_until(Duration::from_secs(1), |p| p.a.tcp_recv_queued(c) == Ok(64)));
+        assert_eq!(p.a.tcp_recv(c, &mut buf), Ok(64));
+        assert_eq!(buf.to_vec(), request);
+    }
+    let idle = count(&p, Counter::TcpOutputIdle);
+    let out = count(&p, Counter::TcpSegmentsOut);
+    for end in 0..2 {
+        let idle = idle[end] - idle_before[end];
+        assert!(
+            idle >= 190,
+            "end {end}: {idle} idle outputs in 100 transactions"
+        );
+    }
+    // What the full path sends (checked with the early return taken out): a segment per
+    // request and per reply, and B's window update at its first read (its SYN-ACK could
+    // offer only an unscaled window).
+    assert_eq!([out[0] - out_before[0], out[1] - out_before[1]], [100, 101]);
+}
+
 /// Nagle in Minshall's form: the short tail of a write goes at once when no other short
 /// segment is unacknowledged, instead of waiting for the delayed ACK of the odd full
 /// segment before it (40 ms on an otherwise instant link).

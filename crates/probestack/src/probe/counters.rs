@@ -205,6 +205,10 @@ counters! {
     TcpPredictionAckHits = "tcp.prediction.ack_hits";
     TcpPredictionDataHits = "tcp.prediction.data_hits";
     TcpPredictionMisses = "tcp.prediction.misses";
+    /// Calls of TCP output that found at once, before any route lookup or segment
+    /// decision, that the connection had nothing to send (an established connection
+    /// with no unsent data, no ACK owed, no probe or retransmission due).
+    TcpOutputIdle = "tcp.output_idle";
     /// RFC 5961 challenge ACKs sent, and those the rate limit held back.
     TcpChallengeAcks = "tcp.challenge_acks";
     TcpChallengeAcksSuppressed = "tcp.challenge_acks_suppressed";

@@ -1859,17 +1859,51 @@ impl Connection {
     // Timers.
 
     /// The earliest deadline of this connection's timers.
+    ///
+    /// Asked of every connection at every poll (for the timers due and for the stack's
+    /// next deadline), so it is written out rather than as an iterator chain.
     pub fn next_deadline(&self) -> Option<Instant> {
-        [
-            self.rtx_deadline,
-            self.persist_deadline,
-            self.delack_deadline,
-            self.keepalive_deadline,
-            self.close_deadline,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+            match (a, b) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, None) => x,
+                (None, y) => y,
+            }
+        }
+        let d = earlier(self.rtx_deadline, self.persist_deadline);
+        let d = earlier(d, self.delack_deadline);
+        let d = earlier(d, self.keepalive_deadline);
+        earlier(d, self.close_deadline)
+    }
+
+    /// Whether [`next_segment`](Self::next_segment) would return `None` and change
+    /// nothing, found cheaply: the common case of a connection with nothing to send (a
+    /// read that opened no window worth announcing, input that only started the delayed
+    /// ACK timer, the call after the last segment went). TCP output asks this first and
+    /// returns before looking up the route or deciding anything. It is conservative:
+    /// `false` in every state but the usual ones, and then `next_segment` decides.
+    ///
+    /// In ESTABLISHED and CLOSE-WAIT, with no FIN queued, `next_segment` sends only a
+    /// retransmission loss recovery chose, a probe or keepalive the timers asked for,
+    /// data not yet sent, or an ACK owed; with none of these it returns `None` having
+    /// changed nothing (the persist timer is armed only with unsent data). In TIME-WAIT
+    /// it sends only an ACK owed; CLOSED and LISTEN send nothing.
+    pub fn output_idle(&self) -> bool {
+        match self.state {
+            State::Closed | State::Listen => true,
+            State::TimeWait => !self.ack_now,
+            State::Established | State::CloseWait => {
+                // No unsent data: exactly `next_segment`'s `unsent == 0`.
+                let sent = self.snd_nxt.bytes_since(self.tx_head_seq());
+                !self.ack_now
+                    && !self.probe_now
+                    && !self.keepalive_probe
+                    && !self.fin_queued
+                    && self.rtx_pending.is_none()
+                    && sent >= self.tx.len()
+            }
+            _ => false,
+        }
     }
 
     /// Whether output is waiting (an ACK owed, data or a FIN that could go).
@@ -1990,3 +2024,195 @@ impl Connection {
 
 /// The IPv4 and TCP headers without options: what the MSS leaves out of an MTU.
 pub const IP_TCP_HEADERS: usize = 40;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tcp::send_buffer::Piece;
+
+    const END_A: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 1), 40000);
+    const END_B: (Ipv4Address, u16) = (Ipv4Address::new(198, 18, 0, 2), 5001);
+    /// The stream's bytes repeat with a prime period, so a misplaced byte shows.
+    const PERIOD: u64 = 251;
+
+    /// A small deterministic generator (xorshift64*), enough to pick test actions.
+    struct Dice(u64);
+
+    impl Dice {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+    }
+
+    /// Everything `next_segment` may change.
+    #[allow(clippy::type_complexity)]
+    fn output_state(
+        c: &Connection,
+    ) -> (
+        [SeqNumber; 4],
+        (bool, bool, bool, u32),
+        [Option<Instant>; 3],
+        Option<(SeqNumber, usize)>,
+        ConnStats,
+    ) {
+        (
+            [c.snd_nxt, c.snd_max, c.snd_sml, c.rcv_adv],
+            (
+                c.ack_now,
+                c.probe_now,
+                c.keepalive_probe,
+                c.unacked_segments,
+            ),
+            [c.delack_deadline, c.rtx_deadline, c.persist_deadline],
+            c.rtx_pending,
+            c.stats,
+        )
+    }
+
+    /// Checks the fast test against the full one: a connection `output_idle` calls idle
+    /// has nothing to send and `next_segment` changes nothing. Returns whether it was idle.
+    fn check_idle(c: &mut Connection, now: Instant) -> bool {
+        if !c.output_idle() {
+            return false;
+        }
+        let before = output_state(c);
+        assert!(
+            c.next_segment(now, 0).is_none(),
+            "idle in {} but had a segment",
+            c.state
+        );
+        assert_eq!(output_state(c), before, "idle in {} but changed", c.state);
+        true
+    }
+
+    /// Sends what `from` has, each segment reaching `to` unless `lose` says otherwise.
+    /// Returns the segments sent.
+    fn flush(
+        from: &mut Connection,
+        to: &mut Connection,
+        ledger: &Ledger,
+        now: Instant,
+        mut lose: impl FnMut() -> bool,
+    ) -> usize {
+        let mut sent = 0;
+        while sent < 200 {
+            check_idle(from, now);
+            let Some(out) = from.next_segment(now, 0) else {
+                break;
+            };
+            sent += 1;
+            let mut payload = Vec::with_capacity(out.data_len);
+            from.tx
+                .for_each_piece(out.data_offset, out.data_len, |piece| match piece {
+                    Piece::Copy(s) => payload.extend_from_slice(s),
+                    Piece::Loaned(e) => payload.extend_from_slice(&e),
+                });
+            if lose() {
+                continue;
+            }
+            let seg = TcpRepr {
+                payload: &payload,
+                ..out.repr
+            };
+            // A RST in reply (to a connection a timeout aborted) is not delivered.
+            let _ = to.input(&seg, false, true, ledger, now);
+        }
+        sent
+    }
+
+    /// Writes the next bytes of the pattern stream; returns how many were taken.
+    fn write(c: &mut Connection, written: &mut u64, n: u64) {
+        if !c.state.can_send() || c.fin_queued {
+            return;
+        }
+        let data: Vec<u8> = (*written..*written + n)
+            .map(|i| (i % PERIOD) as u8)
+            .collect();
+        *written += c.send_slices(&data) as u64;
+    }
+
+    /// Reads up to `n` bytes and checks them against the pattern stream.
+    fn read(c: &mut Connection, read: &mut u64, n: usize) {
+        let mut buf = vec![0u8; n];
+        let got = c.recv_into(&mut buf);
+        for (i, b) in buf[..got].iter().enumerate() {
+            assert_eq!(
+                u64::from(*b),
+                (*read + i as u64) % PERIOD,
+                "byte {}",
+                *read + i as u64
+            );
+        }
+        *read += got as u64;
+    }
+
+    /// Random traffic both ways (writes, reads, losses, timers, closes) between two
+    /// connections joined by hand; before every `next_segment`, the connection is asked
+    /// `output_idle`, and whenever it says idle, `next_segment` must send nothing and
+    /// change nothing. Small buffers make zero windows and the persist timer happen;
+    /// losses make retransmissions, SACK and recovery.
+    #[test]
+    fn output_idle_agrees_with_next_segment() {
+        let ledger = Ledger::new();
+        let config = TcpConfig {
+            send_buffer: 12_000,
+            recv_buffer: 6_000,
+            keepalive: Some(Duration::from_secs(2)),
+            keepalive_interval: Duration::from_millis(500),
+            ..TcpConfig::default()
+        };
+        let mut idle_seen = 0;
+        for seed in 1..=24u64 {
+            let mut dice = Dice(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let mut now = Instant::from_nanos(1_000_000_000);
+            let mut a = Connection::new(END_A, END_B, config, SeqNumber(1000), 1460, false);
+            a.connect();
+            let syn = a.next_segment(now, 0).expect("SYN");
+            let mut b = Connection::new(END_B, END_A, config, SeqNumber(9_000_000), 1460, false);
+            b.accept_syn(&syn.repr, now);
+            flush(&mut b, &mut a, &ledger, now, || false);
+            flush(&mut a, &mut b, &ledger, now, || false);
+            assert_eq!((a.state, b.state), (State::Established, State::Established));
+
+            let (mut a_written, mut b_written, mut a_read, mut b_read) = (0, 0, 0, 0);
+            let loss = dice.below(4) * 5; // percent
+            for _ in 0..400 {
+                idle_seen += usize::from(check_idle(&mut a, now));
+                idle_seen += usize::from(check_idle(&mut b, now));
+                match dice.below(20) {
+                    0..=3 => write(&mut a, &mut a_written, 1 + dice.below(3000)),
+                    4..=5 => write(&mut b, &mut b_written, 1 + dice.below(200)),
+                    6..=8 => read(&mut b, &mut b_read, 1 + dice.below(4000) as usize),
+                    9..=10 => read(&mut a, &mut a_read, 1 + dice.below(4000) as usize),
+                    11..=13 => {
+                        flush(&mut a, &mut b, &ledger, now, || dice.below(100) < loss);
+                    }
+                    14..=16 => {
+                        flush(&mut b, &mut a, &ledger, now, || dice.below(100) < loss);
+                    }
+                    17..=18 => {
+                        now += Duration::from_millis(dice.below(400));
+                        for c in [&mut a, &mut b] {
+                            if c.next_deadline().is_some_and(|d| d <= now) {
+                                assert!(c.on_timers(now, &ledger).is_none() || c.is_closed());
+                            }
+                        }
+                    }
+                    _ => {
+                        if dice.below(10) == 0 {
+                            let c = if dice.below(2) == 0 { &mut a } else { &mut b };
+                            c.shutdown_write();
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            idle_seen > 1000,
+            "the idle test held only {idle_seen} times"
+        );
+    }
+}

@@ -602,11 +602,20 @@ impl Stack {
 
     /// Sends what the connection has to send, segment by segment, while the outgoing
     /// device has room; when it has none, the connection waits for the next poll (the
-    /// back-pressure a qdisc gives, instead of losing segments to a full queue).
+    /// back-pressure a qdisc gives, instead of losing segments to a full queue). A
+    /// connection with nothing to send ([`Connection::output_idle`], the usual case after
+    /// a read or after input that only started the delayed-ACK timer) returns at once,
+    /// before the route lookup.
     pub(crate) fn tcp_output(&mut self, index: usize) {
         let now = self.now;
-        let Some(remote) = self.tcp.conn_mut(index).map(|c| c.remote.0) else {
-            return;
+        let remote = match self.tcp.conn_mut(index) {
+            Some(c) if c.output_idle() => {
+                // Nothing to send: no route lookup, no segment decision.
+                self.ledger.counters().inc(Counter::TcpOutputIdle);
+                return;
+            }
+            Some(c) => c.remote.0,
+            None => return,
         };
         let iface = if self.is_own_address(remote) {
             None
@@ -634,6 +643,11 @@ impl Stack {
                 return;
             };
             if self.tcp_send_segment(index, &out, csum_offload).is_err() {
+                return;
+            }
+            // Usually the segment just sent was all there was: stop without asking the
+            // device and `next_segment` again.
+            if self.tcp.conn_mut(index).is_none_or(|c| c.output_idle()) {
                 return;
             }
         }

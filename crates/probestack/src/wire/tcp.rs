@@ -984,7 +984,22 @@ impl<'a> TcpRepr<'a> {
             payload: &bytes[header_len..],
             ..TcpRepr::default()
         };
-        for option in TcpOptions::new(&bytes[HEADER_LEN..header_len]) {
+        let options = &bytes[HEADER_LEN..header_len];
+        // The usual options after the handshake, NOP, NOP, timestamps (what `emit`
+        // writes, and RFC 7323 Appendix A suggests), and no options at all take a short
+        // path; the loop would find the same.
+        if let [option_kind::NO_OPERATION, option_kind::NO_OPERATION, option_kind::TIMESTAMPS, 10, ts @ ..] =
+            options
+        {
+            if ts.len() == 8 {
+                repr.timestamp = Some(TcpTimestamp {
+                    tsval: field::u32_at(ts, 0),
+                    tsecr: field::u32_at(ts, 4),
+                });
+                return Ok(repr);
+            }
+        }
+        for option in TcpOptions::new(options) {
             match option? {
                 TcpOption::EndOfList | TcpOption::NoOperation | TcpOption::Unknown { .. } => {}
                 TcpOption::MaxSegmentSize(mss) => repr.max_seg_size = Some(mss),
@@ -1040,8 +1055,24 @@ impl<'a> TcpRepr<'a> {
         ]
     }
 
+    /// Whether the only option to emit is timestamps, if any: what every segment after
+    /// the handshake carries unless it has SACK blocks or RFC 1146 data. [`emit`](Self::emit)
+    /// and [`header_len`](Self::header_len) take a short path for it.
+    fn timestamp_only(&self) -> bool {
+        self.max_seg_size.is_none()
+            && self.window_scale.is_none()
+            && !self.sack_permitted
+            && self.sack_ranges == [None; MAX_SACK_BLOCKS]
+            && self.alt_checksum_request.is_none()
+            && self.alt_checksum_data.is_none()
+    }
+
     /// Option bytes before padding.
     fn options_len(&self) -> usize {
+        if self.timestamp_only() {
+            // Two NOPs and the 10-byte option, as `option_layout` places it.
+            return if self.timestamp.is_some() { 12 } else { 0 };
+        }
         self.option_layout()
             .iter()
             .filter_map(|(nops, option)| option.map(|o| nops + o.buffer_len()))
@@ -1083,7 +1114,7 @@ impl<'a> TcpRepr<'a> {
                 value: u32::try_from(header_len - HEADER_LEN).unwrap_or(u32::MAX),
             });
         }
-        let total = self.buffer_len();
+        let total = header_len.saturating_add(self.payload.len());
         if total > usize::from(u16::MAX) {
             return Err(Error::BadField {
                 proto: Proto::Tcp,
@@ -1121,16 +1152,27 @@ impl<'a> TcpRepr<'a> {
         segment.set_urgent_pointer(self.urgent_pointer.unwrap_or(0));
 
         let options = segment.options_mut();
-        let mut at = 0;
-        for (nops, option) in self.option_layout() {
-            let Some(option) = option else { continue };
-            let nop_bytes = &mut options[at..at + nops];
-            nop_bytes.fill(option_kind::NO_OPERATION);
-            at += nops;
-            at += option.emit(&mut options[at..])?;
+        if self.timestamp_only() {
+            // The common case, written directly: NOP, NOP, timestamps (12 bytes, no
+            // padding), or no options.
+            if let (Some(ts), [nop1, nop2, kind, len, values @ ..]) = (self.timestamp, options) {
+                (*nop1, *nop2) = (option_kind::NO_OPERATION, option_kind::NO_OPERATION);
+                (*kind, *len) = (option_kind::TIMESTAMPS, 10);
+                field::set_u32(values, 0, ts.tsval);
+                field::set_u32(values, 4, ts.tsecr);
+            }
+        } else {
+            let mut at = 0;
+            for (nops, option) in self.option_layout() {
+                let Some(option) = option else { continue };
+                let nop_bytes = &mut options[at..at + nops];
+                nop_bytes.fill(option_kind::NO_OPERATION);
+                at += nops;
+                at += option.emit(&mut options[at..])?;
+            }
+            // End of option list, then zero padding (RFC 9293 §3.1): both are zero bytes.
+            options[at..].fill(option_kind::END_OF_LIST);
         }
-        // End of option list, then zero padding (RFC 9293 §3.1): both are zero bytes.
-        options[at..].fill(option_kind::END_OF_LIST);
 
         segment.payload_mut().copy_from_slice(self.payload);
         if checksum == Checksum::Check {
@@ -1339,6 +1381,62 @@ mod tests {
         assert_eq!(emit_to_vec(&data_repr(), SERVER, CLIENT), DATA);
         assert_eq!(data_repr().header_len(), 32);
         assert_eq!(data_repr().buffer_len(), 37);
+    }
+
+    #[test]
+    fn timestamp_only_short_paths_agree_with_the_general_ones() {
+        // Lengths: the short path's against the sum over the layout.
+        for timestamp in [None, data_repr().timestamp] {
+            let r = TcpRepr {
+                timestamp,
+                ..data_repr()
+            };
+            let general: usize = r
+                .option_layout()
+                .iter()
+                .filter_map(|(nops, option)| option.map(|o| nops + o.buffer_len()))
+                .sum();
+            assert!(r.timestamp_only());
+            assert_eq!(r.options_len(), general);
+        }
+        let without = TcpRepr {
+            timestamp: None,
+            ..data_repr()
+        };
+        let bytes = emit_to_vec(&without, SERVER, CLIENT);
+        assert_eq!(bytes.len(), 25);
+        assert_eq!(parse(&bytes, SERVER, CLIENT).unwrap(), without);
+
+        // Parsing: other layouts take the loop, and the same options give the same repr.
+        let trusted = |bytes: &[u8]| {
+            let bytes = bytes.to_vec();
+            let p = Packet::new_checked(&bytes[..]).unwrap();
+            let r = TcpRepr::parse(&p, SERVER, CLIENT, Checksum::Skip);
+            r.map(|r| (r.timestamp, r.max_seg_size, r.payload.to_vec()))
+        };
+        let short = trusted(&DATA).unwrap();
+        assert_eq!(short, (data_repr().timestamp, None, b"hello".to_vec()));
+        // Padded with an EOL word after the timestamps.
+        let mut padded = DATA[..32].to_vec();
+        padded.extend([0, 0, 0, 0]);
+        padded.extend(b"hello");
+        padded[12] = 0x90;
+        assert_eq!(trusted(&padded).unwrap(), short);
+        // The same 12 bytes in another order.
+        let mut reordered = DATA;
+        reordered[20..32].copy_from_slice(&[8, 10, 0, 0, 0, 5, 0x11, 0x22, 0x33, 0x44, 1, 1]);
+        assert_eq!(trusted(&reordered).unwrap(), short);
+        // Twelve bytes that are not NOP NOP timestamps.
+        let mut mss = DATA;
+        mss[20..32].copy_from_slice(&[2, 4, 5, 0xb4, 1, 1, 1, 1, 1, 1, 1, 1]);
+        assert_eq!(
+            trusted(&mss).unwrap(),
+            (None, Some(1460), b"hello".to_vec())
+        );
+        // A timestamps option with a wrong length is still refused.
+        let mut bad = DATA;
+        bad[23] = 11;
+        assert!(trusted(&bad).is_err());
     }
 
     #[test]

@@ -1,0 +1,104 @@
+//! A profiling harness: the peers experiment's TCP bulk loop (A writes 64 KiB at a time
+//! until its stack takes no more, both stacks are polled, B reads everything waiting
+//! into a 256 KiB buffer) between two stacks on the memory link, for callgrind or perf.
+//! Prints the rate and the segments A sent (for instructions per segment).
+//!
+//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast]`
+
+use probestack::probe::Counter;
+use probestack::sim::{HostConfig, Pair, ADDR_B};
+use probestack::socket::tcp::{TcpError, TcpHandle};
+use probestack::tcp::State;
+use probestack::time::{Clock, RealClock};
+use probestack::tuning::Tuning;
+
+const WRITE: usize = 64 * 1024;
+const READ: usize = 256 * 1024;
+/// The pattern's period: a prime, so that a misplaced byte shows.
+const PERIOD: usize = 251;
+/// Bytes moved before the clock starts, as in `lab peers`.
+const WARM: u64 = 4 << 20;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mib: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(256);
+    let mtu: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1500);
+    let tuning = match args.get(3).map(String::as_str) {
+        Some("bsd") => Tuning::bsd(),
+        _ => Tuning::fast(),
+    };
+    let mut host = HostConfig::with_mtu(mtu);
+    host.stack.tuning = tuning;
+    let mut pair = Pair::new(host.clone(), host).expect("memory link");
+    let clock = RealClock::new();
+    let (a, b) = connect(&mut pair, &clock);
+
+    let pattern: Vec<u8> = (0..WRITE + PERIOD).map(|i| (i % PERIOD) as u8).collect();
+    let mut buf = vec![0u8; READ];
+    let (mut sent, mut got) = (0u64, 0u64);
+    let mut step = |pair: &mut Pair, sent: &mut u64, got: &mut u64, write: bool| {
+        if write {
+            for _ in 0..1024 {
+                let at = (*sent % PERIOD as u64) as usize;
+                match pair.a.tcp_send(a, &pattern[at..at + WRITE]) {
+                    Ok(n) => *sent += n as u64,
+                    Err(TcpError::WouldBlock) => break,
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+        }
+        let now = clock.now();
+        pair.a.poll(now);
+        pair.b.poll(now);
+        loop {
+            match pair.b.tcp_recv(b, &mut buf) {
+                Ok(0) => panic!("the stream ended"),
+                Ok(n) => *got += n as u64,
+                Err(TcpError::WouldBlock) => break,
+                Err(e) => panic!("receive: {e}"),
+            }
+        }
+    };
+    while got < WARM {
+        step(&mut pair, &mut sent, &mut got, true);
+    }
+    let segments0 = pair.a.ledger().counters().get(Counter::TcpSegmentsOut);
+    let got0 = got;
+    let start = std::time::Instant::now();
+    while got - got0 < mib << 20 {
+        step(&mut pair, &mut sent, &mut got, true);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let segments = pair.a.ledger().counters().get(Counter::TcpSegmentsOut) - segments0;
+    while got < sent {
+        step(&mut pair, &mut sent, &mut got, false);
+    }
+    let bytes = got - got0;
+    println!(
+        "{bytes} bytes in {secs:.3} s at MTU {mtu}: {:.2} Gbit/s, {segments} segments from A",
+        bytes as f64 * 8.0 / secs / 1e9
+    );
+}
+
+fn connect(pair: &mut Pair, clock: &RealClock) -> (TcpHandle, TcpHandle) {
+    let listener = pair.b.tcp_listen((ADDR_B, 5001), 1).expect("listen");
+    let a = pair.a.tcp_connect((ADDR_B, 5001)).expect("connect");
+    let mut b = None;
+    for _ in 0..10_000 {
+        let now = clock.now();
+        pair.a.poll(now);
+        pair.b.poll(now);
+        if b.is_none() {
+            match pair.b.tcp_accept(listener) {
+                Ok(h) => b = Some(h),
+                Err(TcpError::WouldBlock) => {}
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+        if let (Some(b), Ok(State::Established)) = (b, pair.a.tcp_state(a)) {
+            pair.b.tcp_close(listener).expect("close listener");
+            return (a, b);
+        }
+    }
+    panic!("the connection did not open");
+}
