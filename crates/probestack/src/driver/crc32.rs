@@ -536,11 +536,8 @@ pub fn fcs(frame: &[u8]) -> [u8; FCS_LEN] {
 /// than an FCS is not.
 #[inline]
 pub fn check_fcs(frame_with_fcs: &[u8]) -> bool {
-    match frame_with_fcs.len().checked_sub(FCS_LEN) {
-        Some(n) => {
-            let (frame, tail) = frame_with_fcs.split_at(n);
-            tail == fcs(frame)
-        }
+    match frame_with_fcs.split_last_chunk::<FCS_LEN>() {
+        Some((frame, tail)) => u32::from_le_bytes(*tail) == crc32(frame),
         None => false,
     }
 }
