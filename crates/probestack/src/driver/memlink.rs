@@ -349,12 +349,11 @@ impl WireFrame {
     }
 }
 
-/// A frame in the receive queue (FCS checked and trimmed), and what the NIC found of its
-/// checksums.
+/// A frame in the receive queue (FCS checked and trimmed) with what the NIC found of its
+/// checksums, as the host will take it, and when it arrived.
 struct Arrived {
-    frame: PacketBuf,
+    rx: RxFrame,
     at: Instant,
-    checksum: RxChecksum,
 }
 
 /// Makes memory links.
@@ -649,9 +648,8 @@ impl MemoryNic {
         };
         self.coalescer.arrive(at);
         self.rx_queue.push_back(Arrived {
-            frame,
+            rx: RxFrame { frame, checksum },
             at,
-            checksum,
         });
     }
 
@@ -929,7 +927,7 @@ impl MemoryNic {
 
     /// Puts an entry of `frames` frames and `bytes` bytes (FCS not counted) on the
     /// transmit ring, which `check_room` found a slot in.
-    #[inline]
+    #[inline(always)]
     fn enqueue(
         &mut self,
         entry: WireFrame,
@@ -1038,13 +1036,18 @@ impl Device for MemoryNic {
                 self.coalescer.taken(q.len(), |i| q.get(i).map(|a| a.at));
                 a
             };
-            let len = arrived.frame.len();
-            let frame = match self.config.copy_mode {
+            let mut rx = arrived.rx;
+            let len = rx.frame.len();
+            match self.config.copy_mode {
                 CopyMode::Dma if self.config.header_split => {
                     let _device = cx.ledger.device_work();
-                    self.split(arrived.frame)
+                    rx = RxFrame {
+                        frame: self.split(rx.frame),
+                        checksum: rx.checksum,
+                    };
                 }
-                CopyMode::Dma => arrived.frame,
+                // The buffer itself goes up.
+                CopyMode::Dma => {}
                 CopyMode::Pio => {
                     let host = {
                         let _alloc = cx.ledger.probe(Layer::Driver, Side::Receive, Op::BufAlloc);
@@ -1055,26 +1058,23 @@ impl Device for MemoryNic {
                         // driver cannot refill its ring.
                         self.stats.rx_overrun += 1;
                         cx.ledger.counters().inc(Counter::DriverDropRxOverrun);
-                        self.reclaim(arrived.frame);
+                        self.reclaim(rx.frame);
                         continue;
                     };
                     {
                         let _copy = cx
                             .ledger
                             .probe(Layer::Driver, Side::Receive, Op::DeviceCopy);
-                        host.data_mut().copy_from_slice(arrived.frame.data());
+                        host.data_mut().copy_from_slice(rx.frame.data());
                     }
-                    self.reclaim(arrived.frame);
-                    host
+                    let emptied = std::mem::replace(&mut rx.frame, host);
+                    self.reclaim(emptied);
                 }
-            };
+            }
             self.stats.rx_frames += 1;
             self.stats.rx_bytes += len as u64;
             cx.ledger.counters().inc(Counter::DriverFramesIn);
-            return Some(RxFrame {
-                frame,
-                checksum: arrived.checksum,
-            });
+            return Some(rx);
         }
     }
 
