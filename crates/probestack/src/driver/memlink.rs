@@ -829,7 +829,7 @@ impl MemoryNic {
             Some(p) => self.check_room(p.segment_frame_len(), max, cx)?,
         }
         self.software_offloads(frame.data_mut(), meta, plan.is_some(), cx);
-        let out = self.into_device(frame, in_device_memory, plan.is_some(), len, cx)?;
+        let out = self.device_copy(frame, in_device_memory, plan.is_some(), len, cx)?;
         // The device's work, as its DMA engine reads the frame: checksums, segments, FCS.
         let (first, more) = {
             let _device = cx.ledger.device_work();
@@ -890,7 +890,7 @@ impl MemoryNic {
     /// into one with room for the FCS if it has none (unless `cutting`: a super-frame's
     /// buffer ends up holding its first segment, with room to spare).
     #[inline]
-    fn into_device(
+    fn device_copy(
         &mut self,
         frame: PacketBuf,
         in_device_memory: bool,
@@ -986,7 +986,7 @@ impl Device for MemoryNic {
             // The DMA engine reads the buffer itself, which has room for the FCS.
             frame
         } else {
-            self.into_device(frame, false, false, len, cx)?
+            self.device_copy(frame, false, false, len, cx)?
         };
         {
             // The device's work, as its DMA engine reads the frame: checksums, FCS.
