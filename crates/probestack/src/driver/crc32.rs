@@ -13,11 +13,14 @@
 //! Sarwate loop takes one lookup per byte and waits on each. [`crc32_bitwise`] is the
 //! definition, one bit at a time: the reference the fast routine is tested against.
 //!
-//! On x86-64 with PCLMULQDQ, frames of 64 bytes and more are folded with carry-less
-//! multiplication instead (`x86::update_clmul`, and four lanes at a time with AVX-512's
-//! VPCLMULQDQ, `x86::update_vpclmul`): Gopal et al., "Fast CRC Computation for
-//! Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), the method Linux's
-//! `crc32-pclmul` and zlib-ng use; several times faster than slicing on a 1500-byte frame.
+//! On x86-64 with PCLMULQDQ, data of 16 bytes and more is folded with carry-less
+//! multiplication instead: one accumulator for short frames (`x86::update_clmul_short`),
+//! four from 128 bytes (`x86::update_clmul`), and four lanes at a time with AVX-512's
+//! VPCLMULQDQ from 256 (`x86::update_vpclmul`), the last 1 to 15 bytes in one more fold
+//! rather than through the tables: Gopal et al., "Fast CRC Computation for Generic
+//! Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), the method Linux's
+//! `crc32-pclmul` and zlib-ng use; several times faster than slicing on a 1500-byte frame,
+//! and about 100 instructions for a 106-byte one (`examples/crc_speed.rs` times them).
 //!
 //! On the memory link a CRC is the NIC's work, not the host's: callers charge it to
 //! [`crate::probe::Ledger::device_work`]. Its speed still matters, for wall-clock
@@ -104,14 +107,21 @@ pub fn crc32(data: &[u8]) -> u32 {
 #[inline]
 fn update(crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    {
-        if data.len() >= x86::MIN_LEN_512 && x86::available_512() {
-            // SAFETY: `available_512` checked the CPU's features; the length is enough.
-            return unsafe { x86::update_vpclmul(crc, data) };
-        }
-        if data.len() >= x86::MIN_LEN && x86::available() {
-            // SAFETY: `available` checked that the CPU has PCLMULQDQ and SSE4.1.
-            return unsafe { x86::update_clmul(crc, data) };
+    if data.len() >= x86::MIN_LEN {
+        match x86::level() {
+            x86::Level::Vpclmul if data.len() >= x86::MIN_LEN_512 => {
+                // SAFETY: `level` checked the CPU's features; the length is enough.
+                return unsafe { x86::update_vpclmul(crc, data) };
+            }
+            x86::Level::Vpclmul | x86::Level::Pclmul if data.len() >= x86::MIN_LEN_4 => {
+                // SAFETY: `level` checked the CPU's features; the length is enough.
+                return unsafe { x86::update_clmul(crc, data) };
+            }
+            x86::Level::Vpclmul | x86::Level::Pclmul => {
+                // SAFETY: `level` checked the CPU's features; the length is enough.
+                return unsafe { x86::update_clmul_short(crc, data) };
+            }
+            x86::Level::Table => {}
         }
     }
     update_slice16(crc, data)
@@ -204,18 +214,37 @@ mod x86 {
     //! by `d` more bits with A·x^d mod P, which has the same remainder; split A into
     //! halves and that is two 64×64 carry-less products by precomputed constants (powers
     //! of x modulo P, pre-shifted for the reflected domain) XORed into the block `d` bits
-    //! on. Four accumulators 64 bytes apart keep four multiplies in flight; they are
-    //! folded into one, then 16-byte blocks one at a time, then the last 128 bits are
-    //! reduced to 64, to 32, and Barrett's reduction gives the remainder. What is left
-    //! (under 16 bytes) goes through the table routine.
+    //! on. Then the last 128 bits are reduced to 64, to 32, and Barrett's reduction gives
+    //! the remainder.
+    //!
+    //! Three routines share that end ([`finish`]), by length:
+    //!
+    //! - [`update_clmul_short`] (16 bytes up): one accumulator folded onto each next
+    //!   16-byte block. A short frame has few blocks, and four accumulators would only add
+    //!   the three folds that merge them: a 106-byte frame is six blocks either way.
+    //! - [`update_clmul`] (128 bytes up): four accumulators 64 bytes apart keep four
+    //!   multiplies in flight, then are folded into one.
+    //! - [`update_vpclmul`] (256 bytes up, with AVX-512): the same, four lanes at a time.
+    //!
+    //! The last 1 to 15 bytes are not fed through a table byte by byte: [`fold_tail`] loads
+    //! the last 16 bytes of the data (overlapping bytes already folded) and shuffles the
+    //! accumulator so that the whole tail takes one more fold, as Intel's paper and Linux's
+    //! `crc-pclmul-template.S` do for a partial last block.
 
     use std::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128, _mm_extract_epi32,
-        _mm_loadu_si128, _mm_set_epi32, _mm_set_epi64x, _mm_srli_si128, _mm_xor_si128,
+        __m128i, _mm_and_si128, _mm_blendv_epi8, _mm_clmulepi64_si128, _mm_cvtsi32_si128,
+        _mm_extract_epi32, _mm_loadu_si128, _mm_set_epi32, _mm_set_epi64x, _mm_shuffle_epi8,
+        _mm_srli_si128, _mm_xor_si128,
     };
+    use std::sync::atomic::{AtomicU8, Ordering};
 
-    /// The shortest input the folding routine takes: its four accumulators' first load.
-    pub const MIN_LEN: usize = 64;
+    /// The shortest input the folding routines take: one block.
+    pub const MIN_LEN: usize = 16;
+
+    /// The shortest input [`update_clmul`] takes. Its four accumulators need 64 bytes; up
+    /// to twice that, merging them costs the folds they save (measured with
+    /// `examples/crc_speed.rs`).
+    pub const MIN_LEN_4: usize = 128;
 
     // The constants for the reflected polynomial 0x04C11DB7 (from the paper's method;
     // the same values appear in Linux's arch/x86/crypto/crc32-pclmul_asm.S):
@@ -229,9 +258,56 @@ mod x86 {
     const POLY_P: i64 = 0x1_DB71_0641;
     const MU: i64 = 0x1_F701_1641;
 
+    /// What this CPU can do, from the best down.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Level {
+        /// AVX-512F and VPCLMULQDQ, and everything `Pclmul` needs.
+        Vpclmul,
+        /// PCLMULQDQ, SSSE3 and SSE4.1.
+        Pclmul,
+        /// None of it: the table routine.
+        Table,
+    }
+
+    /// [`Level`] as detected, cached: 0 before the first look.
+    static LEVEL: AtomicU8 = AtomicU8::new(0);
+
+    /// What this CPU can do: one load after the first call (a frame's CRC is short work;
+    /// three feature tests per call showed in the profile).
+    #[inline]
+    pub fn level() -> Level {
+        match LEVEL.load(Ordering::Relaxed) {
+            1 => Level::Vpclmul,
+            2 => Level::Pclmul,
+            3 => Level::Table,
+            _ => detect(),
+        }
+    }
+
+    #[cold]
+    fn detect() -> Level {
+        use std::arch::is_x86_feature_detected as has;
+        let level = if !(has!("pclmulqdq") && has!("ssse3") && has!("sse4.1")) {
+            Level::Table
+        } else if has!("avx512f") && has!("vpclmulqdq") {
+            Level::Vpclmul
+        } else {
+            Level::Pclmul
+        };
+        let code = match level {
+            Level::Vpclmul => 1,
+            Level::Pclmul => 2,
+            Level::Table => 3,
+        };
+        // Every thread computes the same value: a race stores it twice.
+        LEVEL.store(code, Ordering::Relaxed);
+        level
+    }
+
+    /// Whether the 128-bit routines can run here.
+    #[cfg(test)]
     pub fn available() -> bool {
-        std::arch::is_x86_feature_detected!("pclmulqdq")
-            && std::arch::is_x86_feature_detected!("sse4.1")
+        level() != Level::Table
     }
 
     /// Loads the 16 bytes of `block`.
@@ -252,16 +328,36 @@ mod x86 {
         _mm_xor_si128(_mm_xor_si128(lo, hi), next)
     }
 
-    /// Feeds `data` (at least [`MIN_LEN`] bytes) to the register `crc` (not complemented).
+    /// Feeds `data` (at least [`MIN_LEN`] bytes) to the register `crc` (not complemented),
+    /// with one accumulator.
     ///
     /// # Safety
     ///
-    /// The CPU must have PCLMULQDQ and SSE4.1 ([`available`]).
-    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
+    /// The CPU must have PCLMULQDQ, SSSE3 and SSE4.1 ([`level`] not `Table`).
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    pub unsafe fn update_clmul_short(crc: u32, data: &[u8]) -> u32 {
+        let Some((first, rest)) = data.as_chunks::<16>().0.split_first() else {
+            // Not reached (callers pass at least a block), but stays correct.
+            return super::update_slice16(crc, data);
+        };
+        // The register enters the first block: the message's first 32 bits, reflected.
+        let x = _mm_xor_si128(load(first), _mm_cvtsi32_si128(crc as i32));
+        finish(x, rest, data)
+    }
+
+    /// Feeds `data` (at least [`MIN_LEN_4`] bytes, 64 would do) to the register `crc` (not
+    /// complemented), with four accumulators.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have PCLMULQDQ, SSSE3 and SSE4.1 ([`level`] not `Table`).
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
     pub unsafe fn update_clmul(crc: u32, data: &[u8]) -> u32 {
-        debug_assert!(data.len() >= MIN_LEN);
-        let (blocks, tail) = data.as_chunks::<16>();
-        let (first, rest) = blocks.split_at(4);
+        let blocks = data.as_chunks::<16>().0;
+        let Some((first, rest)) = blocks.split_first_chunk::<4>() else {
+            // Not reached (callers pass at least 64 bytes), but stays correct.
+            return super::update_slice16(crc, data);
+        };
         // Four accumulators over the first 64 bytes; the register enters the first.
         let mut acc = [
             _mm_xor_si128(load(&first[0]), _mm_cvtsi32_si128(crc as i32)),
@@ -271,8 +367,8 @@ mod x86 {
         ];
         let k512 = _mm_set_epi64x(FOLD_512.1, FOLD_512.0);
         let k128 = _mm_set_epi64x(FOLD_128.1, FOLD_128.0);
-        let (quads, singles) = rest.split_at(rest.len() / 4 * 4);
-        for quad in quads.chunks_exact(4) {
+        let (quads, singles) = rest.as_chunks::<4>();
+        for quad in quads {
             for (a, b) in acc.iter_mut().zip(quad) {
                 *a = fold(*a, load(b), k512);
             }
@@ -280,16 +376,64 @@ mod x86 {
         let mut x = fold(acc[0], acc[1], k128);
         x = fold(x, acc[2], k128);
         x = fold(x, acc[3], k128);
-        finish(x, singles, tail)
+        finish(x, singles, data)
     }
 
-    /// Folds the 16-byte `blocks` into `x` one at a time, reduces it to the CRC register,
-    /// and feeds the `tail` (under 16 bytes) through the table routine.
-    #[target_feature(enable = "pclmulqdq,sse2,sse4.1")]
-    fn finish(mut x: __m128i, blocks: &[[u8; 16]], tail: &[u8]) -> u32 {
+    /// The pshufb masks of [`fold_tail`]: 16 bytes that select zero, the identity, and
+    /// 16 more that select zero. 16 bytes from offset `16 − s` move each byte `s` places
+    /// up (towards the end of the message); from offset `16 + r`, `r` places down, and
+    /// their high bits mark the `r` places left empty at the top.
+    static SHUFFLE: [u8; 48] = {
+        let mut t = [0x80u8; 48];
+        let mut i = 0;
+        while i < 16 {
+            t[16 + i] = i as u8;
+            i += 1;
+        }
+        t
+    };
+
+    /// The 16 mask bytes of [`SHUFFLE`] from `at` (0 to 32).
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn shuffle_mask(at: usize) -> __m128i {
+        let bytes: &[u8; 16] = SHUFFLE[at..][..16].try_into().unwrap_or(&[0x80; 16]);
+        load(bytes)
+    }
+
+    /// The accumulator `x` followed by the last `r` bytes (1 to 15) of `data`, folded to
+    /// one accumulator again. The 16 + `r` bytes of that message are `x`'s first `r`
+    /// bytes, which cross a 128-bit boundary and are folded by 128 bits, and a block of
+    /// `x`'s other `16 − r` bytes followed by the tail. `data` is at least 16 bytes, so
+    /// its last 16 load at once: the bytes in front of the tail were already folded and
+    /// the blend keeps `x`'s there.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    fn fold_tail(x: __m128i, data: &[u8], r: usize) -> __m128i {
+        debug_assert!((1..16).contains(&r) && data.len() >= 16);
+        let Some(last) = data.last_chunk::<16>() else {
+            return x;
+        };
+        // x's first r bytes at the top of a block (the bytes before them zero, which
+        // leading a message change nothing).
+        let crossing = _mm_shuffle_epi8(x, shuffle_mask(r));
+        // x's other bytes moved down by r, and the tail's r bytes in the places left.
+        let down = shuffle_mask(16 + r);
+        let block = _mm_blendv_epi8(_mm_shuffle_epi8(x, down), load(last), down);
+        fold(crossing, block, _mm_set_epi64x(FOLD_128.1, FOLD_128.0))
+    }
+
+    /// Folds the 16-byte `blocks` into `x` one at a time, then the tail of `data` after
+    /// them (`data.len() % 16` bytes), and reduces the result to the CRC register.
+    #[target_feature(enable = "pclmulqdq,sse2,ssse3,sse4.1")]
+    fn finish(mut x: __m128i, blocks: &[[u8; 16]], data: &[u8]) -> u32 {
         let k128 = _mm_set_epi64x(FOLD_128.1, FOLD_128.0);
         for b in blocks {
             x = fold(x, load(b), k128);
+        }
+        let r = data.len() % 16;
+        if r != 0 {
+            x = fold_tail(x, data, r);
         }
         // 128 bits to 64: the low half times x^(128−32) mod P onto the high half.
         let low32 = _mm_set_epi32(0, 0, 0, -1);
@@ -305,8 +449,7 @@ mod x86 {
         let pmu = _mm_set_epi64x(MU, POLY_P);
         let t1 = _mm_clmulepi64_si128(_mm_and_si128(x, low32), pmu, 0x10);
         let t2 = _mm_clmulepi64_si128(_mm_and_si128(t1, low32), pmu, 0x00);
-        let folded = _mm_extract_epi32(_mm_xor_si128(x, t2), 1) as u32;
-        super::update_slice16(folded, tail)
+        _mm_extract_epi32(_mm_xor_si128(x, t2), 1) as u32
     }
 
     /// The shortest input [`update_vpclmul`] takes: its four 64-byte accumulators.
@@ -317,21 +460,15 @@ mod x86 {
     /// ones above come out of the same formula).
     const FOLD_2048: (i64, i64) = (0x1_1542_778A, 0x1_322D_1430);
 
-    pub fn available_512() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("vpclmulqdq")
-            && available()
-    }
-
     /// The same folding four 128-bit lanes at a time with AVX-512's VPCLMULQDQ: four
     /// 512-bit accumulators take 256 bytes per step, are folded into one, its four lanes
     /// into one, and [`finish`] does the rest.
     ///
     /// # Safety
     ///
-    /// The CPU must have AVX-512F, VPCLMULQDQ, PCLMULQDQ and SSE4.1 ([`available_512`]),
-    /// and `data` must hold at least [`MIN_LEN_512`] bytes.
-    #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse2,sse4.1")]
+    /// The CPU must have AVX-512F, VPCLMULQDQ, PCLMULQDQ, SSSE3 and SSE4.1 ([`level`]
+    /// `Vpclmul`), and `data` must hold at least [`MIN_LEN_512`] bytes.
+    #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse2,ssse3,sse4.1")]
     pub unsafe fn update_vpclmul(crc: u32, data: &[u8]) -> u32 {
         use std::arch::x86_64::{
             __m512i, _mm512_broadcast_i32x4, _mm512_clmulepi64_epi128, _mm512_extracti32x4_epi32,
@@ -350,7 +487,11 @@ mod x86 {
             let hi = _mm512_clmulepi64_epi128(a, k, 0x11);
             _mm512_ternarylogic_epi64(lo, hi, next, 0x96)
         };
-        let (blocks, tail) = data.as_chunks::<16>();
+        let blocks = data.as_chunks::<16>().0;
+        if blocks.len() < 16 {
+            // Not reached (callers pass at least 256 bytes), but stays correct.
+            return super::update_slice16(crc, data);
+        }
         let (first, mut rest) = blocks.split_at(16);
         let seed = _mm512_zextsi128_si512(_mm_cvtsi32_si128(crc as i32));
         let mut acc = [
@@ -384,7 +525,7 @@ mod x86 {
         );
         y = fold(y, _mm512_extracti32x4_epi32(x, 2), k128);
         y = fold(y, _mm512_extracti32x4_epi32(x, 3), k128);
-        finish(y, rest, tail)
+        finish(y, rest, data)
     }
 }
 
@@ -398,11 +539,8 @@ pub fn fcs(frame: &[u8]) -> [u8; FCS_LEN] {
 /// than an FCS is not.
 #[inline]
 pub fn check_fcs(frame_with_fcs: &[u8]) -> bool {
-    match frame_with_fcs.len().checked_sub(FCS_LEN) {
-        Some(n) => {
-            let (frame, tail) = frame_with_fcs.split_at(n);
-            tail == fcs(frame)
-        }
+    match frame_with_fcs.split_last_chunk::<FCS_LEN>() {
+        Some((frame, tail)) => u32::from_le_bytes(*tail) == crc32(frame),
         None => false,
     }
 }
@@ -433,8 +571,10 @@ mod tests {
         let mut rng = Rng::new(0xC0C0);
         let mut buf = vec![0u8; 1600];
         rng.fill(&mut buf);
+        // Every length a short frame can have, and every start within a 16-byte block
+        // (frames start wherever a buffer's headroom leaves them).
         for start in 0..17 {
-            for len in 0..=300 {
+            for len in 0..=600 {
                 let d = &buf[start..start + len];
                 assert_eq!(crc32(d), crc32_bitwise(d), "start {start} len {len}");
             }
@@ -459,14 +599,23 @@ mod tests {
                 assert_eq!(crc32(d), crc32_slice16(d), "start {start} len {len}");
             }
         }
-        // The 128-bit routine on its own, at lengths the 512-bit one takes on this CPU.
+        // The 128-bit routines on their own, at lengths the others take on this CPU:
+        // every tail length, either side of each routine's threshold.
         #[cfg(target_arch = "x86_64")]
         if x86::available() {
-            for len in [64, 255, 256, 257, 1514, 9018] {
-                let d = &buf[3..3 + len];
-                // SAFETY: `available` checked the CPU; `len` is at least `MIN_LEN`.
-                let c = !unsafe { x86::update_clmul(!0, d) };
-                assert_eq!(c, crc32_slice16(d), "len {len}");
+            for start in [0, 3, 15] {
+                for len in (16..=300).chain([1514, 9018]) {
+                    let d = &buf[start..start + len];
+                    let want = crc32_slice16(d);
+                    // SAFETY: `available` checked the CPU; `len` is at least `MIN_LEN`.
+                    let c = !unsafe { x86::update_clmul_short(!0, d) };
+                    assert_eq!(c, want, "short, start {start} len {len}");
+                    if len >= 64 {
+                        // SAFETY: as above; four blocks are enough for four accumulators.
+                        let c = !unsafe { x86::update_clmul(!0, d) };
+                        assert_eq!(c, want, "four lanes, start {start} len {len}");
+                    }
+                }
             }
         }
         // Runs of ones and zeros, where a wrong constant shows at once.

@@ -349,12 +349,11 @@ impl WireFrame {
     }
 }
 
-/// A frame in the receive queue (FCS checked and trimmed), and what the NIC found of its
-/// checksums.
+/// A frame in the receive queue (FCS checked and trimmed) with what the NIC found of its
+/// checksums, as the host will take it, and when it arrived.
 struct Arrived {
-    frame: PacketBuf,
+    rx: RxFrame,
     at: Instant,
-    checksum: RxChecksum,
 }
 
 /// Makes memory links.
@@ -531,20 +530,48 @@ impl MemoryNic {
 
     /// Runs the wire and the MAC up to `cx.now`: frames sent so far enter the wire, frames
     /// whose time has come pass the MAC into the receive queue, the coalescing timer runs.
+    #[inline(always)]
     fn pump(&mut self, cx: &DeviceContext<'_>) {
+        if self.wire.is_empty() && self.rx.is_drained() {
+            // Nothing sent and nothing on the wire (the stack's receive loop asking once
+            // more): only the coalescing timer runs.
+            let now = cx.now.max(self.seen_until);
+            self.coalescer.tick(now);
+            self.seen_until = now;
+            return;
+        }
+        self.pump_frames(cx);
+    }
+
+    /// [`Self::pump`] with frames to move.
+    #[inline(never)]
+    fn pump_frames(&mut self, cx: &DeviceContext<'_>) {
         let now = cx.now.max(self.seen_until);
         let counters = cx.ledger.counters();
         let _device = cx.ledger.device_work();
+        let depth = self.config.rx_queue_depth;
         // Flow control: frames leave the ring only while the receive queue has room for
         // them and for those already on the wire, so a slow receiver pushes back on the
         // sender's transmit queue (as 802.3x PAUSE frames would) instead of dropping. At
         // most a ring's worth per call, so a fast sender on another core cannot keep the
         // receiver here.
         for _ in 0..self.rx.capacity() {
-            if !self.admits_next() {
+            let queued = self.rx_queue.len() + self.wire.len();
+            let Some(wf) = self
+                .rx
+                .pop_if(|wf| Self::admits(queued, wf.frames(), depth))
+            else {
                 break;
+            };
+            if wf.more.is_empty() {
+                // A perfect wire with nothing on it delays nothing: straight to the MAC,
+                // in the order the wire would have delivered it.
+                if let Some(at) = self.wire.pass_through(wf.sent_at, now) {
+                    let at = at.max(self.seen_until);
+                    self.mac_receive(wf.frame, at, counters);
+                    continue;
+                }
             }
-            let Some(wf) = self.rx.pop() else { break };
             for frame in std::iter::once(wf.frame).chain(wf.more) {
                 if let Some(dropped) = self.wire.inject(frame, wf.sent_at, counters) {
                     self.reclaim(dropped);
@@ -571,13 +598,21 @@ impl MemoryNic {
         let queued = self.rx_queue.len() + self.wire.len();
         let depth = self.config.rx_queue_depth;
         match self.rx.peek() {
-            Some(wf) => queued == 0 || queued + wf.frames() <= depth,
+            Some(wf) => Self::admits(queued, wf.frames(), depth),
             None => queued < depth,
         }
     }
 
+    /// Whether an entry of `frames` frames may leave the ring with `queued` frames in the
+    /// receive queue and on the wire, which holds `depth` ([`Self::admits_next`]).
+    #[inline]
+    fn admits(queued: usize, frames: usize, depth: usize) -> bool {
+        queued == 0 || queued + frames <= depth
+    }
+
     /// The receiving MAC: length and FCS checks, the checksum offload, then the receive
     /// queue.
+    #[inline(always)]
     fn mac_receive(&mut self, mut frame: PacketBuf, at: Instant, counters: &Counters) {
         let len = frame.len();
         if len > self.config.max_frame_len() + FCS_LEN {
@@ -598,18 +633,23 @@ impl MemoryNic {
             self.reclaim(frame);
             return;
         }
-        let check = offload::check_received(frame.data(), self.config.checksum_offload);
-        if check.bad {
-            self.stats.rx_csum_bad += 1;
-        }
-        if check.checksum == RxChecksum::Verified {
-            self.stats.rx_csum_verified += 1;
-        }
+        let offload = self.config.checksum_offload;
+        let checksum = if offload.ipv4_rx || offload.l4_rx {
+            let check = offload::check_received(frame.data(), offload);
+            if check.bad {
+                self.stats.rx_csum_bad += 1;
+            }
+            if check.checksum == RxChecksum::Verified {
+                self.stats.rx_csum_verified += 1;
+            }
+            check.checksum
+        } else {
+            RxChecksum::None
+        };
         self.coalescer.arrive(at);
         self.rx_queue.push_back(Arrived {
-            frame,
+            rx: RxFrame { frame, checksum },
             at,
-            checksum: check.checksum,
         });
     }
 
@@ -675,11 +715,14 @@ impl MemoryNic {
     }
 
     /// Appends the FCS (device work; the caller has the span open).
+    #[inline(always)]
     fn append_fcs(frame: &mut PacketBuf) -> Result<(), DeviceError> {
         let sum = fcs(frame.data());
         frame
-            .extend_from_slice(&sum)
-            .map_err(|_| DeviceError::QueueFull)
+            .append(FCS_LEN)
+            .map_err(|_| DeviceError::QueueFull)?
+            .copy_from_slice(&sum);
+        Ok(())
     }
 
     /// The driver's part: what `meta` asks for and the NIC was not given the offload for,
@@ -753,21 +796,9 @@ impl MemoryNic {
         self.stats.tx_csum_offloaded += n as u64;
         Ok((frame, more))
     }
-}
-
-impl Device for MemoryNic {
-    fn caps(&self) -> DeviceCaps {
-        DeviceCaps {
-            mtu: self.config.mtu,
-            has_crc: true,
-            copy_mode: self.config.copy_mode,
-            checksum_offload: self.config.checksum_offload,
-            tso_max: if self.config.segments() { MAX_MTU } else { 0 },
-            scatter_gather: true,
-        }
-    }
-
-    fn transmit(
+    /// A frame with fragments (gathered first) or a super-frame the NIC cuts: the general
+    /// transmit path.
+    fn transmit_gathered_or_cut(
         &mut self,
         frame: PacketBuf,
         meta: TxMeta,
@@ -793,49 +824,12 @@ impl Device for MemoryNic {
         } else {
             None
         };
-        let too_large = match &plan {
-            None => (len > max).then_some((len, max)),
-            Some(p) => (p.segment_frame_len() > max).then_some((p.segment_frame_len(), max)),
-        };
-        if let Some((len, max)) = too_large {
-            self.stats.tx_too_large += 1;
-            return Err(DeviceError::TooLarge { len, max });
-        }
-        if self.tx.is_abandoned() {
-            return Err(DeviceError::LinkDown);
-        }
-        if self.tx.is_full() {
-            self.stats.tx_queue_full += 1;
-            cx.ledger.counters().inc(Counter::DriverDropQueueFull);
-            return Err(DeviceError::QueueFull);
+        match &plan {
+            None => self.check_room(len, max, cx)?,
+            Some(p) => self.check_room(p.segment_frame_len(), max, cx)?,
         }
         self.software_offloads(frame.data_mut(), meta, plan.is_some(), cx);
-        let out = match self.config.copy_mode {
-            CopyMode::Pio if in_device_memory => frame,
-            CopyMode::Pio => {
-                let mut block = {
-                    // Device memory: the model's, not the host's.
-                    let _device = cx.ledger.device_work();
-                    self.device_block(len)?
-                };
-                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
-                block
-                    .extend_from_slice(frame.data())
-                    .map_err(|_| DeviceError::QueueFull)?;
-                block
-            }
-            // A super-frame's buffer ends up holding its first segment: room to spare.
-            CopyMode::Dma if plan.is_some() || frame.tailroom() >= FCS_LEN => frame,
-            CopyMode::Dma => {
-                self.stats.tx_bounced += 1;
-                cx.ledger.counters().inc(Counter::DriverTxBounce);
-                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
-                let mut b = PacketBuf::new(len, frame.headroom(), FCS_LEN)
-                    .map_err(|_| DeviceError::QueueFull)?;
-                b.data_mut().copy_from_slice(frame.data());
-                b
-            }
-        };
+        let out = self.device_copy(frame, in_device_memory, plan.is_some(), len, cx)?;
         // The device's work, as its DMA engine reads the frame: checksums, segments, FCS.
         let (first, more) = {
             let _device = cx.ledger.device_work();
@@ -859,13 +853,91 @@ impl Device for MemoryNic {
             .chain(&more)
             .map(|f| (f.len() - FCS_LEN) as u64)
             .sum::<u64>();
+        let entry = WireFrame {
+            frame: first,
+            more,
+            sent_at: cx.now,
+        };
+        self.enqueue(entry, frames, bytes, cx)
+    }
+
+    /// Whether a frame of `len` bytes (for a super-frame, its segments' length) may be
+    /// sent now: it fits `max`, the peer is there and the transmit ring has a slot.
+    #[inline]
+    fn check_room(
+        &mut self,
+        len: usize,
+        max: usize,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        if len > max {
+            self.stats.tx_too_large += 1;
+            return Err(DeviceError::TooLarge { len, max });
+        }
+        if self.tx.is_abandoned() {
+            return Err(DeviceError::LinkDown);
+        }
+        if self.tx.is_full() {
+            self.stats.tx_queue_full += 1;
+            cx.ledger.counters().inc(Counter::DriverDropQueueFull);
+            return Err(DeviceError::QueueFull);
+        }
+        Ok(())
+    }
+
+    /// The frame (`len` bytes) where the device reads it from: copied into a device block
+    /// with PIO (unless `in_device_memory` already), the buffer itself with DMA, copied
+    /// into one with room for the FCS if it has none (unless `cutting`: a super-frame's
+    /// buffer ends up holding its first segment, with room to spare).
+    #[inline]
+    fn device_copy(
+        &mut self,
+        frame: PacketBuf,
+        in_device_memory: bool,
+        cutting: bool,
+        len: usize,
+        cx: &DeviceContext<'_>,
+    ) -> Result<PacketBuf, DeviceError> {
+        match self.config.copy_mode {
+            CopyMode::Pio if in_device_memory => Ok(frame),
+            CopyMode::Pio => {
+                let mut block = {
+                    // Device memory: the model's, not the host's.
+                    let _device = cx.ledger.device_work();
+                    self.device_block(len)?
+                };
+                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+                block
+                    .extend_from_slice(frame.data())
+                    .map_err(|_| DeviceError::QueueFull)?;
+                Ok(block)
+            }
+            CopyMode::Dma if cutting || frame.tailroom() >= FCS_LEN => Ok(frame),
+            CopyMode::Dma => {
+                self.stats.tx_bounced += 1;
+                cx.ledger.counters().inc(Counter::DriverTxBounce);
+                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+                let mut b = PacketBuf::new(len, frame.headroom(), FCS_LEN)
+                    .map_err(|_| DeviceError::QueueFull)?;
+                b.data_mut().copy_from_slice(frame.data());
+                Ok(b)
+            }
+        }
+    }
+
+    /// Puts an entry of `frames` frames and `bytes` bytes (FCS not counted) on the
+    /// transmit ring, which `check_room` found a slot in.
+    #[inline(always)]
+    fn enqueue(
+        &mut self,
+        entry: WireFrame,
+        frames: u64,
+        bytes: u64,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
         let pushed = {
             let _q = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceQueue);
-            self.tx.push(WireFrame {
-                frame: first,
-                more,
-                sent_at: cx.now,
-            })
+            self.tx.push(entry)
         };
         if pushed.is_err() {
             // Cannot happen (we are the only producer and checked), but stays typed.
@@ -877,6 +949,61 @@ impl Device for MemoryNic {
         self.stats.tx_bytes += bytes;
         cx.ledger.counters().inc(Counter::DriverFramesOut);
         Ok(())
+    }
+}
+
+impl Device for MemoryNic {
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            mtu: self.config.mtu,
+            has_crc: true,
+            copy_mode: self.config.copy_mode,
+            checksum_offload: self.config.checksum_offload,
+            tso_max: if self.config.segments() { MAX_MTU } else { 0 },
+            scatter_gather: true,
+        }
+    }
+
+    fn transmit(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        if frame.has_frags() || (meta.gso_size != 0 && self.config.segments()) {
+            return self.transmit_gathered_or_cut(frame, meta, cx);
+        }
+        // An ordinary frame, what every small datagram is: the same steps without the
+        // gather, the plan and the list of segments.
+        let len = frame.len();
+        self.check_room(len, self.config.max_frame_len(), cx)?;
+        let mut frame = frame;
+        let asks = meta.ipv4_checksum || meta.l4_checksum.is_some();
+        if asks {
+            self.software_offloads(frame.data_mut(), meta, false, cx);
+        }
+        let mut out = if self.config.copy_mode == CopyMode::Dma && frame.tailroom() >= FCS_LEN {
+            // The DMA engine reads the buffer itself, which has room for the FCS.
+            frame
+        } else {
+            self.device_copy(frame, false, false, len, cx)?
+        };
+        {
+            // The device's work, as its DMA engine reads the frame: checksums, FCS.
+            let _device = cx.ledger.device_work();
+            if asks {
+                self.device_offloads(out.data_mut(), meta);
+            }
+            // Nothing is left for anyone to do to it.
+            out.set_tx_offload(TxOffload::default());
+            Self::append_fcs(&mut out)?;
+        }
+        let entry = WireFrame {
+            frame: out,
+            more: Vec::new(),
+            sent_at: cx.now,
+        };
+        self.enqueue(entry, 1, len as u64, cx)
     }
 
     fn buffer_depot(&self) -> Option<Depot> {
@@ -909,13 +1036,18 @@ impl Device for MemoryNic {
                 self.coalescer.taken(q.len(), |i| q.get(i).map(|a| a.at));
                 a
             };
-            let len = arrived.frame.len();
-            let frame = match self.config.copy_mode {
+            let mut rx = arrived.rx;
+            let len = rx.frame.len();
+            match self.config.copy_mode {
                 CopyMode::Dma if self.config.header_split => {
                     let _device = cx.ledger.device_work();
-                    self.split(arrived.frame)
+                    rx = RxFrame {
+                        frame: self.split(rx.frame),
+                        checksum: rx.checksum,
+                    };
                 }
-                CopyMode::Dma => arrived.frame,
+                // The buffer itself goes up.
+                CopyMode::Dma => {}
                 CopyMode::Pio => {
                     let host = {
                         let _alloc = cx.ledger.probe(Layer::Driver, Side::Receive, Op::BufAlloc);
@@ -926,26 +1058,23 @@ impl Device for MemoryNic {
                         // driver cannot refill its ring.
                         self.stats.rx_overrun += 1;
                         cx.ledger.counters().inc(Counter::DriverDropRxOverrun);
-                        self.reclaim(arrived.frame);
+                        self.reclaim(rx.frame);
                         continue;
                     };
                     {
                         let _copy = cx
                             .ledger
                             .probe(Layer::Driver, Side::Receive, Op::DeviceCopy);
-                        host.data_mut().copy_from_slice(arrived.frame.data());
+                        host.data_mut().copy_from_slice(rx.frame.data());
                     }
-                    self.reclaim(arrived.frame);
-                    host
+                    let emptied = std::mem::replace(&mut rx.frame, host);
+                    self.reclaim(emptied);
                 }
-            };
+            }
             self.stats.rx_frames += 1;
             self.stats.rx_bytes += len as u64;
             cx.ledger.counters().inc(Counter::DriverFramesIn);
-            return Some(RxFrame {
-                frame,
-                checksum: arrived.checksum,
-            });
+            return Some(rx);
         }
     }
 

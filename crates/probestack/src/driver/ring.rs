@@ -139,8 +139,10 @@ impl<T> Producer<T> {
         // SAFETY: `is_full` returned false, so `tail - head < capacity` for a `head` this
         // thread acquired: the consumer has finished with the slot at `tail` and will not
         // touch it until the `Release` store below publishes it. We are the only producer.
+        // A free slot holds `None` (the consumer `take`s what it reads), so writing over
+        // it without dropping it first loses nothing.
         unsafe {
-            *slot.get() = Some(value);
+            slot.get().write(Some(value));
         }
         self.tail = tail.wrapping_add(1);
         self.shared.tail.0.store(self.tail, Ordering::Release);
@@ -208,6 +210,44 @@ impl<T> Consumer<T> {
         self.head = head.wrapping_add(1);
         self.shared.head.0.store(self.head, Ordering::Release);
         value
+    }
+
+    /// Takes the item at the front if `admit` says yes to it: a peek and a pop in one,
+    /// for a consumer that decides by what comes next (flow control).
+    #[inline]
+    pub fn pop_if(&mut self, admit: impl FnOnce(&T) -> bool) -> Option<T> {
+        let head = self.head;
+        if head == self.tail_cache {
+            self.tail_cache = self.shared.tail.0.load(Ordering::Acquire);
+            if head == self.tail_cache {
+                return None;
+            }
+        }
+        let slot = &self.shared.slots[head & self.shared.mask];
+        // SAFETY: as in `pop`: `head != tail` for a `tail` this thread acquired, so the
+        // slot is published and the producer keeps off it until the `Release` store below.
+        // We are the only consumer.
+        let value = unsafe {
+            let item = &mut *slot.get();
+            if !item.as_ref().is_some_and(admit) {
+                return None;
+            }
+            item.take()
+        };
+        self.head = head.wrapping_add(1);
+        self.shared.head.0.store(self.head, Ordering::Release);
+        value
+    }
+
+    /// Whether the ring is empty now: the cheap test of a consumer about to poll (it
+    /// reloads the producer's position only when the cached one says empty).
+    #[inline]
+    pub fn is_drained(&mut self) -> bool {
+        if self.head != self.tail_cache {
+            return false;
+        }
+        self.tail_cache = self.shared.tail.0.load(Ordering::Acquire);
+        self.head == self.tail_cache
     }
 
     /// The item at the front, left in place.
@@ -318,6 +358,32 @@ mod tests {
             assert_eq!(c.peek(), None);
             assert_eq!(c.pop(), None);
         }
+    }
+
+    #[test]
+    fn pop_if_takes_only_what_it_admits() {
+        let (mut p, mut c) = ring::<u32>(3).unwrap();
+        assert!(c.is_drained());
+        assert_eq!(c.pop_if(|_| true), None);
+        for v in [1, 20, 3] {
+            p.push(v).unwrap();
+        }
+        assert!(!c.is_drained());
+        assert_eq!(c.pop_if(|&v| v < 10), Some(1));
+        // Refused: left at the front, the ring unchanged.
+        assert_eq!(c.pop_if(|&v| v < 10), None);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.peek(), Some(&20));
+        assert_eq!(c.pop_if(|&v| v == 20), Some(20));
+        // The slots it freed take new items, across the wrap-around.
+        p.push(4).unwrap();
+        p.push(5).unwrap();
+        assert!(p.is_full());
+        assert_eq!(c.pop(), Some(3));
+        assert_eq!(c.pop_if(|_| true), Some(4));
+        assert_eq!(c.pop_if(|&v| v == 5), Some(5));
+        assert!(c.is_drained());
+        assert_eq!(c.pop_if(|_| true), None);
     }
 
     #[test]
