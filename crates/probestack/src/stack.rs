@@ -237,7 +237,9 @@ pub struct Stack {
     /// Datagrams sent to one of our own addresses, delivered at the next poll.
     pub(crate) loopback: VecDeque<crate::buf::PacketBuf>,
     /// The receive batch, kept between polls so that draining allocates nothing.
-    rx_batch: Vec<RxFrame>,
+    /// The frames of one receive batch, kept between polls for its capacity (taken out
+    /// while the batch runs up the stack).
+    rx_batch: Option<Vec<RxFrame>>,
     pub(crate) now: Instant,
 }
 
@@ -269,7 +271,7 @@ impl Stack {
             tcp_pcbs: PcbTable::new(config.tuning.pcb_config()),
             tcp: TcpSockets::new(config.tcp, isn_key, port_key),
             loopback: VecDeque::new(),
-            rx_batch: Vec::with_capacity(config.rx_batch),
+            rx_batch: Some(Vec::with_capacity(config.rx_batch)),
             now: Instant::ZERO,
             config,
         }
@@ -423,7 +425,7 @@ impl Stack {
     /// A batch that used its whole budget leaves the interface in polling mode, so the
     /// rest is taken at the next poll without another notification.
     fn drain_device(&mut self, i: usize, now: Instant) {
-        let mut batch = std::mem::take(&mut self.rx_batch);
+        let mut batch = self.rx_batch.take().unwrap_or_default();
         let budget = self.config.rx_batch.max(1);
         {
             let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Notify);
@@ -443,14 +445,19 @@ impl Stack {
                 iface.rx_more = batch.len() == budget;
             }
         }
-        for rx in batch.drain(..) {
-            self.in_message(rx.frame.len(), |s| s.link_input(i, rx, now));
+        if !batch.is_empty() {
+            for rx in batch.drain(..) {
+                self.in_message(rx.frame.len(), |s| s.link_input(i, rx, now));
+            }
         }
-        self.rx_batch = batch;
+        self.rx_batch = Some(batch);
     }
 
     fn run_timers(&mut self, now: Instant) {
         for i in 0..self.ifaces.len() {
+            if !self.ifaces[i].arp.may_be_due(now) {
+                continue;
+            }
             let timers = {
                 let _p = self.ledger.probe(Layer::Link, Side::Send, Op::Timer);
                 self.ifaces[i].arp.poll(now)

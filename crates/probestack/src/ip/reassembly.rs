@@ -636,6 +636,9 @@ impl Reassembler {
     /// keys as old. Returns the datagrams dropped, with what an ICMP Time Exceeded
     /// message (code 1, "fragment reassembly time exceeded") quotes.
     pub fn expire(&mut self, now: Instant) -> Vec<Expired> {
+        if self.queue.is_empty() && self.poisoned.is_empty() {
+            return Vec::new();
+        }
         let timeout = self.config.timeout;
         self.poisoned.retain(|p| now < p.until);
         let mut expired = Vec::new();

@@ -91,6 +91,10 @@ pub struct ArpCache<P> {
     /// Changes whenever a mapping is set or forgotten, so that a header built from an
     /// answer (a socket's header template) can tell it is stale.
     generation: u64,
+    /// No entry has a timer before this (a lower bound: an entry refreshed since may be
+    /// due later): the stack asks on every poll, and a scan of the table is kept for the
+    /// polls that may find something due, where it sets this exactly again.
+    due: Option<Instant>,
 }
 
 impl<P> ArpCache<P> {
@@ -99,6 +103,7 @@ impl<P> ArpCache<P> {
             config,
             entries: TableMap::default(),
             generation: 0,
+            due: None,
         }
     }
 
@@ -157,12 +162,14 @@ impl<P> ArpCache<P> {
                 // Absent (and there is room), or resolved but expired: start resolving.
                 let mut waiting = VecDeque::with_capacity(1);
                 waiting.push_back(packet);
+                let next_request = now + self.config.request_interval;
+                self.note_timer(next_request);
                 self.entries.insert(
                     ip,
                     Entry::Pending {
                         waiting,
                         requests_sent: 1,
-                        next_request: now + self.config.request_interval,
+                        next_request,
                     },
                 );
                 Resolution::QueuedSendRequest
@@ -208,6 +215,9 @@ impl<P> ArpCache<P> {
 
     fn set(&mut self, ip: Ipv4Address, mac: EthernetAddress, expires: Option<Instant>) -> Vec<P> {
         self.generation += 1;
+        if let Some(t) = expires {
+            self.note_timer(t);
+        }
         match self.entries.insert(ip, Entry::Resolved { mac, expires }) {
             Some(Entry::Pending { waiting, .. }) => waiting.into(),
             _ => Vec::new(),
@@ -221,20 +231,30 @@ impl<P> ArpCache<P> {
             requests: Vec::new(),
             unresolved: Vec::new(),
         };
-        // Most polls find nothing due: looking costs less than rewriting the table.
-        if self.next_deadline().is_none_or(|d| now < d) {
+        // Most polls find nothing due.
+        if !self.may_be_due(now) {
             return out;
         }
         let (interval, max) = (self.config.request_interval, self.config.max_requests);
         self.generation += 1;
+        let mut due: Option<Instant> = None;
+        let mut keep = |t: Instant| due = Some(due.map_or(t, |d| d.min(t)));
         self.entries.retain(|ip, e| match e {
-            Entry::Resolved { expires, .. } => expires.is_none_or(|x| now < x),
+            Entry::Resolved { expires, .. } => match *expires {
+                Some(x) if now >= x => false,
+                Some(x) => {
+                    keep(x);
+                    true
+                }
+                None => true,
+            },
             Entry::Pending {
                 waiting,
                 requests_sent,
                 next_request,
             } => {
                 if now < *next_request {
+                    keep(*next_request);
                     return true;
                 }
                 if *requests_sent >= max {
@@ -243,22 +263,29 @@ impl<P> ArpCache<P> {
                 }
                 *requests_sent += 1;
                 *next_request = now + interval;
+                keep(*next_request);
                 out.requests.push(*ip);
                 true
             }
         });
+        self.due = due;
         out
     }
 
-    /// The earliest time [`poll`](Self::poll) has work.
+    /// Whether a [`poll`](Self::poll) at `now` may have work (the cheap test the stack
+    /// makes on every turn).
+    pub fn may_be_due(&self, now: Instant) -> bool {
+        self.due.is_some_and(|d| now >= d)
+    }
+
+    /// When [`poll`](Self::poll) may next have work: no timer is earlier (an entry
+    /// refreshed since it was set may be due later, and the poll then finds nothing).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.entries
-            .values()
-            .filter_map(|e| match e {
-                Entry::Pending { next_request, .. } => Some(*next_request),
-                Entry::Resolved { expires, .. } => *expires,
-            })
-            .min()
+        self.due
+    }
+
+    fn note_timer(&mut self, t: Instant) {
+        self.due = Some(self.due.map_or(t, |d| d.min(t)));
     }
 
     /// Packets waiting for resolution, over all addresses.
@@ -362,6 +389,30 @@ mod tests {
         let other = EthernetAddress([2, 0, 0, 0, 0, 0x77]);
         assert!(c.learn(IP, other, true, t(5)).is_empty());
         assert_eq!(c.lookup(IP, t(1 << 40)), Some(MAC));
+        // The pending entry's request timer is a lower bound until a poll looks: then no
+        // timer is left.
+        assert!(c.next_deadline().is_some());
+        assert!(c.poll(t(1_000)).requests.is_empty());
+        assert_eq!(c.next_deadline(), None);
+        assert!(!c.may_be_due(t(1 << 40)));
+    }
+
+    #[test]
+    fn polls_scan_only_when_a_timer_may_be_due() {
+        let mut c: ArpCache<u32> = ArpCache::new(ArpConfig::default());
+        assert!(!c.may_be_due(t(0)));
+        c.learn(IP, MAC, true, t(0));
+        assert_eq!(c.next_deadline(), Some(t(60_000)));
+        assert!(!c.may_be_due(t(59_999)));
+        // Refreshed: the old expiry stays the bound until a poll looks, finds nothing
+        // expired and sets the new one.
+        c.learn(IP, MAC, true, t(30_000));
+        assert!(c.may_be_due(t(60_000)));
+        c.poll(t(60_000));
+        assert_eq!(c.lookup(IP, t(60_000)), Some(MAC));
+        assert_eq!(c.next_deadline(), Some(t(90_000)));
+        c.poll(t(90_000));
+        assert_eq!(c.lookup(IP, t(90_000)), None);
         assert_eq!(c.next_deadline(), None);
     }
 }
