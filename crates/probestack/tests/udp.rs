@@ -512,13 +512,15 @@ fn template_run(t: Tuning) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, u64) {
     (frames(&out), got, sent)
 }
 
-/// The template's frames are the layers' frames, byte for byte, with and without
-/// checksums (elision on and off), and B gets the same datagrams.
+/// The template's frames are the layers' frames, byte for byte, with and without UDP
+/// checksums (elision on and off) and with either IP header checksum routine, and B gets
+/// the same datagrams.
 #[test]
 fn the_header_template_sends_the_frames_the_layers_send() {
-    for elision in [true, false] {
+    for (elision, inline) in [(true, true), (false, true), (false, false)] {
         let with = Tuning {
             checksum_elision: elision,
+            inline_ip_header_checksum: inline,
             ..Tuning::fast()
         };
         let without = Tuning {
