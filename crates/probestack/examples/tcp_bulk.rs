@@ -3,8 +3,14 @@
 //! into a 256 KiB buffer) between two stacks on the memory link, for callgrind or perf.
 //! Prints the rate and the segments A sent (for instructions per segment).
 //!
-//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast]`
+//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast|zero-copy]`
+//!
+//! `zero-copy` is the peers experiment's `probestack_zero_copy`: `Tuning::fast()` with
+//! checksum elision off, NICs with checksum offload, TSO and header split, A loaning its
+//! pattern and B taking whole pages.
 
+use probestack::buf::Loan;
+use probestack::driver::NicConfig;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
@@ -23,24 +29,47 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mib: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(256);
     let mtu: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1500);
+    let zero_copy = args.get(3).map(String::as_str) == Some("zero-copy");
     let tuning = match args.get(3).map(String::as_str) {
         Some("bsd") => Tuning::bsd(),
+        Some("zero-copy") => Tuning {
+            checksum_elision: false,
+            ..Tuning::fast()
+        },
         _ => Tuning::fast(),
     };
     let mut host = HostConfig::with_mtu(mtu);
     host.stack.tuning = tuning;
+    if zero_copy {
+        host.nic = NicConfig {
+            header_split: true,
+            ..host.nic.with_offloads()
+        };
+    }
     let mut pair = Pair::new(host.clone(), host).expect("memory link");
     let clock = RealClock::new();
     let (a, b) = connect(&mut pair, &clock);
+    if zero_copy {
+        pair.b
+            .tcp_set_zero_copy_receive(b, true)
+            .expect("zero-copy");
+    }
 
     let pattern: Vec<u8> = (0..WRITE + PERIOD).map(|i| (i % PERIOD) as u8).collect();
+    let loan = Loan::new(pattern.clone());
     let mut buf = vec![0u8; READ];
     let (mut sent, mut got) = (0u64, 0u64);
     let mut step = |pair: &mut Pair, sent: &mut u64, got: &mut u64, write: bool| {
         if write {
             for _ in 0..1024 {
                 let at = (*sent % PERIOD as u64) as usize;
-                match pair.a.tcp_send(a, &pattern[at..at + WRITE]) {
+                let r = if zero_copy {
+                    let part = loan.slice(at..at + WRITE).expect("in the loan");
+                    pair.a.tcp_send_loan(a, &part)
+                } else {
+                    pair.a.tcp_send(a, &pattern[at..at + WRITE])
+                };
+                match r {
                     Ok(n) => *sent += n as u64,
                     Err(TcpError::WouldBlock) => break,
                     Err(e) => panic!("send: {e}"),
@@ -50,6 +79,14 @@ fn main() {
         let now = clock.now();
         pair.a.poll(now);
         pair.b.poll(now);
+        while zero_copy {
+            match pair.b.tcp_recv_zero_copy(b, READ) {
+                Ok(Some(chunk)) => *got += chunk.len() as u64,
+                Ok(None) => panic!("the stream ended"),
+                Err(TcpError::WouldBlock) => return,
+                Err(e) => panic!("receive: {e}"),
+            }
+        }
         loop {
             match pair.b.tcp_recv(b, &mut buf) {
                 Ok(0) => panic!("the stream ended"),

@@ -54,6 +54,23 @@ impl ExtBuf {
         }
     }
 
+    /// The same copy into `block` (a block no `ExtBuf` shares any more, kept from an
+    /// earlier copy): the bytes before the page boundary are kept as they are, and nothing
+    /// is allocated when the block has room. See [`PageRecycler`].
+    fn copy_page_aligned_into(mut block: Vec<u8>, data: &[u8]) -> ExtBuf {
+        let pad = block.as_ptr().align_offset(PAGE_SIZE).min(PAGE_SIZE - 1);
+        if block.capacity() < pad + data.len() || block.len() < pad {
+            return ExtBuf::copy_page_aligned(data);
+        }
+        block.truncate(pad);
+        block.extend_from_slice(data);
+        ExtBuf {
+            block: Arc::new(block),
+            start: pad,
+            end: pad + data.len(),
+        }
+    }
+
     /// Whether the bytes start on a page boundary.
     pub fn is_page_aligned(&self) -> bool {
         (self.as_slice().as_ptr() as usize).is_multiple_of(PAGE_SIZE)
@@ -217,6 +234,53 @@ impl fmt::Debug for ExtBuf {
             .field("range", &(self.start..self.end))
             .field("block_len", &self.block.len())
             .finish()
+    }
+}
+
+/// Page-aligned blocks for a NIC's header/data split, used again once nothing refers to
+/// them: the recycling of Linux's `page_pool`. A zero-copy receive hands the application
+/// `ExtBuf`s into the NIC's block; when it has dropped them (and the stack its own), the
+/// recycler's reference is the last one and the block takes a later payload, without an
+/// allocation and the page faults of fresh memory. It looks at its oldest block only, as a
+/// ring of receive buffers is refilled in order; a block still in use moves to the back.
+#[derive(Debug, Default)]
+pub struct PageRecycler {
+    blocks: std::collections::VecDeque<Arc<Vec<u8>>>,
+}
+
+impl PageRecycler {
+    /// Blocks kept for reuse (the depth of a receive ring); past it the oldest is let go
+    /// (freed when its last `ExtBuf` drops).
+    pub const KEPT: usize = 256;
+
+    /// A page-aligned copy of `data`: in the oldest block if nothing else refers to it
+    /// and it is large enough, else in a new one ([`ExtBuf::copy_page_aligned`]).
+    pub fn copy_page_aligned(&mut self, data: &[u8]) -> ExtBuf {
+        let reused = match self.blocks.pop_front() {
+            Some(block) => match Arc::try_unwrap(block) {
+                Ok(block) => Some(ExtBuf::copy_page_aligned_into(block, data)),
+                Err(still_shared) => {
+                    self.blocks.push_back(still_shared);
+                    None
+                }
+            },
+            None => None,
+        };
+        let buf = reused.unwrap_or_else(|| ExtBuf::copy_page_aligned(data));
+        if self.blocks.len() >= Self::KEPT {
+            self.blocks.pop_front();
+        }
+        self.blocks.push_back(Arc::clone(&buf.block));
+        buf
+    }
+
+    /// Blocks held (in use by the application or the stack, or free for reuse).
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
     }
 }
 
@@ -489,5 +553,31 @@ mod tests {
         assert!(format!("{e:?}").contains("range: 0..0"));
         drop(e);
         assert_eq!(loan.try_reclaim().unwrap(), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn the_page_recycler_reuses_a_block_only_once_nothing_refers_to_it() {
+        let mut r = PageRecycler::default();
+        let a = r.copy_page_aligned(&[1; 5000]);
+        assert!(a.is_page_aligned());
+        let at = a.as_ptr();
+        // Still held: the next copy takes a new block.
+        let b = r.copy_page_aligned(&[2; 6000]);
+        assert_ne!(b.as_ptr(), at);
+        assert!(b.iter().all(|&x| x == 2) && a.iter().all(|&x| x == 1));
+        drop(a);
+        // `a`'s block is the oldest and free now: `c` takes it, page-aligned as before.
+        let c = r.copy_page_aligned(&[3; 4096]);
+        assert_eq!(c.as_ptr(), at);
+        assert!(c.is_page_aligned() && c.iter().all(|&x| x == 3));
+        drop((b, c));
+        let d = r.copy_page_aligned(&[4; 4500]);
+        assert!(d.is_page_aligned() && d.len() == 4500 && d.iter().all(|&x| x == 4));
+        // Two blocks in all: every copy since the second reused one.
+        assert_eq!(r.len(), 2);
+        // A payload larger than the free block gets a block of its own.
+        drop(d);
+        let big = r.copy_page_aligned(&[5; 40_000]);
+        assert!(big.is_page_aligned() && big.iter().all(|&x| x == 5));
     }
 }

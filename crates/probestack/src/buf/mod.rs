@@ -109,7 +109,7 @@
 //! releases them when the receiver acknowledges; here the application cannot get its buffer
 //! back while any `ExtBuf` into it lives, and no `ExtBuf` can write to it. On a zero-copy
 //! receive the memory NIC (header/data split) writes the payload into a page-aligned block
-//! of its own ([`ExtBuf::copy_page_aligned`], its DMA's placement, allocated per frame) and
+//! of its own ([`PageRecycler`], its DMA's placement: a block used again once nothing refers to it) and
 //! the stack hands the whole pages of it to the application by reference, as paper 004
 //! remaps the page that holds the payload.
 //!
@@ -126,7 +126,7 @@ mod packet;
 mod pool;
 
 pub use chain::{BufChain, Segment};
-pub use loan::{ExtBuf, Loan, PAGE_SIZE};
+pub use loan::{ExtBuf, Loan, PageRecycler, PAGE_SIZE};
 pub use packet::{PacketBuf, TxOffload};
 pub use pool::{
     Class, ClassStats, Depot, Pool, PoolConfig, PoolStats, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE,

@@ -98,7 +98,10 @@ use super::{
     ChecksumOffload, CopyMode, Device, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame,
     TxMeta,
 };
-use crate::buf::{Class, Depot, ExtBuf, PacketBuf, TxOffload, HEADROOM, PAGE_SIZE};
+use crate::buf::{
+    Depot, PacketBuf, PageRecycler, Pool, PoolConfig, TxOffload, HEADROOM, PAGE_SIZE,
+};
+use crate::checksum;
 use crate::probe::{Counter, Counters, Layer, Op, Side};
 use crate::time::{Duration, Instant};
 use crate::wire::ethernet;
@@ -375,7 +378,13 @@ impl MemoryLink {
         // shared depot (DMA hand-off; see `Device::buffer_depot`).
         let depot = Depot::default();
         let end = |config: NicConfig, peer: &NicConfig, tx, rx, spares_in, spares_out| MemoryNic {
+            segment_pool: {
+                let mut pool = Pool::new(PoolConfig::new(true));
+                pool.set_depot(Some(depot.clone()));
+                pool
+            },
             depot: depot.clone(),
+            rx_pages: PageRecycler::default(),
             config,
             peer_pio: peer.copy_mode == CopyMode::Pio,
             tx,
@@ -420,6 +429,13 @@ pub struct MemoryNic {
     stats: NicStats,
     /// Shared with the NIC at the other end.
     depot: Depot,
+    /// Where a DMA NIC takes the buffers of the segments it cuts from a super-frame: the
+    /// blocks the peer's stack freed come back through the shared depot, rather than
+    /// every segment taking a fresh, zeroed block from the global allocator.
+    segment_pool: Pool,
+    /// The page-aligned blocks header split places payloads in, reused once the
+    /// application has let go of them.
+    rx_pages: PageRecycler,
 }
 
 impl MemoryNic {
@@ -490,10 +506,13 @@ impl MemoryNic {
                 Ok(b)
             }
             CopyMode::Dma => {
-                let want = HEADROOM + len + FCS_LEN;
-                let capacity = Class::fitting(want).map_or(want, Class::size);
-                PacketBuf::new(len, HEADROOM, capacity - HEADROOM - len)
-                    .map_err(|_| DeviceError::QueueFull)
+                let mut b = self
+                    .segment_pool
+                    .alloc(len + FCS_LEN, HEADROOM)
+                    .map_err(|_| DeviceError::QueueFull)?;
+                b.trim_back(FCS_LEN).map_err(|_| DeviceError::QueueFull)?;
+                // The segment leaves the NIC: the receiving stack frees it into its pool.
+                Ok(self.segment_pool.detach(b))
             }
         }
     }
@@ -705,7 +724,7 @@ impl MemoryNic {
         if payload_len < PAGE_SIZE {
             return frame;
         }
-        let payload = ExtBuf::copy_page_aligned(&frame.data()[at..]);
+        let payload = self.rx_pages.copy_page_aligned(&frame.data()[at..]);
         if frame.trim_back(payload_len).is_err() {
             return frame;
         }
@@ -796,6 +815,47 @@ impl MemoryNic {
         self.stats.tx_csum_offloaded += n as u64;
         Ok((frame, more))
     }
+    /// The segments of a super-frame whose data lies in its fragments, each cut straight
+    /// from them into a buffer of its own (device work), with its checksum and FCS.
+    fn cut_parts(
+        &mut self,
+        frame: PacketBuf,
+        plan: &SuperFrame,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        let mut segments = {
+            let _device = cx.ledger.device_work();
+            let n = plan.segments();
+            let mut segments = Vec::with_capacity(n);
+            for i in 0..n {
+                let (_, len) = plan.segment(i);
+                let mut segment = self.segment_buffer(len)?;
+                plan.cut_with(frame.data(), i, segment.data_mut(), |range, out| {
+                    copy_and_sum_parts(&frame, range, out)
+                });
+                Self::append_fcs(&mut segment)?;
+                segments.push(segment);
+            }
+            self.stats.tx_gathered += 1;
+            self.stats.tx_super_frames += 1;
+            self.stats.tx_segments += n as u64;
+            self.stats.tx_csum_offloaded += n as u64;
+            segments
+        };
+        // The frame's own buffer (its headers) is done with; its block serves later
+        // segments, and the loaned fragments are let go.
+        self.segment_pool.free(frame);
+        let frames = segments.len() as u64;
+        let bytes = segments.iter().map(|f| (f.len() - FCS_LEN) as u64).sum();
+        let first = segments.remove(0);
+        let entry = WireFrame {
+            frame: first,
+            more: segments,
+            sent_at: cx.now,
+        };
+        self.enqueue(entry, frames, bytes, cx)
+    }
+
     /// A frame with fragments (gathered first) or a super-frame the NIC cuts: the general
     /// transmit path.
     fn transmit_gathered_or_cut(
@@ -806,6 +866,20 @@ impl MemoryNic {
     ) -> Result<(), DeviceError> {
         let len = frame.total_len();
         let max = self.config.max_frame_len();
+        // A zero-copy super-frame on a DMA NIC: each segment is cut straight from the
+        // frame's parts, one copy of the data (as a DMA engine reads host memory), not
+        // gathered into one frame first and cut from that.
+        if frame.has_frags()
+            && self.config.copy_mode == CopyMode::Dma
+            && meta.gso_size != 0
+            && self.config.segments()
+            && self.config.checksum_offload.l4_tx
+        {
+            if let Some(plan) = SuperFrame::plan_parts(frame.data(), len, &meta) {
+                self.check_room(plan.segment_frame_len(), max, cx)?;
+                return self.cut_parts(frame, &plan, cx);
+            }
+        }
         // Scatter-gather: the frame's fragments (loaned data, a zero-copy send) are read
         // where they are, into one frame.
         let (mut frame, in_device_memory) = if frame.has_frags() {
@@ -950,6 +1024,30 @@ impl MemoryNic {
         cx.ledger.counters().inc(Counter::DriverFramesOut);
         Ok(())
     }
+}
+
+/// Copies bytes `range` of `frame` (offsets over its window, then its fragments, as if
+/// they were one buffer) into `out`, summing them in the same pass; returns the sum.
+fn copy_and_sum_parts(frame: &PacketBuf, range: std::ops::Range<usize>, out: &mut [u8]) -> u16 {
+    let parts = std::iter::once(frame.data()).chain(frame.frags().iter().map(|f| &f[..]));
+    let (mut sum, mut done, mut at) = (0u16, 0usize, 0usize);
+    for part in parts {
+        let (start, end) = (at, at + part.len());
+        at = end;
+        if end <= range.start {
+            continue;
+        }
+        if start >= range.end {
+            break;
+        }
+        let from = range.start.max(start) - start;
+        let to = range.end.min(end) - start;
+        let n = to - from;
+        let piece = checksum::copy_and_sum(&mut out[done..done + n], &part[from..to]);
+        sum = checksum::combine_at(sum, piece, done);
+        done += n;
+    }
+    sum
 }
 
 impl Device for MemoryNic {

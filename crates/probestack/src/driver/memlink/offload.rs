@@ -167,6 +167,13 @@ impl SuperFrame {
     /// fragment, a total length that disagrees with the frame, or no more data than one
     /// segment holds (then it is an ordinary frame and its seed is already right).
     pub(super) fn plan(frame: &[u8], meta: &TxMeta) -> Option<SuperFrame> {
+        SuperFrame::plan_parts(frame, frame.len(), meta)
+    }
+
+    /// The same for a frame of `total_len` bytes whose first part, `window`, holds at
+    /// least the headers (the rest in its fragments: a zero-copy send).
+    pub(super) fn plan_parts(window: &[u8], total_len: usize, meta: &TxMeta) -> Option<SuperFrame> {
+        let frame = window;
         let mss = usize::from(meta.gso_size);
         let ip_len = ipv4_header_len(frame)?;
         let ip = &frame[ETH_LEN..];
@@ -175,7 +182,7 @@ impl SuperFrame {
         if mss == 0
             || ip[9] != PROTO_TCP
             || is_fragment
-            || usize::from(be16(ip, 2)) != frame.len() - ETH_LEN
+            || usize::from(be16(ip, 2)) != total_len - ETH_LEN
             || meta.l4_checksum != Some((tcp_start as u16, TCP_CHECKSUM as u16))
             || frame.len() < tcp_start + 20
         {
@@ -186,7 +193,7 @@ impl SuperFrame {
         if tcp_len < 20 || headers > frame.len() {
             return None;
         }
-        let data = frame.len() - headers;
+        let data = total_len - headers;
         (data > mss).then_some(SuperFrame {
             ip_len,
             headers,
@@ -260,12 +267,27 @@ impl SuperFrame {
     /// Writes segment `i` into `out` (exactly its frame's length), copying its data out of
     /// the super-frame `src` and summing it in the same pass, as a DMA engine would.
     pub(super) fn cut(&self, src: &[u8], i: usize, out: &mut [u8]) {
+        self.cut_with(src, i, out, |range, data| {
+            checksum::copy_and_sum(data, &src[range])
+        });
+    }
+
+    /// The same, with the headers from `window` and the data copied (and summed) by
+    /// `copy_data` from wherever the frame keeps it: the range is in the whole frame's
+    /// offsets, and `copy_data` returns the data's sum.
+    pub(super) fn cut_with(
+        &self,
+        window: &[u8],
+        i: usize,
+        out: &mut [u8],
+        copy_data: impl FnOnce(std::ops::Range<usize>, &mut [u8]) -> u16,
+    ) {
         let (range, len) = self.segment(i);
         debug_assert_eq!(out.len(), len);
         let (headers, data) = out.split_at_mut(self.headers);
-        headers.copy_from_slice(&src[..self.headers]);
+        headers.copy_from_slice(&window[..self.headers]);
         self.rewrite_headers(headers, i);
-        let data_sum = checksum::copy_and_sum(data, &src[range]);
+        let data_sum = copy_data(range, data);
         self.finish(headers, data_sum);
     }
 
