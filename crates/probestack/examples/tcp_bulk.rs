@@ -79,12 +79,14 @@ fn main() {
         let now = clock.now();
         pair.a.poll(now);
         pair.b.poll(now);
-        while zero_copy {
-            match pair.b.tcp_recv_zero_copy(b, READ) {
-                Ok(Some(chunk)) => *got += chunk.len() as u64,
-                Ok(None) => panic!("the stream ended"),
-                Err(TcpError::WouldBlock) => return,
-                Err(e) => panic!("receive: {e}"),
+        if zero_copy {
+            loop {
+                match pair.b.tcp_recv_zero_copy(b, READ) {
+                    Ok(Some(chunk)) => *got += chunk.len() as u64,
+                    Ok(None) => panic!("the stream ended"),
+                    Err(TcpError::WouldBlock) => return,
+                    Err(e) => panic!("receive: {e}"),
+                }
             }
         }
         loop {
