@@ -228,7 +228,9 @@ impl Recorder {
         }
     }
 
-    /// `sampled_flag` is the ledger's flag, which this sets for the message.
+    /// `sampled_flag` is the ledger's flag, which this sets for the message (it is false
+    /// between messages: the end of a probed one clears it).
+    #[inline]
     fn begin_message(&self, size: usize, sampled_flag: &Cell<bool>) {
         let depth = self.message_depth.get();
         self.message_depth.set(depth + 1);
@@ -236,6 +238,18 @@ impl Recorder {
             return;
         }
         self.messages_seen.set(self.messages_seen.get() + 1);
+        // The common case, in line: the countdown to the next probed message runs on.
+        let c = self.countdown.get();
+        if c > 0 && self.sample_every.get() > 1 {
+            self.countdown.set(c - 1);
+            return;
+        }
+        self.draw_and_begin(size, sampled_flag);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn draw_and_begin(&self, size: usize, sampled_flag: &Cell<bool>) {
         let sampled = self.draw();
         sampled_flag.set(sampled);
         if sampled {
@@ -245,12 +259,20 @@ impl Recorder {
         }
     }
 
+    #[inline]
     fn end_message(&self, sampled: &Cell<bool>) {
         let depth = self.message_depth.get().saturating_sub(1);
         self.message_depth.set(depth);
         if depth > 0 || !sampled.get() {
             return;
         }
+        self.record_message(sampled);
+    }
+
+    /// The end of a probed message: its probes go into its bucket.
+    #[cold]
+    #[inline(never)]
+    fn record_message(&self, sampled: &Cell<bool>) {
         let wall = self.clock.now().saturating_sub(self.message_start.get());
         sampled.set(false);
         // Probes still open (a guard leaked out of its message) are abandoned.

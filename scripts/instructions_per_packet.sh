@@ -1,0 +1,32 @@
+#!/bin/sh
+# Instructions per datagram, round trip, transaction and segment for the profiling
+# harnesses in crates/probestack/examples, from the difference of two callgrind runs of
+# different lengths (so setup and warm-up cancel). Needs valgrind.
+#
+#   scripts/instructions_per_packet.sh            # the probe-free build (the stack's own cost)
+#   scripts/instructions_per_packet.sh --probes   # with the ledger's probes, 1 message in 64
+set -eu
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--probes" ]; then
+    features=""
+    target=target/harness-probes
+else
+    features="--no-default-features"
+    target=target/harness
+fi
+# shellcheck disable=SC2086
+CARGO_TARGET_DIR=$target cargo build -q --release -p probestack $features \
+    --example udp_burst --example udp_rr --example tcp_rr --example tcp_bulk
+bin=$target/release/examples
+ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,; }
+segments() { "$@" | sed -n 's/.*, \([0-9]*\) segments.*/\1/p'; }
+
+a=$(ir $bin/udp_burst 64 5000); b=$(ir $bin/udp_burst 64 2500)
+echo "udp_burst, 64-byte datagrams one way: $(( (a - b) / (2500 * 32) )) per datagram"
+a=$(ir $bin/udp_rr 64 20000); b=$(ir $bin/udp_rr 64 10000)
+echo "udp_rr, 64-byte request/response:      $(( (a - b) / 10000 )) per round trip"
+a=$(ir $bin/tcp_rr 20000); b=$(ir $bin/tcp_rr 10000)
+echo "tcp_rr, 64-byte request/response:      $(( (a - b) / 10000 )) per transaction"
+s1=$(segments $bin/tcp_bulk 64 1500); s0=$(segments $bin/tcp_bulk 32 1500)
+a=$(ir $bin/tcp_bulk 64 1500); b=$(ir $bin/tcp_bulk 32 1500)
+echo "tcp_bulk, MTU 1500:                    $(( (a - b) / (s1 - s0) )) per segment"
