@@ -14,6 +14,8 @@ macro_rules! counters {
 
         impl Counter {
             pub const ALL: &'static [Counter] = &[$(Counter::$c),*];
+            /// How many counters there are.
+            pub const COUNT: usize = Counter::ALL.len();
 
             pub const fn name(self) -> &'static str {
                 match self { $(Counter::$c => $name,)* }
@@ -254,7 +256,9 @@ counters! {
 /// The counters of one stack.
 #[derive(Debug)]
 pub struct Counters {
-    values: Box<[Cell<u64>]>,
+    /// One per counter, by its index: an array of the right length, so that counting
+    /// needs no bounds check.
+    values: Box<[Cell<u64>; Counter::COUNT]>,
 }
 
 impl Default for Counters {
@@ -266,7 +270,7 @@ impl Default for Counters {
 impl Counters {
     pub fn new() -> Counters {
         Counters {
-            values: (0..Counter::ALL.len()).map(|_| Cell::new(0)).collect(),
+            values: Box::new(std::array::from_fn(|_| Cell::new(0))),
         }
     }
 
