@@ -54,23 +54,6 @@ impl ExtBuf {
         }
     }
 
-    /// The same copy into `block` (a block no `ExtBuf` shares any more, kept from an
-    /// earlier copy): the bytes before the page boundary are kept as they are, and nothing
-    /// is allocated when the block has room. See [`PageRecycler`].
-    fn copy_page_aligned_into(mut block: Vec<u8>, data: &[u8]) -> ExtBuf {
-        let pad = block.as_ptr().align_offset(PAGE_SIZE).min(PAGE_SIZE - 1);
-        if block.capacity() < pad + data.len() || block.len() < pad {
-            return ExtBuf::copy_page_aligned(data);
-        }
-        block.truncate(pad);
-        block.extend_from_slice(data);
-        ExtBuf {
-            block: Arc::new(block),
-            start: pad,
-            end: pad + data.len(),
-        }
-    }
-
     /// Whether the bytes start on a page boundary.
     pub fn is_page_aligned(&self) -> bool {
         (self.as_slice().as_ptr() as usize).is_multiple_of(PAGE_SIZE)
@@ -254,11 +237,29 @@ impl PageRecycler {
     pub const KEPT: usize = 256;
 
     /// A page-aligned copy of `data`: in the oldest block if nothing else refers to it
-    /// and it is large enough, else in a new one ([`ExtBuf::copy_page_aligned`]).
+    /// and it is large enough, else in a new one.
     pub fn copy_page_aligned(&mut self, data: &[u8]) -> ExtBuf {
-        let reused = match self.blocks.pop_front() {
+        self.copy_with(data, |dst, src| {
+            dst.copy_from_slice(src);
+            0
+        })
+        .0
+    }
+
+    /// The same, summing the bytes (RFC 1071) as they are copied, as a NIC's receive
+    /// engine checks a checksum while its DMA places the data: the copy and the sum.
+    pub fn copy_and_sum_page_aligned(&mut self, data: &[u8]) -> (ExtBuf, u16) {
+        self.copy_with(data, crate::checksum::copy_and_sum)
+    }
+
+    fn copy_with(
+        &mut self,
+        data: &[u8],
+        copy: impl FnOnce(&mut [u8], &[u8]) -> u16,
+    ) -> (ExtBuf, u16) {
+        let free = match self.blocks.pop_front() {
             Some(block) => match Arc::try_unwrap(block) {
-                Ok(block) => Some(ExtBuf::copy_page_aligned_into(block, data)),
+                Ok(block) => Some(block),
                 Err(still_shared) => {
                     self.blocks.push_back(still_shared);
                     None
@@ -266,12 +267,30 @@ impl PageRecycler {
             },
             None => None,
         };
-        let buf = reused.unwrap_or_else(|| ExtBuf::copy_page_aligned(data));
+        let fresh = || Vec::with_capacity(data.len() + PAGE_SIZE - 1);
+        let mut block = free.unwrap_or_else(fresh);
+        let mut pad = block.as_ptr().align_offset(PAGE_SIZE).min(PAGE_SIZE - 1);
+        if pad + data.len() > block.capacity() {
+            block = fresh();
+            pad = block.as_ptr().align_offset(PAGE_SIZE).min(PAGE_SIZE - 1);
+        }
+        let end = pad + data.len();
+        // Only bytes no earlier copy wrote are zeroed first; then the window is written.
+        if block.len() < end {
+            block.resize(end, 0);
+        }
+        block.truncate(end);
+        let sum = copy(&mut block[pad..end], data);
+        let buf = ExtBuf {
+            block: Arc::new(block),
+            start: pad,
+            end,
+        };
         if self.blocks.len() >= Self::KEPT {
             self.blocks.pop_front();
         }
         self.blocks.push_back(Arc::clone(&buf.block));
-        buf
+        (buf, sum)
     }
 
     /// Blocks held (in use by the application or the stack, or free for reuse).
@@ -579,5 +598,10 @@ mod tests {
         drop(d);
         let big = r.copy_page_aligned(&[5; 40_000]);
         assert!(big.is_page_aligned() && big.iter().all(|&x| x == 5));
+        // The summing copy: the same placement, and the RFC 1071 sum of what it copied.
+        let data = bytes(9001);
+        let (e, sum) = r.copy_and_sum_page_aligned(&data);
+        assert!(e.is_page_aligned() && e[..] == data[..]);
+        assert_eq!(sum, crate::checksum::sum(&data));
     }
 }

@@ -357,6 +357,9 @@ impl WireFrame {
 struct Arrived {
     rx: RxFrame,
     at: Instant,
+    /// The receive checksum offload is still to run: header split will place the payload
+    /// and sum it in the same pass (`rx.checksum` says nothing yet).
+    check_on_split: bool,
 }
 
 /// Makes memory links.
@@ -653,15 +656,12 @@ impl MemoryNic {
             return;
         }
         let offload = self.config.checksum_offload;
-        let checksum = if offload.ipv4_rx || offload.l4_rx {
-            let check = offload::check_received(frame.data(), offload);
-            if check.bad {
-                self.stats.rx_csum_bad += 1;
-            }
-            if check.checksum == RxChecksum::Verified {
-                self.stats.rx_csum_verified += 1;
-            }
-            check.checksum
+        let checks = offload.ipv4_rx || offload.l4_rx;
+        // A frame header split will take: its checksums are checked as the split copies
+        // its payload, in one pass over the bytes.
+        let check_on_split = checks && self.splits(frame.data());
+        let checksum = if checks && !check_on_split {
+            self.check_received(frame.data(), None)
         } else {
             RxChecksum::None
         };
@@ -669,7 +669,29 @@ impl MemoryNic {
         self.rx_queue.push_back(Arrived {
             rx: RxFrame { frame, checksum },
             at,
+            check_on_split,
         });
+    }
+
+    /// The receive checksum offload on a frame (with `moved`, the length and sum of the
+    /// payload header split took out of it), counted.
+    fn check_received(&mut self, frame: &[u8], moved: Option<(usize, u16)>) -> RxChecksum {
+        let check = offload::check_received(frame, moved, self.config.checksum_offload);
+        if check.bad {
+            self.stats.rx_csum_bad += 1;
+        }
+        if check.checksum == RxChecksum::Verified {
+            self.stats.rx_csum_verified += 1;
+        }
+        check.checksum
+    }
+
+    /// Whether header split takes this frame's payload: a DMA NIC with the split on, and
+    /// one unfragmented TCP segment with at least a page of payload.
+    fn splits(&self, frame: &[u8]) -> bool {
+        self.config.copy_mode == CopyMode::Dma
+            && self.config.header_split
+            && offload::tcp_payload_offset(frame).is_some_and(|at| frame.len() - at >= PAGE_SIZE)
     }
 
     /// A frame with fragments made whole. With DMA the NIC's engine follows the
@@ -716,21 +738,23 @@ impl MemoryNic {
     /// holding exactly one unfragmented IPv4 TCP segment with at least a page of payload
     /// keeps its headers, and its payload moves to a page-aligned buffer of its own,
     /// attached as the frame's fragment. Any other frame is left whole.
-    fn split(&mut self, mut frame: PacketBuf) -> PacketBuf {
+    ///
+    /// Returns the length and sum of the payload it moved: the copy sums as it goes.
+    fn split(&mut self, mut frame: PacketBuf) -> (PacketBuf, Option<(usize, u16)>) {
+        if !self.splits(frame.data()) {
+            return (frame, None);
+        }
         let Some(at) = offload::tcp_payload_offset(frame.data()) else {
-            return frame;
+            return (frame, None);
         };
         let payload_len = frame.len() - at;
-        if payload_len < PAGE_SIZE {
-            return frame;
-        }
-        let payload = self.rx_pages.copy_page_aligned(&frame.data()[at..]);
+        let (payload, sum) = self.rx_pages.copy_and_sum_page_aligned(&frame.data()[at..]);
         if frame.trim_back(payload_len).is_err() {
-            return frame;
+            return (frame, None);
         }
         frame.push_frag(payload);
         self.stats.rx_header_split += 1;
-        frame
+        (frame, Some((payload_len, sum)))
     }
 
     /// Appends the FCS (device work; the caller has the span open).
@@ -1139,10 +1163,13 @@ impl Device for MemoryNic {
             match self.config.copy_mode {
                 CopyMode::Dma if self.config.header_split => {
                     let _device = cx.ledger.device_work();
-                    rx = RxFrame {
-                        frame: self.split(rx.frame),
-                        checksum: rx.checksum,
+                    let (frame, moved) = self.split(rx.frame);
+                    let checksum = if arrived.check_on_split {
+                        self.check_received(frame.data(), moved)
+                    } else {
+                        rx.checksum
                     };
+                    rx = RxFrame { frame, checksum };
                 }
                 // The buffer itself goes up.
                 CopyMode::Dma => {}

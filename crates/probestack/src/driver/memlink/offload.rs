@@ -330,7 +330,15 @@ pub(super) struct RxCheck {
 ///   check the IPv4 header, which `Verified` would skip, so the NIC reports the raw sum of
 ///   the transport bytes instead ([`RxChecksum::RawSum`], the other form of receive
 ///   offload, which the stack may combine with the pseudo-header); otherwise `None`.
-pub(super) fn check_received(frame: &[u8], offload: ChecksumOffload) -> RxCheck {
+///
+/// `moved`: the frame's last bytes went elsewhere (header split placed the payload in
+/// pages) and were summed as they went; their length and sum, so that the transport
+/// checksum is the sum of what `frame` still holds and theirs, without reading them again.
+pub(super) fn check_received(
+    frame: &[u8],
+    moved: Option<(usize, u16)>,
+    offload: ChecksumOffload,
+) -> RxCheck {
     let none = RxCheck {
         checksum: RxChecksum::None,
         bad: false,
@@ -350,12 +358,15 @@ pub(super) fn check_received(frame: &[u8], offload: ChecksumOffload) -> RxCheck 
         };
     }
     let total = usize::from(be16(ip, 2));
-    if total < ihl || ETH_LEN + total > frame.len() {
+    let (moved_len, moved_sum) = moved.unwrap_or((0, 0));
+    if total < ihl + moved_len || ETH_LEN + total > frame.len() + moved_len {
         return none;
     }
     let protocol = ip[9];
     let is_fragment = be16(ip, 6) & 0x3FFF != 0;
-    let l4 = &ip[ihl..total];
+    // The transport bytes at hand, and the length of the whole transport message.
+    let l4 = &ip[ihl..total - moved_len];
+    let l4_len = total - ihl;
     // Whether the NIC may vouch for the transport: true when it verified it or there is
     // nothing it could verify.
     let transport_ok = match protocol {
@@ -364,13 +375,13 @@ pub(super) fn check_received(frame: &[u8], offload: ChecksumOffload) -> RxCheck 
         _ if is_fragment => false,
         PROTO_TCP | PROTO_UDP if !offload.l4_rx => false,
         PROTO_TCP if l4.len() < 20 => false,
-        PROTO_UDP if l4.len() < 8 || usize::from(be16(l4, 4)) != l4.len() => false,
+        PROTO_UDP if l4.len() < 8 || usize::from(be16(l4, 4)) != l4_len => false,
         PROTO_UDP if be16(l4, UDP_CHECKSUM) == 0 => true,
         PROTO_TCP | PROTO_UDP => {
-            let raw = checksum::sum(l4);
+            let raw = checksum::combine_at(checksum::sum(l4), moved_sum, l4.len());
             let src = [ip[12], ip[13], ip[14], ip[15]];
             let dst = [ip[16], ip[17], ip[18], ip[19]];
-            let pseudo = checksum::pseudo_header_v4(src, dst, protocol, l4.len() as u16);
+            let pseudo = checksum::pseudo_header_v4(src, dst, protocol, l4_len as u16);
             let ok = checksum::verifies(checksum::combine(pseudo, raw));
             if !offload.ipv4_rx {
                 return RxCheck {
