@@ -698,11 +698,16 @@ impl MemoryNic {
     /// fragment list itself (device work); with PIO the CPU's copy into device memory
     /// reads the fragments where they are (host work, the PIO copy the frame needs
     /// anyway, so it is not copied a second time).
+    ///
+    /// `sum_from`: the offset of a transport checksum the NIC will complete; the bytes
+    /// gathered after it are summed as they are read (with DMA into the frame's own
+    /// tailroom), and their offset and sum come back with the frame.
     fn gather(
         &mut self,
         mut frame: PacketBuf,
+        sum_from: Option<usize>,
         cx: &DeviceContext<'_>,
-    ) -> Result<PacketBuf, DeviceError> {
+    ) -> Result<(PacketBuf, Option<(usize, u16)>), DeviceError> {
         let len = frame.total_len();
         self.stats.tx_gathered += 1;
         let mut whole = match self.config.copy_mode {
@@ -720,10 +725,22 @@ impl MemoryNic {
                 let _device = cx.ledger.device_work();
                 // Into the frame's own tailroom when it has room for the FCS too, so the
                 // buffer travels on as any DMA frame; else into one of the NIC's.
-                if frame.tailroom() >= len - frame.len() + FCS_LEN
-                    && frame.linearize_in_place().is_ok()
-                {
-                    return Ok(frame);
+                if frame.tailroom() >= len - frame.len() + FCS_LEN {
+                    let from = frame.len();
+                    if sum_from.is_some_and(|start| start <= from) {
+                        // A transport checksum the NIC completes: the fragments are summed
+                        // as the engine reads them in, not read again after.
+                        let mut acc = 0u16;
+                        for f in frame.take_frags() {
+                            let at = frame.len() - from;
+                            let dst = frame.append(f.len()).map_err(|_| DeviceError::QueueFull)?;
+                            acc = checksum::combine_at(acc, checksum::copy_and_sum(dst, &f), at);
+                        }
+                        return Ok((frame, Some((from, acc))));
+                    }
+                    if frame.linearize_in_place().is_ok() {
+                        return Ok((frame, None));
+                    }
                 }
                 let mut b = self.segment_buffer(len)?;
                 let _ = frame.gather_into(b.data_mut());
@@ -731,7 +748,7 @@ impl MemoryNic {
             }
         };
         whole.set_tx_offload(frame.tx_offload());
-        Ok(whole)
+        Ok((whole, None))
     }
 
     /// Header/data split (device work; the caller has the span open): an Ethernet frame
@@ -799,13 +816,15 @@ impl MemoryNic {
 
     /// The NIC's checksum work on an ordinary frame in its hands (device work; the caller
     /// has the span open).
-    fn device_offloads(&mut self, frame: &mut [u8], meta: TxMeta) {
+    /// `summed`: the offset from which the frame's bytes were summed as they were gathered,
+    /// and their sum.
+    fn device_offloads(&mut self, frame: &mut [u8], meta: TxMeta, summed: Option<(usize, u16)>) {
         let caps = self.config.checksum_offload;
         if meta.ipv4_checksum && caps.ipv4_tx {
             offload::fill_ipv4_checksum(frame);
         }
         if let Some((start, offset)) = meta.l4_checksum.filter(|_| caps.l4_tx) {
-            if offload::complete_checksum(frame, start.into(), offset.into()) {
+            if offload::complete_checksum_summed(frame, start.into(), offset.into(), summed) {
                 self.stats.tx_csum_offloaded += 1;
             } else {
                 self.stats.tx_csum_bad_request += 1;
@@ -906,13 +925,15 @@ impl MemoryNic {
         }
         // Scatter-gather: the frame's fragments (loaned data, a zero-copy send) are read
         // where they are, into one frame.
-        let (mut frame, in_device_memory) = if frame.has_frags() {
-            (
-                self.gather(frame, cx)?,
-                self.config.copy_mode == CopyMode::Pio,
-            )
+        let (mut frame, in_device_memory, summed) = if frame.has_frags() {
+            let sum_from = meta
+                .l4_checksum
+                .filter(|_| self.config.checksum_offload.l4_tx)
+                .map(|(start, _)| usize::from(start));
+            let (frame, summed) = self.gather(frame, sum_from, cx)?;
+            (frame, self.config.copy_mode == CopyMode::Pio, summed)
         } else {
-            (frame, false)
+            (frame, false, None)
         };
         // A super-frame the NIC cuts may be as long as the largest datagram (its IPv4
         // total length, which the plan checks against the frame, cannot say more), as
@@ -935,7 +956,7 @@ impl MemoryNic {
                 Some(p) => self.cut(out, p)?,
                 None => {
                     let mut out = out;
-                    self.device_offloads(out.data_mut(), meta);
+                    self.device_offloads(out.data_mut(), meta, summed);
                     (out, Vec::new())
                 }
             };
@@ -1114,7 +1135,7 @@ impl Device for MemoryNic {
             // The device's work, as its DMA engine reads the frame: checksums, FCS.
             let _device = cx.ledger.device_work();
             if asks {
-                self.device_offloads(out.data_mut(), meta);
+                self.device_offloads(out.data_mut(), meta, None);
             }
             // Nothing is left for anyone to do to it.
             out.set_tx_offload(TxOffload::default());

@@ -113,10 +113,27 @@ fn store_checksum(frame: &mut [u8], at: usize, sum: u16) {
 /// `start` (the request makes no sense).
 /// The memory NIC and the virtio-net devices' software fallback share it.
 pub(crate) fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) -> bool {
+    complete_checksum_summed(frame, start, offset, None)
+}
+
+/// The same, where the bytes from `summed.0` on were already summed (to `summed.1`) as
+/// the NIC gathered them in: only the bytes before are read. A sum taken from before
+/// `start`, or from before the checksum field's end, is not used.
+pub(crate) fn complete_checksum_summed(
+    frame: &mut [u8],
+    start: usize,
+    offset: usize,
+    summed: Option<(usize, u16)>,
+) -> bool {
     if !checksum_field_fits(frame.len(), start, offset) {
         return false;
     }
-    let sum = checksum::sum(&frame[start..]);
+    let sum = match summed {
+        Some((from, rest)) if from >= start + offset + 2 && from <= frame.len() => {
+            checksum::combine_at(checksum::sum(&frame[start..from]), rest, from - start)
+        }
+        _ => checksum::sum(&frame[start..]),
+    };
     store_checksum(frame, start + offset, sum);
     true
 }

@@ -768,3 +768,39 @@ fn checking_a_split_frame_with_its_payloads_sum_agrees_with_the_whole_frame() {
         }
     }
 }
+
+/// Completing a checksum with the sum of the bytes gathered after the header (taken as
+/// they were copied in) writes what completing it over the whole frame writes; a sum that
+/// does not start after the field is not used.
+#[test]
+fn completing_a_checksum_with_a_gathered_sum_agrees_with_reading_everything() {
+    let mut rng = Rng::new(77);
+    for len in [1, 2, 3, 1460, 4097, 9000] {
+        let payload = bytes(&mut rng, len);
+        let field = 16;
+        let whole = to_partial(tcp_frame(&tcp_repr(&payload, 3), 9, &[]), field);
+        let start = l4_start(&whole);
+        let mut plain = whole.clone();
+        let mut fused = whole.clone();
+        assert!(super::offload::complete_checksum(&mut plain, start, field));
+        let from = whole.len() - len;
+        let rest = checksum::sum(&whole[from..]);
+        assert!(super::offload::complete_checksum_summed(
+            &mut fused,
+            start,
+            field,
+            Some((from, rest))
+        ));
+        assert_eq!(plain, fused, "payload {len}");
+        assert!(verifies_by_reference(&plain));
+        // A sum from inside the header is ignored: the whole frame is read.
+        let mut guarded = whole.clone();
+        assert!(super::offload::complete_checksum_summed(
+            &mut guarded,
+            start,
+            field,
+            Some((start + 4, 0x1234))
+        ));
+        assert_eq!(plain, guarded);
+    }
+}
