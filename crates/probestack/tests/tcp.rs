@@ -865,7 +865,10 @@ fn the_link_template_sends_the_frames_the_layers_send() {
         );
         assert_eq!(frames_t.len(), frames_l.len());
         for (i, (t, l)) in frames_t.iter().zip(&frames_l).enumerate() {
-            assert_eq!(t, l, "frame {i} differs (elision {elision}, inline {inline})");
+            assert_eq!(
+                t, l,
+                "frame {i} differs (elision {elision}, inline {inline})"
+            );
         }
     }
 }
