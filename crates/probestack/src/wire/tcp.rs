@@ -1152,7 +1152,7 @@ impl<'a> TcpRepr<'a> {
         segment.set_urgent_pointer(self.urgent_pointer.unwrap_or(0));
 
         // The options' bytes, by the length just computed rather than read back.
-        let options = &mut segment.buffer.as_mut()[offset::OPTIONS..header_len];
+        let options = &mut segment.buffer[offset::OPTIONS..header_len];
         if self.timestamp_only() {
             // The common case, written directly: NOP, NOP, timestamps (12 bytes, no
             // padding), or no options.
