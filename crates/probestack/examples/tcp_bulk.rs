@@ -1,7 +1,8 @@
 //! A profiling harness: the peers experiment's TCP bulk loop (A writes 64 KiB at a time
 //! until its stack takes no more, both stacks are polled, B reads everything waiting
 //! into a 256 KiB buffer) between two stacks on the memory link, for callgrind or perf.
-//! Prints the rate and the segments A sent (for instructions per segment).
+//! Prints the rate, the segments A sent (for instructions per segment) and the segments
+//! (ACKs) B sent.
 //!
 //! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast|zero-copy]`
 //!
@@ -102,6 +103,7 @@ fn main() {
         step(&mut pair, &mut sent, &mut got, true);
     }
     let segments0 = pair.a.ledger().counters().get(Counter::TcpSegmentsOut);
+    let acks0 = pair.b.ledger().counters().get(Counter::TcpSegmentsOut);
     let got0 = got;
     let start = std::time::Instant::now();
     while got - got0 < mib << 20 {
@@ -109,12 +111,14 @@ fn main() {
     }
     let secs = start.elapsed().as_secs_f64();
     let segments = pair.a.ledger().counters().get(Counter::TcpSegmentsOut) - segments0;
+    let acks = pair.b.ledger().counters().get(Counter::TcpSegmentsOut) - acks0;
     while got < sent {
         step(&mut pair, &mut sent, &mut got, false);
     }
     let bytes = got - got0;
     println!(
-        "{bytes} bytes in {secs:.3} s at MTU {mtu}: {:.2} Gbit/s, {segments} segments from A",
+        "{bytes} bytes in {secs:.3} s at MTU {mtu}: {:.2} Gbit/s, {segments} segments from A, \
+         {acks} from B",
         bytes as f64 * 8.0 / secs / 1e9
     );
 }

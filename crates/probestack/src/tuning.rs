@@ -37,6 +37,11 @@ pub struct Tuning {
     /// checksums; off, every datagram goes through UDP, IP (route lookups, header) and
     /// the link (ARP, Ethernet header) one layer after the other.
     pub udp_header_template: bool,
+    /// A TCP connection keeps the Ethernet and IP headers toward its peer built
+    /// (`tcp::template`; 4.3BSD's `t_template`) and sends each segment by copying them
+    /// and filling the IP total length, identifier and checksum; off, every segment goes
+    /// through IP (route lookup, header) and the link (ARP, Ethernet header).
+    pub tcp_header_template: bool,
     /// How UDP finds a datagram's PCB (paper 002 §6.3.5): linear best-match scan,
     /// early exit with move-to-front, or hashed.
     pub pcb_lookup: PcbLookup,
@@ -84,6 +89,7 @@ impl Tuning {
             udp_fast_path: false,
             sendto_without_connect: false,
             udp_header_template: false,
+            tcp_header_template: false,
             pcb_lookup: PcbLookup::Linear,
             pcb_recv_cache: false,
             pcb_send_cache: false,
@@ -106,6 +112,7 @@ impl Tuning {
             udp_fast_path: true,
             sendto_without_connect: true,
             udp_header_template: true,
+            tcp_header_template: true,
             pcb_lookup: PcbLookup::Hashed,
             pcb_recv_cache: true,
             pcb_send_cache: true,

@@ -765,3 +765,142 @@ fn nagle_does_not_hold_the_tail_of_a_write() {
     p.a.tcp_send(c, b"third").unwrap();
     assert_eq!(p.a.ledger().counters().get(Counter::TcpSegmentsOut), out);
 }
+
+// ---------------------------------------------------------------------------------------
+// The link template (`Tuning::tcp_header_template`).
+
+/// A `Write` the test keeps a handle on, for a capture of A's frames.
+#[derive(Clone, Default)]
+struct SharedBytes(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBytes {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Two stacks with `t`, A's transmitted frames captured.
+fn captured_pair(t: Tuning) -> (Pair, SharedBytes) {
+    use probestack::driver::pcap::{PcapMode, PcapWriter};
+    let a = host(1500, t);
+    let b = a.clone();
+    let out = SharedBytes::default();
+    let sink = out.clone();
+    let p = Pair::with_devices(
+        a,
+        b,
+        |nic| Box::new(PcapWriter::new(nic, sink, PcapMode::TxOnly).unwrap()),
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    (p, out)
+}
+
+fn captured_frames(out: &SharedBytes) -> Vec<Vec<u8>> {
+    let bytes = out.0.lock().unwrap().clone();
+    let (_, records) = probestack::driver::pcap::parse(&bytes).unwrap();
+    records.into_iter().map(|r| r.data).collect()
+}
+
+/// A connection from A to B carrying 300 KB each way, then closed by both; returns A's
+/// frames and how many segments A sent under its template.
+fn link_template_run(t: Tuning) -> (Vec<Vec<u8>>, u64) {
+    let (mut p, out) = captured_pair(t);
+    let (c, l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 300_000, Duration::from_secs(10));
+    // B to A: A's frames are ACKs now.
+    let data = pattern(0, 300_000);
+    let (mut sent, mut got) = (0, 0);
+    let mut buf = vec![0u8; 64 * 1024];
+    assert!(p.run_until(Duration::from_secs(10), |p| {
+        if sent < data.len() {
+            sent += p.b.tcp_send(s, &data[sent..]).unwrap_or(0);
+        }
+        while let Ok(n) = p.a.tcp_recv(c, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            assert_eq!(&buf[..n], &data[got..got + n]);
+            got += n;
+        }
+        got == data.len()
+    }));
+    p.a.tcp_close(c).unwrap();
+    p.b.tcp_close(s).unwrap();
+    p.b.tcp_close(l).unwrap();
+    p.run_for(Duration::from_secs(3));
+    assert_eq!(p.a.tcp_state(c), Err(TcpError::BadHandle));
+    let templated = p.a.ledger().counters().get(Counter::TcpTemplateSent);
+    (captured_frames(&out), templated)
+}
+
+/// The template's frames are the layers' frames, byte for byte (data, ACKs, FIN), with
+/// and without TCP checksums (elision on and off) and with either IP header checksum
+/// routine.
+#[test]
+fn the_link_template_sends_the_frames_the_layers_send() {
+    for (elision, inline) in [(true, true), (false, true), (false, false)] {
+        let with = Tuning {
+            checksum_elision: elision,
+            inline_ip_header_checksum: inline,
+            ..Tuning::fast()
+        };
+        let without = Tuning {
+            tcp_header_template: false,
+            ..with
+        };
+        let (frames_t, sent_t) = link_template_run(with);
+        let (frames_l, sent_l) = link_template_run(without);
+        assert_eq!(sent_l, 0);
+        // All but the SYN (sent before ARP answered) take the template.
+        assert!(frames_t.len() > 200, "only {} frames", frames_t.len());
+        assert!(
+            sent_t + 1 >= frames_t.len() as u64 - 2,
+            "{sent_t} of {} frames took the template",
+            frames_t.len()
+        );
+        assert_eq!(frames_t.len(), frames_l.len());
+        for (i, (t, l)) in frames_t.iter().zip(&frames_l).enumerate() {
+            assert_eq!(
+                t, l,
+                "frame {i} differs (elision {elision}, inline {inline})"
+            );
+        }
+    }
+}
+
+/// A template goes stale when the next hop's MAC changes and when the route goes: the
+/// next segment follows the new facts.
+#[test]
+fn a_stale_link_template_is_rebuilt_or_refused() {
+    let (mut p, out) = captured_pair(Tuning::fast());
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 10_000, Duration::from_secs(1));
+    let count = |p: &Pair, k| p.a.ledger().counters().get(k);
+    assert_eq!(count(&p, Counter::TcpTemplateBuilt), 1);
+    assert!(count(&p, Counter::TcpTemplateSent) > 0);
+    // B's MAC, as A knows it, changes: the next frame goes to the new MAC.
+    let moved = ethernet::EthernetAddress([2, 0, 0, 0, 0, 0x42]);
+    p.a.add_static_arp(0, ADDR_B, moved);
+    assert_eq!(p.a.tcp_send(c, b"to the new MAC"), Ok(14));
+    p.run_for(Duration::from_micros(50));
+    let last = captured_frames(&out).pop().unwrap();
+    assert_eq!(&last[..6], &moved.0, "the stale MAC was used");
+    assert_eq!(count(&p, Counter::TcpTemplateBuilt), 2);
+    // No route to B any more: the segments (the new one, or the unanswered one
+    // retransmitted) are dropped as the layers drop them.
+    let subnet: probestack::ip::route::Ipv4Cidr = "198.18.0.0/15".parse().unwrap();
+    assert!(p.a.routes_mut().remove(subnet));
+    let (sent, no_route) = (
+        count(&p, Counter::TcpTemplateSent),
+        count(&p, Counter::IpDropNoRoute),
+    );
+    assert_eq!(p.a.tcp_send(c, b"nowhere"), Ok(7));
+    p.run_for(Duration::from_secs(2));
+    assert_eq!(count(&p, Counter::TcpTemplateSent), sent);
+    assert!(count(&p, Counter::IpDropNoRoute) > no_route);
+}

@@ -138,6 +138,11 @@ counters! {
     /// and templates built (a first datagram to a destination, or a stale template).
     UdpTemplateSent = "udp.template.sent";
     UdpTemplateBuilt = "udp.template.built";
+    /// TCP segments sent under the connection's link template (`Tuning::
+    /// tcp_header_template`), and templates built (a connection's first segment with its
+    /// next hop resolved, or a stale template).
+    TcpTemplateSent = "tcp.template.sent";
+    TcpTemplateBuilt = "tcp.template.built";
     /// UDP datagrams too short, with a bad length, or to port 0.
     UdpDropMalformed = "udp.drop.malformed";
     /// UDP datagrams whose checksum failed (at input, or while copied out).

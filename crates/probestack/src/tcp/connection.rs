@@ -379,6 +379,10 @@ pub struct Connection {
 
     pub(crate) error: Option<ConnError>,
     pub(crate) stats: ConnStats,
+    /// The Ethernet and IP headers toward the peer, for the stack's output
+    /// (`Tuning::tcp_header_template`; [`super::template`]): kept here because a
+    /// connection's remote address is fixed, never read by the state machine.
+    pub(crate) link_template: Option<super::template::LinkTemplate>,
 }
 
 /// Challenge ACKs per second (RFC 5961 §7 suggests a limit; Linux uses 1000 per host).
@@ -473,6 +477,7 @@ impl Connection {
             challenge_window: (Instant::ZERO, 0),
             error: None,
             stats: ConnStats::default(),
+            link_template: None,
             config,
         }
     }

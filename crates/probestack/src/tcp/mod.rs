@@ -8,7 +8,8 @@
 //!   [`assembler`]: the out-of-order queue's
 //!   bookkeeping; [`rtt`]: the RFC 6298 timer; [`scoreboard`]: the SACK scoreboard;
 //!   [`isn`]: RFC 6528 initial sequence numbers and RFC 6056 ports; [`syn_cookie`]: RFC
-//!   4987 §3.6 SYN cookies, for a listener whose backlog is full;
+//!   4987 §3.6 SYN cookies, for a listener whose backlog is full; [`template`]: a
+//!   connection's prebuilt Ethernet and IP headers (`Tuning::tcp_header_template`);
 //! - this module: input (parse, checksum, demultiplex, hand to the connection or the
 //!   listener, RST for segments nobody wants) and output (segments to frames: header,
 //!   data copied out of the send buffer and checksummed, down to IP), and the timers.
@@ -50,6 +51,7 @@ pub mod rtt;
 pub mod scoreboard;
 pub mod send_buffer;
 pub mod syn_cookie;
+pub(crate) mod template;
 
 pub use connection::{ConnError, ConnStats, Connection, State, TcpConfig};
 pub use syn_cookie::SynCookies;
@@ -794,6 +796,14 @@ impl Stack {
                 .counters()
                 .inc(Counter::TcpRetransmittedSegments);
         }
+        let buf = if self.tuning.tcp_header_template {
+            match self.tcp_send_templated(index, buf) {
+                Ok(()) => return Ok(()),
+                Err(buf) => buf,
+            }
+        } else {
+            buf
+        };
         self.ip_output(dst, IpProtocol::Tcp, buf, true, self.now)
             .map_err(|_| ())
     }

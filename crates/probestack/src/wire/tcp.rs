@@ -1151,7 +1151,8 @@ impl<'a> TcpRepr<'a> {
         segment.set_checksum(0);
         segment.set_urgent_pointer(self.urgent_pointer.unwrap_or(0));
 
-        let options = segment.options_mut();
+        // The options' bytes, by the length just computed rather than read back.
+        let options = &mut segment.buffer[offset::OPTIONS..header_len];
         if self.timestamp_only() {
             // The common case, written directly: NOP, NOP, timestamps (12 bytes, no
             // padding), or no options.
@@ -1174,7 +1175,10 @@ impl<'a> TcpRepr<'a> {
             options[at..].fill(option_kind::END_OF_LIST);
         }
 
-        segment.payload_mut().copy_from_slice(self.payload);
+        // A header alone (TCP output writes its data itself) skips the empty copy.
+        if !self.payload.is_empty() {
+            segment.payload_mut().copy_from_slice(self.payload);
+        }
         if checksum == Checksum::Check {
             segment.fill_checksum(src, dst);
         }
