@@ -7,6 +7,7 @@
 //! buffer's headroom, and gives the frame to the driver.
 
 pub mod arp;
+pub(crate) mod template;
 
 use crate::buf::PacketBuf;
 use crate::driver::{DeviceContext, RxFrame, TxMeta};

@@ -382,7 +382,7 @@ pub struct Connection {
     /// The Ethernet and IP headers toward the peer, for the stack's output
     /// (`Tuning::tcp_header_template`; [`super::template`]): kept here because a
     /// connection's remote address is fixed, never read by the state machine.
-    pub(crate) link_template: Option<super::template::LinkTemplate>,
+    pub(crate) link_template: Option<crate::link::template::LinkTemplate>,
 }
 
 /// Challenge ACKs per second (RFC 5961 §7 suggests a limit; Linux uses 1000 per host).
