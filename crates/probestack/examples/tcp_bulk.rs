@@ -10,12 +10,13 @@
 //! checksum elision off, NICs with checksum offload, TSO and header split, A loaning its
 //! pattern and B taking whole pages.
 
+mod harness;
+
 use probestack::buf::Loan;
 use probestack::driver::NicConfig;
 use probestack::probe::Counter;
-use probestack::sim::{HostConfig, Pair, ADDR_B};
-use probestack::socket::tcp::{TcpError, TcpHandle};
-use probestack::tcp::State;
+use probestack::sim::{HostConfig, Pair};
+use probestack::socket::tcp::TcpError;
 use probestack::time::{Clock, RealClock};
 use probestack::tuning::Tuning;
 
@@ -27,17 +28,16 @@ const PERIOD: usize = 251;
 const WARM: u64 = 4 << 20;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let mib: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(256);
-    let mtu: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1500);
-    let zero_copy = args.get(3).map(String::as_str) == Some("zero-copy");
-    let tuning = match args.get(3).map(String::as_str) {
-        Some("bsd") => Tuning::bsd(),
+    let mib: u64 = harness::arg(1, 256);
+    let mtu: usize = harness::arg(2, 1500);
+    let mode = harness::word(3);
+    let zero_copy = mode.as_deref() == Some("zero-copy");
+    let tuning = match mode.as_deref() {
         Some("zero-copy") => Tuning {
             checksum_elision: false,
             ..Tuning::fast()
         },
-        _ => Tuning::fast(),
+        other => harness::tuning(other),
     };
     let mut host = HostConfig::with_mtu(mtu);
     host.stack.tuning = tuning;
@@ -47,9 +47,9 @@ fn main() {
             ..host.nic.with_offloads()
         };
     }
-    let mut pair = Pair::new(host.clone(), host).expect("memory link");
+    let mut pair = harness::pair(host);
     let clock = RealClock::new();
-    let (a, b) = connect(&mut pair, &clock);
+    let (a, b) = harness::connect(&mut pair, &clock);
     if zero_copy {
         pair.b
             .tcp_set_zero_copy_receive(b, true)
@@ -121,27 +121,4 @@ fn main() {
          {acks} from B",
         bytes as f64 * 8.0 / secs / 1e9
     );
-}
-
-fn connect(pair: &mut Pair, clock: &RealClock) -> (TcpHandle, TcpHandle) {
-    let listener = pair.b.tcp_listen((ADDR_B, 5001), 1).expect("listen");
-    let a = pair.a.tcp_connect((ADDR_B, 5001)).expect("connect");
-    let mut b = None;
-    for _ in 0..10_000 {
-        let now = clock.now();
-        pair.a.poll(now);
-        pair.b.poll(now);
-        if b.is_none() {
-            match pair.b.tcp_accept(listener) {
-                Ok(h) => b = Some(h),
-                Err(TcpError::WouldBlock) => {}
-                Err(e) => panic!("accept: {e}"),
-            }
-        }
-        if let (Some(b), Ok(State::Established)) = (b, pair.a.tcp_state(a)) {
-            pair.b.tcp_close(listener).expect("close listener");
-            return (a, b);
-        }
-    }
-    panic!("the connection did not open");
 }

@@ -6,30 +6,24 @@
 //!
 //! `cargo run --release -p probestack --example tcp_rr -- [TRANSACTIONS] [SIZE] [bsd|fast]`
 
+mod harness;
+
 use probestack::probe::Counter;
-use probestack::sim::{HostConfig, Pair, ADDR_B};
+use probestack::sim::Pair;
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::stack::Stack;
-use probestack::tcp::State;
 use probestack::time::{Clock, RealClock};
-use probestack::tuning::Tuning;
 
 /// Warm-up transactions before the clock starts, as in `lab peers`.
 const WARM: usize = 200;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let transactions: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20_000);
-    let size: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
-    let tuning = match args.get(3).map(String::as_str) {
-        Some("bsd") => Tuning::bsd(),
-        _ => Tuning::fast(),
-    };
-    let mut host = HostConfig::with_mtu(1500);
-    host.stack.tuning = tuning;
-    let mut pair = Pair::new(host.clone(), host).expect("memory link");
+    let transactions: usize = harness::arg(1, 20_000);
+    let size: usize = harness::arg(2, 64);
+    let tuning = harness::tuning(harness::word(3).as_deref());
+    let mut pair = harness::pair_with(1500, tuning);
     let clock = RealClock::new();
-    let (a, b) = connect(&mut pair, &clock);
+    let (a, b) = harness::connect(&mut pair, &clock);
     pair.a.tcp_set_nodelay(a, true).expect("nodelay");
     pair.b.tcp_set_nodelay(b, true).expect("nodelay");
 
@@ -72,30 +66,6 @@ fn main() {
         count(Counter::TcpPredictionMisses),
         count(Counter::TcpOutputIdle)
     );
-}
-
-/// A listens-and-connects handshake; returns (A's handle, B's accepted handle).
-fn connect(pair: &mut Pair, clock: &RealClock) -> (TcpHandle, TcpHandle) {
-    let listener = pair.b.tcp_listen((ADDR_B, 5001), 1).expect("listen");
-    let a = pair.a.tcp_connect((ADDR_B, 5001)).expect("connect");
-    let mut b = None;
-    for _ in 0..10_000 {
-        let now = clock.now();
-        pair.a.poll(now);
-        pair.b.poll(now);
-        if b.is_none() {
-            match pair.b.tcp_accept(listener) {
-                Ok(h) => b = Some(h),
-                Err(TcpError::WouldBlock) => {}
-                Err(e) => panic!("accept: {e}"),
-            }
-        }
-        if let (Some(b), Ok(State::Established)) = (b, pair.a.tcp_state(a)) {
-            pair.b.tcp_close(listener).expect("close listener");
-            return (a, b);
-        }
-    }
-    panic!("the connection did not open");
 }
 
 fn send(stack: &mut Stack, h: TcpHandle, data: &[u8]) -> usize {

@@ -4,22 +4,17 @@
 //!
 //! `cargo run --release -p probestack --example udp_rr -- [SIZE] [ROUNDS] [bsd|fast]`
 
-use probestack::sim::{HostConfig, Pair, ADDR_B};
+mod harness;
+
+use probestack::sim::ADDR_B;
 use probestack::time::{Clock, RealClock};
-use probestack::tuning::Tuning;
 use probestack::wire::Ipv4Address;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let size: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64);
-    let rounds: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let tuning = match args.get(3).map(String::as_str) {
-        Some("bsd") => Tuning::bsd(),
-        _ => Tuning::fast(),
-    };
-    let mut host = HostConfig::with_mtu(1500);
-    host.stack.tuning = tuning;
-    let mut pair = Pair::new(host.clone(), host).expect("memory link");
+    let size: usize = harness::arg(1, 64);
+    let rounds: usize = harness::arg(2, 100_000);
+    let tuning = harness::tuning(harness::word(3).as_deref());
+    let mut pair = harness::pair_with(1500, tuning);
     let b = pair.b.udp_open();
     pair.b
         .udp_bind(b, Ipv4Address::UNSPECIFIED, 7)

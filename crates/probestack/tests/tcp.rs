@@ -7,6 +7,7 @@ mod common;
 
 use std::collections::VecDeque;
 
+use common::capture::{captured_frames, SharedBytes};
 use common::transfer::{fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -769,41 +770,9 @@ fn nagle_does_not_hold_the_tail_of_a_write() {
 // ---------------------------------------------------------------------------------------
 // The link template (`Tuning::tcp_header_template`).
 
-/// A `Write` the test keeps a handle on, for a capture of A's frames.
-#[derive(Clone, Default)]
-struct SharedBytes(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for SharedBytes {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Two stacks with `t`, A's transmitted frames captured.
 fn captured_pair(t: Tuning) -> (Pair, SharedBytes) {
-    use probestack::driver::pcap::{PcapMode, PcapWriter};
-    let a = host(1500, t);
-    let b = a.clone();
-    let out = SharedBytes::default();
-    let sink = out.clone();
-    let p = Pair::with_devices(
-        a,
-        b,
-        |nic| Box::new(PcapWriter::new(nic, sink, PcapMode::TxOnly).unwrap()),
-        |nic| Box::new(nic),
-    )
-    .unwrap();
-    (p, out)
-}
-
-fn captured_frames(out: &SharedBytes) -> Vec<Vec<u8>> {
-    let bytes = out.0.lock().unwrap().clone();
-    let (_, records) = probestack::driver::pcap::parse(&bytes).unwrap();
-    records.into_iter().map(|r| r.data).collect()
+    common::capture::captured_pair(host(1500, t))
 }
 
 /// A connection from A to B carrying 300 KB each way, then closed by both; returns A's

@@ -2,6 +2,9 @@
 //! MTUs, both send and both receive paths, corruption caught, the socket API's errors, and
 //! delivery to the most specific socket.
 
+mod common;
+
+use common::capture::{captured_frames, SharedBytes};
 use probestack::driver::FaultConfig;
 use probestack::ip::route::{Ipv4Cidr, NextHop, Route};
 use probestack::probe::Counter;
@@ -436,42 +439,11 @@ fn recvmsg_scatters_over_buffers_on_both_paths() {
 // ---------------------------------------------------------------------------------------
 // The header template (`Tuning::udp_header_template`).
 
-/// A `Write` the test keeps a handle on, for a capture of A's frames.
-#[derive(Clone, Default)]
-struct SharedBytes(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for SharedBytes {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Two stacks with `t`, A's transmitted frames captured.
 fn captured_pair(t: Tuning) -> (Pair, SharedBytes) {
-    use probestack::driver::pcap::{PcapMode, PcapWriter};
-    let mut a = HostConfig::with_mtu(1500);
-    a.stack.tuning = t;
-    let b = a.clone();
-    let out = SharedBytes::default();
-    let sink = out.clone();
-    let p = Pair::with_devices(
-        a,
-        b,
-        |nic| Box::new(PcapWriter::new(nic, sink, PcapMode::TxOnly).unwrap()),
-        |nic| Box::new(nic),
-    )
-    .unwrap();
-    (p, out)
-}
-
-fn frames(out: &SharedBytes) -> Vec<Vec<u8>> {
-    let bytes = out.0.lock().unwrap().clone();
-    let (_, records) = probestack::driver::pcap::parse(&bytes).unwrap();
-    records.into_iter().map(|r| r.data).collect()
+    let mut host = HostConfig::with_mtu(1500);
+    host.stack.tuning = t;
+    common::capture::captured_pair(host)
 }
 
 /// Sends datagrams of many sizes (some fragmented, which the template leaves to the
@@ -509,7 +481,7 @@ fn template_run(t: Tuning) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, u64) {
         }
     }
     let sent = p.a.ledger().counters().get(Counter::UdpTemplateSent);
-    (frames(&out), got, sent)
+    (captured_frames(&out), got, sent)
 }
 
 /// The template's frames are the layers' frames, byte for byte, with and without UDP
@@ -561,7 +533,7 @@ fn a_stale_header_template_is_rebuilt_or_refused() {
     p.a.add_static_arp(0, ADDR_B, moved);
     p.a.udp_send_to(tx, b"to the new MAC", ADDR_B, 9).unwrap();
     p.run_for(Duration::from_micros(50));
-    let last = frames(&out).pop().unwrap();
+    let last = captured_frames(&out).pop().unwrap();
     assert_eq!(&last[..6], &moved.0, "the stale MAC was used");
     assert_eq!(c(&p, Counter::UdpTemplateBuilt), 2);
     // No route to B any more: the send fails as it does through the layers.

@@ -1,0 +1,44 @@
+//! Two stacks on the memory link with A's transmitted frames captured (a pcap writer around
+//! A's NIC into memory the test keeps a handle on), for tests that compare the frames two
+//! code paths put on the wire.
+
+use std::sync::{Arc, Mutex};
+
+use probestack::driver::pcap::{self, PcapMode, PcapWriter};
+use probestack::sim::{HostConfig, Pair};
+
+/// A `Write` the test keeps a handle on.
+#[derive(Clone, Default)]
+pub struct SharedBytes(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBytes {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Two stacks configured as `host`, A's transmitted frames captured into the returned
+/// handle.
+pub fn captured_pair(host: HostConfig) -> (Pair, SharedBytes) {
+    let out = SharedBytes::default();
+    let sink = out.clone();
+    let p = Pair::with_devices(
+        host.clone(),
+        host,
+        |nic| Box::new(PcapWriter::new(nic, sink, PcapMode::TxOnly).unwrap()),
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    (p, out)
+}
+
+/// The frames captured so far, in order.
+pub fn captured_frames(out: &SharedBytes) -> Vec<Vec<u8>> {
+    let bytes = out.0.lock().unwrap().clone();
+    let (_, records) = pcap::parse(&bytes).unwrap();
+    records.into_iter().map(|r| r.data).collect()
+}
