@@ -2,23 +2,26 @@
 //! a 20-byte header (no options), not a fragment, addressed to the receiving interface's
 //! own address, in one whole buffer.
 //!
-//! Such a datagram is recognised from its header bytes alone ([`Stack::udp_short_eligible`]),
-//! with the very conditions under which the general path's `Ipv4Repr::parse` succeeds and
-//! its `accepts` and fragment tests pass. The short path then runs what the general path
-//! runs after parsing, in the same order and with the same counters: `ip.packets_in`, the
-//! header checksum (`ip.drop.bad_checksum`), the link-layer padding trimmed, `ip.delivered`,
-//! and UDP input. What it leaves out is only what produces nothing for this datagram: the
-//! `Ipv4Repr` (about 70 bytes built, returned and copied), the fragment key, the walk over
-//! the interfaces for broadcast and own addresses, the defragmentation test. UDP builds
-//! the header representation only if it has to quote the datagram in an ICMP error.
+//! Such a datagram is recognised from its header bytes alone
+//! ([`Stack::udp_short_eligible`]), with the very conditions under which the general
+//! path's `Ipv4Repr::parse` succeeds and its `accepts` and fragment tests pass. The short
+//! path then runs what the general path runs after parsing, in the same order and with the
+//! same counters: `ip.packets_in`, the header checksum (`ip.drop.bad_checksum`), the
+//! link-layer padding trimmed, the search of the reassembly queue when
+//! `defrag_check_only_fragments` is off (`ip.defrag_lookups`), `ip.delivered`, and UDP
+//! input. What it leaves out is only what produces nothing for this datagram: the
+//! `Ipv4Repr` (about 70 bytes built, returned and copied), the walk over the interfaces for
+//! broadcast and own addresses, the fragment tests. UDP builds the header representation
+//! only if it has to quote the datagram in an ICMP error.
 //!
 //! Every other datagram (options, fragments, broadcast, another of our addresses, another
-//! protocol, any length that does not add up, loopback, a split buffer) is not touched here
-//! and takes the general path, which counts and refuses it as before. The equivalence is
-//! tested by feeding the same frames through both paths (`tests/udp_short_path.rs`).
+//! protocol, a total length that does not fit, loopback, a split buffer) is not touched
+//! here and takes the general path, which counts and refuses it as before. The tests below
+//! feed the same frames through both paths and compare everything the stacks count.
 
 use crate::buf::PacketBuf;
 use crate::driver::RxChecksum;
+use crate::ip::reassembly::FragKey;
 use crate::probe::{Counter, Layer, Op, Side};
 use crate::stack::Stack;
 use crate::time::Instant;
@@ -40,6 +43,8 @@ pub(crate) struct ShortUdp {
     pub dst: Ipv4Address,
     /// The total length field: at least 20 and at most the buffer's length.
     pub total_len: usize,
+    /// The identification field (for the search of the reassembly queue).
+    pub ident: u16,
 }
 
 impl Stack {
@@ -47,12 +52,8 @@ impl Stack {
     /// header fields it needs. Counts nothing and changes nothing.
     #[inline]
     pub(crate) fn udp_short_eligible(&self, iface: usize, buf: &PacketBuf) -> Option<ShortUdp> {
-        // The defragmentation test of paper 001 §7.6 (switch off) stays on the general
-        // path, as does a split buffer (only TCP is taken split).
-        if !self.tuning.udp_rx_short_path
-            || !self.tuning.defrag_check_only_fragments
-            || buf.has_frags()
-        {
+        // A split buffer stays on the general path (only TCP is taken split).
+        if !self.tuning.udp_rx_short_path || buf.has_frags() {
             return None;
         }
         // Loopback's index names no interface: `get` refuses it.
@@ -71,6 +72,7 @@ impl Stack {
             src: Ipv4Address([h[12], h[13], h[14], h[15]]),
             dst,
             total_len,
+            ident: u16::from_be_bytes([h[4], h[5]]),
         })
     }
 
@@ -108,6 +110,18 @@ impl Stack {
         if trimmed.is_err() {
             self.ledger.counters().inc(Counter::IpDropMalformed);
             return self.free(Layer::Ip, Side::Receive, buf);
+        }
+        if !self.tuning.defrag_check_only_fragments {
+            // Paper 001 §7.6: Ultrix searched the defrag queue for every datagram.
+            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
+            self.ledger.counters().inc(Counter::IpDefragLookups);
+            let key = FragKey {
+                src: ip.src,
+                dst: ip.dst,
+                protocol: PROTOCOL_UDP,
+                ident: ip.ident,
+            };
+            std::hint::black_box(self.reassembler.contains(&key));
         }
         self.ledger.counters().inc(Counter::IpDelivered);
         let udp = UdpInputIp {
@@ -159,11 +173,11 @@ mod tests {
         _peers: [MemoryNic; 2],
     }
 
-    fn host(short_path: bool) -> Host {
+    fn host(preset: Tuning, short_path: bool) -> Host {
         let mut stack = Stack::new(StackConfig {
             tuning: Tuning {
                 udp_rx_short_path: short_path,
-                ..Tuning::fast()
+                ..preset
             },
             ..StackConfig::default()
         });
@@ -452,7 +466,18 @@ mod tests {
 
     #[test]
     fn the_short_path_matches_the_general_path_frame_for_frame() {
-        let (mut short, mut general) = (host(true), host(false));
+        matches_frame_for_frame(Tuning::fast());
+    }
+
+    /// The 1993 switches around it: linear PCB scan, no caches, the whole UDP checksum at
+    /// input, the reassembly queue searched for every datagram.
+    #[test]
+    fn the_short_path_matches_the_general_path_among_the_bsd_switches() {
+        matches_frame_for_frame(Tuning::bsd());
+    }
+
+    fn matches_frame_for_frame(preset: Tuning) {
+        let (mut short, mut general) = (host(preset, true), host(preset, false));
         let mut step = 0;
         let mut taken = Vec::new();
         for (what, frame) in cases() {
