@@ -42,6 +42,12 @@ pub struct Tuning {
     /// and filling the IP total length, identifier and checksum; off, every segment goes
     /// through IP (route lookup, header) and the link (ARP, Ethernet header).
     pub tcp_header_template: bool,
+    /// IPv4 input's short path for the common datagram (`ip::udp_short`): UDP, no
+    /// options, not a fragment, to the receiving interface's own address, on a whole
+    /// buffer. It is recognised from the header bytes and runs the same checks and
+    /// counters as the general path without building an `Ipv4Repr`; anything else takes
+    /// the general path. Off: every datagram takes the general path.
+    pub udp_rx_short_path: bool,
     /// How UDP finds a datagram's PCB (paper 002 §6.3.5): linear best-match scan,
     /// early exit with move-to-front, or hashed.
     pub pcb_lookup: PcbLookup,
@@ -90,6 +96,7 @@ impl Tuning {
             sendto_without_connect: false,
             udp_header_template: false,
             tcp_header_template: false,
+            udp_rx_short_path: false,
             pcb_lookup: PcbLookup::Linear,
             pcb_recv_cache: false,
             pcb_send_cache: false,
@@ -113,6 +120,7 @@ impl Tuning {
             sendto_without_connect: true,
             udp_header_template: true,
             tcp_header_template: true,
+            udp_rx_short_path: true,
             pcb_lookup: PcbLookup::Hashed,
             pcb_recv_cache: true,
             pcb_send_cache: true,
@@ -156,6 +164,9 @@ mod tests {
         assert_ne!(b.defrag_check_only_fragments, f.defrag_check_only_fragments);
         assert_ne!(b.udp_fast_path, f.udp_fast_path);
         assert_ne!(b.sendto_without_connect, f.sendto_without_connect);
+        assert_ne!(b.udp_header_template, f.udp_header_template);
+        assert_ne!(b.udp_rx_short_path, f.udp_rx_short_path);
+        assert_ne!(b.tcp_header_template, f.tcp_header_template);
         assert_ne!(b.pcb_config(), f.pcb_config());
         assert_ne!(b.checksum_elision, f.checksum_elision);
         assert_ne!(b.fused_copy_checksum, f.fused_copy_checksum);

@@ -51,6 +51,9 @@ pub fn steps() -> Vec<(&'static str, Tuning)> {
     // Past the paper: the headers built once per destination (4.3BSD's template).
     t.udp_header_template = true;
     out.push(("+udp_header_template", t));
+    // IPv4 input's short path for the common UDP datagram (`ip::udp_short`).
+    t.udp_rx_short_path = true;
+    out.push(("+udp_rx_short_path", t));
     out.push(("fast", Tuning::fast()));
     out
 }
@@ -387,7 +390,7 @@ mod tests {
         let s = steps();
         assert_eq!(s.first().unwrap().1, Tuning::bsd());
         assert_eq!(s.last().unwrap().1, Tuning::fast());
-        assert_eq!(s.len(), 8);
+        assert_eq!(s.len(), 9);
     }
 
     #[test]

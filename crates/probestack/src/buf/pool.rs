@@ -495,6 +495,11 @@ impl Pool {
                 if state.free.len() < keep {
                     state.free.push(older);
                 } else if let Some(depot) = &self.depot {
+                    // One allocation per magazine, not a doubling series of them (a
+                    // magazine handed to the depot leaves an empty Vec behind).
+                    if state.spill.capacity() == 0 {
+                        state.spill.reserve_exact(MAGAZINE);
+                    }
                     state.spill.push(older);
                     if state.spill.len() == MAGAZINE {
                         let magazine = std::mem::take(&mut state.spill);

@@ -4,10 +4,12 @@
 //! - [`route`]: the routing table.
 //! - [`reassembly`]: the defragmentation queue with hole lists.
 //! - `icmp`: echo, errors, rate limiting.
+//! - `udp_short`: input's short path for the common UDP datagram.
 
 mod icmp;
 pub mod reassembly;
 pub mod route;
+mod udp_short;
 
 use crate::buf::PacketBuf;
 use crate::checksum;
@@ -34,12 +36,14 @@ impl Stack {
     /// addresses (the weak end-system model, RFC 1122 §3.3.4.2), the limited broadcast, or
     /// the interface's subnet broadcast.
     fn accepts(&self, iface: usize, dst: Ipv4Address) -> bool {
-        if dst.is_broadcast() || self.is_own_address(dst) {
-            return true;
+        // The receiving interface's own address first: almost every datagram, and no
+        // walk over the other interfaces.
+        if let Some(i) = self.ifaces.get(iface) {
+            if dst == i.cidr.address || dst == i.cidr.broadcast() {
+                return true;
+            }
         }
-        self.ifaces
-            .get(iface)
-            .is_some_and(|i| dst == i.cidr.broadcast())
+        dst.is_broadcast() || self.is_own_address(dst)
     }
 
     /// Sums a header with the routine the Tuning asks for: in line (paper 002 §6.1) or the
@@ -60,14 +64,18 @@ impl Stack {
         rx: RxChecksum,
         now: Instant,
     ) {
+        if let Some(ip) = self.udp_short_eligible(iface, &buf) {
+            return self.udp_short_input(ip, buf, rx, now);
+        }
         self.ledger.counters().inc(Counter::IpPacketsIn);
         let parsed = {
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
             if buf.has_frags() {
                 Self::parse_split(&buf)
             } else {
-                ipv4::Packet::new_checked(buf.data())
-                    .and_then(|p| Ipv4Repr::parse(&p, Checksum::Skip))
+                // `parse` checks the lengths (`Packet::check_len`) itself: a checked view
+                // first would check them twice.
+                Ipv4Repr::parse(&ipv4::Packet::new_unchecked(buf.data()), Checksum::Skip)
             }
         };
         let Ok(mut repr) = parsed else {
@@ -90,9 +98,11 @@ impl Stack {
             if !self.accepts(iface, repr.dst) {
                 Err(Counter::IpDropNotForUs)
             } else {
-                // Drop link-layer padding past the total length.
-                let extra = buf.len().saturating_sub(repr.buffer_len());
-                buf.trim_back(extra).map_err(|_| Counter::IpDropMalformed)
+                // Drop link-layer padding past the total length (none, usually).
+                match buf.len().saturating_sub(repr.buffer_len()) {
+                    0 => Ok(()),
+                    extra => buf.trim_back(extra).map_err(|_| Counter::IpDropMalformed),
+                }
             }
         };
         if let Err(c) = accepted {
@@ -100,14 +110,14 @@ impl Stack {
             return self.free(Layer::Ip, Side::Receive, buf);
         }
 
-        let key = FragKey {
+        let key = |repr: &Ipv4Repr| FragKey {
             src: repr.src,
             dst: repr.dst,
             protocol: repr.protocol.into(),
             ident: repr.ident,
         };
         if repr.is_fragment() {
-            match self.reassemble(key, &repr, buf, now) {
+            match self.reassemble(key(&repr), &repr, buf, now) {
                 Some((r, b)) => {
                     repr = r;
                     buf = b;
@@ -118,7 +128,7 @@ impl Stack {
             // Paper 001 §7.6: Ultrix searched the defrag queue for every datagram.
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
             self.ledger.counters().inc(Counter::IpDefragLookups);
-            std::hint::black_box(self.reassembler.contains(&key));
+            std::hint::black_box(self.reassembler.contains(&key(&repr)));
         }
 
         self.ledger.counters().inc(Counter::IpDelivered);

@@ -23,9 +23,21 @@ use crate::socket::udp::{Queued, UdpError, UdpHandle};
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::wire::icmpv4::DstUnreachable;
-use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
+use crate::wire::ipv4::{self, IpProtocol, Ipv4Repr};
 use crate::wire::udp::{self as udp_wire, UdpRepr};
 use crate::wire::{Checksum, Ipv4Address};
+
+/// What UDP input needs of the IP header of a datagram.
+#[derive(Clone, Copy)]
+pub(crate) struct UdpInputIp<'a> {
+    pub src: Ipv4Address,
+    pub dst: Ipv4Address,
+    /// Bytes of the IP header at the front of the buffer.
+    pub header_len: usize,
+    /// The whole header, when the caller parsed it (the general path); `None` from the
+    /// short path, which parses it only for an ICMP error.
+    pub repr: Option<&'a Ipv4Repr>,
+}
 
 /// How a datagram being sent gets its checksum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,20 +79,45 @@ impl Stack {
     }
 
     /// A UDP datagram in `datagram` (the whole IP datagram; `repr` its header).
+    #[inline]
     pub(crate) fn udp_input(
         &mut self,
         repr: &Ipv4Repr,
+        datagram: PacketBuf,
+        rx: RxChecksum,
+        now: Instant,
+    ) {
+        let ip = UdpInputIp {
+            src: repr.src,
+            dst: repr.dst,
+            header_len: repr.header_len(),
+            repr: Some(repr),
+        };
+        self.udp_input_from(ip, datagram, rx, now);
+    }
+
+    /// UDP input proper, given what it needs of the IP header: the general path's
+    /// [`udp_input`](Self::udp_input) and IP's short path (`ip::udp_short`) both come here.
+    #[inline]
+    pub(crate) fn udp_input_from(
+        &mut self,
+        ip: UdpInputIp<'_>,
         mut datagram: PacketBuf,
         rx: RxChecksum,
         now: Instant,
     ) {
-        let hl = repr.header_len();
+        let UdpInputIp {
+            src,
+            dst,
+            header_len: hl,
+            repr,
+        } = ip;
         let parsed = {
             let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::UdpProto);
-            udp_wire::Packet::new_checked(&datagram.data()[hl..]).and_then(|p| {
-                let r = UdpRepr::parse(&p, repr.src, repr.dst, Checksum::Skip)?;
-                Ok((r, p.len() as usize, p.checksum()))
-            })
+            // `parse` checks the lengths itself (`Packet::check_len`).
+            let p = udp_wire::Packet::new_unchecked(&datagram.data()[hl..]);
+            UdpRepr::parse(&p, src, dst, Checksum::Skip)
+                .map(|r| (r, p.len() as usize, p.checksum()))
         };
         let Ok((udp, udp_len, field)) = parsed else {
             self.ledger.counters().inc(Counter::UdpDropMalformed);
@@ -95,12 +132,8 @@ impl Stack {
             // The NIC summed the datagram; only the pseudo-header is left to add.
             let ok = {
                 let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
-                let seed = checksum::pseudo_header_v4(
-                    repr.src.0,
-                    repr.dst.0,
-                    udp_wire::PROTOCOL,
-                    udp_len as u16,
-                );
+                let seed =
+                    checksum::pseudo_header_v4(src.0, dst.0, udp_wire::PROTOCOL, udp_len as u16);
                 checksum::verifies(checksum::combine(seed, raw))
             };
             if !ok {
@@ -113,12 +146,8 @@ impl Stack {
                 // Paper 002 §7.1: sum only the header now; the data is summed as it is
                 // copied out to the application.
                 let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
-                let seed = checksum::pseudo_header_v4(
-                    repr.src.0,
-                    repr.dst.0,
-                    udp_wire::PROTOCOL,
-                    udp_len as u16,
-                );
+                let seed =
+                    checksum::pseudo_header_v4(src.0, dst.0, udp_wire::PROTOCOL, udp_len as u16);
                 verify_on_copy = Some(checksum::combine(
                     seed,
                     checksum::header_sum(&message[..udp_wire::HEADER_LEN]),
@@ -126,7 +155,7 @@ impl Stack {
             } else {
                 let ok = {
                     let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
-                    checksum::verifies(self.udp_full_sum(repr.src, repr.dst, message))
+                    checksum::verifies(self.udp_full_sum(src, dst, message))
                 };
                 if !ok {
                     self.ledger.counters().inc(Counter::UdpDropBadChecksum);
@@ -140,20 +169,34 @@ impl Stack {
         let found = {
             let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Demux);
             self.udp_pcbs
-                .lookup(repr.src, udp.src_port, repr.dst, udp.dst_port)
+                .lookup(src, udp.src_port, dst, udp.dst_port)
                 .map(|(_, &mut index)| index)
         };
         let handle = found.and_then(|i| self.udp_sockets.handle_of(i));
         let Some(handle) = handle else {
-            if repr.dst.is_broadcast() || !self.is_own_address(repr.dst) {
+            if dst.is_broadcast() || !self.is_own_address(dst) {
                 self.ledger
                     .counters()
                     .inc(Counter::UdpDropNoSocketBroadcast);
                 return self.free(Layer::Udp, Side::Receive, datagram);
             }
             self.ledger.counters().inc(Counter::UdpDropNoSocket);
-            // RFC 1122 §4.1.3.1: port unreachable.
-            self.icmp_dst_unreachable(DstUnreachable::PortUnreachable, 0, repr, datagram, now);
+            // RFC 1122 §4.1.3.1: port unreachable. The short path built no header
+            // representation: it is parsed now, from the header still in the buffer
+            // (checked once already, so this cannot fail).
+            let parsed = match repr {
+                Some(r) => Ok(*r),
+                None => Ipv4Repr::parse(
+                    &ipv4::Packet::new_unchecked(datagram.data()),
+                    Checksum::Skip,
+                ),
+            };
+            match parsed {
+                Ok(r) => {
+                    self.icmp_dst_unreachable(DstUnreachable::PortUnreachable, 0, &r, datagram, now)
+                }
+                Err(_) => self.free(Layer::Udp, Side::Receive, datagram),
+            }
             return;
         };
 
@@ -179,7 +222,7 @@ impl Stack {
         }
         s.rx_bytes += payload_len;
         s.rx.push_back(Queued {
-            from: (repr.src, udp.src_port),
+            from: (src, udp.src_port),
             payload: datagram,
             verify_on_copy,
         });

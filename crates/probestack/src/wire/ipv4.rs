@@ -566,7 +566,9 @@ impl Ipv4Repr {
         Ok((repr, payload))
     }
 
-    /// The rest of parsing, for a packet whose header lengths were checked.
+    /// The rest of parsing, for a packet whose header lengths were checked. In line: the
+    /// header is then built where the caller keeps it, not built and copied out.
+    #[inline]
     fn parse_checked_header<T: AsRef<[u8]>>(
         packet: &Packet<T>,
         checksum: Checksum,
