@@ -666,16 +666,11 @@ fn cwnd_grows_only_while_it_limits() {
     assert!(cwnd <= 4 * 64 * 1024, "cwnd {cwnd}");
 }
 
-/// Request/response with Nagle off: every segment carries data and acknowledges the last
-/// reply, which header prediction takes too.
-#[test]
-fn request_response_is_predicted() {
-    let mut p = pair(1500);
-    let (c, _l, s) = connect(&mut p);
-    p.a.tcp_set_nodelay(c, true).unwrap();
-    p.b.tcp_set_nodelay(s, true).unwrap();
+/// `n` request/response exchanges of 64 bytes on the connection `c` (A) to `s` (B), each
+/// checked on both sides.
+fn exchange_requests(p: &mut Pair, c: TcpHandle, s: TcpHandle, n: u32) {
     let mut buf = [0u8; 64];
-    for i in 0..200u32 {
+    for i in 0..n {
         let request = i.to_be_bytes().repeat(16);
         assert_eq!(p.a.tcp_send(c, &request), Ok(64));
         assert!(p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s) == Ok(64)));
@@ -684,7 +679,19 @@ fn request_response_is_predicted() {
         assert_eq!(p.b.tcp_send(s, &buf), Ok(64));
         assert!(p.run_until(Duration::from_secs(1), |p| p.a.tcp_recv_queued(c) == Ok(64)));
         assert_eq!(p.a.tcp_recv(c, &mut buf), Ok(64));
+        assert_eq!(buf.to_vec(), request);
     }
+}
+
+/// Request/response with Nagle off: every segment carries data and acknowledges the last
+/// reply, which header prediction takes too.
+#[test]
+fn request_response_is_predicted() {
+    let mut p = pair(1500);
+    let (c, _l, s) = connect(&mut p);
+    p.a.tcp_set_nodelay(c, true).unwrap();
+    p.b.tcp_set_nodelay(s, true).unwrap();
+    exchange_requests(&mut p, c, s, 200);
     for stack in [&p.a, &p.b] {
         let hits = stack
             .ledger()
@@ -709,18 +716,7 @@ fn output_with_nothing_to_send_returns_at_once() {
         |p: &Pair, which: Counter| [&p.a, &p.b].map(|stack| stack.ledger().counters().get(which));
     let idle_before = count(&p, Counter::TcpOutputIdle);
     let out_before = count(&p, Counter::TcpSegmentsOut);
-    let mut buf = [0u8; 64];
-    for i in 0..100u32 {
-        let request = i.to_be_bytes().repeat(16);
-        assert_eq!(p.a.tcp_send(c, &request), Ok(64));
-        assert!(p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s) == Ok(64)));
-        assert_eq!(p.b.tcp_recv(s, &mut buf), Ok(64));
-        assert_eq!(buf.to_vec(), request);
-        assert_eq!(p.b.tcp_send(s, &buf), Ok(64));
-        assert!(p.run_until(Duration::from_secs(1), |p| p.a.tcp_recv_queued(c) == Ok(64)));
-        assert_eq!(p.a.tcp_recv(c, &mut buf), Ok(64));
-        assert_eq!(buf.to_vec(), request);
-    }
+    exchange_requests(&mut p, c, s, 100);
     let idle = count(&p, Counter::TcpOutputIdle);
     let out = count(&p, Counter::TcpSegmentsOut);
     for end in 0..2 {
