@@ -400,7 +400,11 @@ impl Ledger {
     #[inline]
     pub fn message(&self, size: usize) -> Message<'_> {
         self.begin_message(size);
-        Message { ledger: self }
+        Message {
+            #[cfg(feature = "probes")]
+            ledger: self,
+            _ledger: PhantomData,
+        }
     }
 
     /// Opens a message without a guard, for code that must mutate its owner while the
@@ -562,20 +566,26 @@ impl Ledger {
 /// An open message; it closes when dropped.
 #[must_use = "a message closes when this guard drops"]
 pub struct Message<'a> {
+    #[cfg(feature = "probes")]
     ledger: &'a Ledger,
+    _ledger: PhantomData<&'a Ledger>,
 }
 
 impl Message<'_> {
     /// Sets the size that decides the message's bucket (the receive path learns it late).
     #[inline]
     pub fn set_size(&self, size: usize) {
+        #[cfg(feature = "probes")]
         self.ledger.set_message_size(size);
+        #[cfg(not(feature = "probes"))]
+        let _ = size;
     }
 }
 
 impl Drop for Message<'_> {
     #[inline]
     fn drop(&mut self) {
+        #[cfg(feature = "probes")]
         self.ledger.end_message();
     }
 }
