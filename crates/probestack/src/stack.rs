@@ -471,7 +471,9 @@ impl Stack {
             }
         }
         self.tcp_timers(now);
-        let expired = {
+        let expired = if self.reassembler.is_idle() {
+            Vec::new()
+        } else {
             let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Timer);
             self.reassembler.expire(now)
         };

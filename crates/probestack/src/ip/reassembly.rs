@@ -636,7 +636,7 @@ impl Reassembler {
     /// keys as old. Returns the datagrams dropped, with what an ICMP Time Exceeded
     /// message (code 1, "fragment reassembly time exceeded") quotes.
     pub fn expire(&mut self, now: Instant) -> Vec<Expired> {
-        if self.queue.is_empty() && self.poisoned.is_empty() {
+        if self.is_idle() {
             return Vec::new();
         }
         let timeout = self.config.timeout;
@@ -661,11 +661,21 @@ impl Reassembler {
 
     /// When [`Reassembler::expire`] next has something to do: the earliest timer of a
     /// datagram or a poisoned key.
+    #[inline]
     pub fn next_deadline(&self) -> Option<Instant> {
+        if self.is_idle() {
+            return None;
+        }
         let timeout = self.config.timeout;
         let datagrams = self.queue.iter().map(|d| d.deadline(timeout));
         let poisoned = self.poisoned.iter().map(|p| p.until);
         datagrams.chain(poisoned).min()
+    }
+
+    /// Nothing queued and no key poisoned: no timer runs (the stack asks on every poll).
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.poisoned.is_empty()
     }
 
     /// Whether fragments of the datagram `key` are queued: a linear search of the queue,
