@@ -4,7 +4,7 @@
 //! Prints the rate, the segments A sent (for instructions per segment) and the segments
 //! (ACKs) B sent.
 //!
-//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast|zero-copy]`
+//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast|zero-copy|zero-copy-plain]`
 //!
 //! `zero-copy` is the peers experiment's `probestack_zero_copy`: `Tuning::fast()` with
 //! checksum elision off, NICs with checksum offload, TSO and header split, A loaning its
@@ -31,21 +31,34 @@ fn main() {
     let mib: u64 = harness::arg(1, 256);
     let mtu: usize = harness::arg(2, 1500);
     let mode = harness::word(3);
-    let zero_copy = mode.as_deref() == Some("zero-copy");
+    let zero_copy = matches!(mode.as_deref(), Some("zero-copy" | "zero-copy-plain"));
     let tuning = match mode.as_deref() {
         Some("zero-copy") => Tuning {
             checksum_elision: false,
+            ..Tuning::fast()
+        },
+        // `lab bulk`'s `zero_copy` row: its `none` (checksums computed, in a separate
+        // pass, no offloads) with zero-copy sockets.
+        Some("zero-copy-plain") => Tuning {
+            checksum_elision: false,
+            fused_copy_checksum: false,
+            checksum_offload: false,
+            segmentation_offload: false,
             ..Tuning::fast()
         },
         other => harness::tuning(other),
     };
     let mut host = HostConfig::with_mtu(mtu);
     host.stack.tuning = tuning;
-    if zero_copy {
-        host.nic = NicConfig {
-            header_split: true,
-            ..host.nic.with_offloads()
-        };
+    match mode.as_deref() {
+        Some("zero-copy") => {
+            host.nic = NicConfig {
+                header_split: true,
+                ..host.nic.with_offloads()
+            }
+        }
+        Some("zero-copy-plain") => host.nic.header_split = true,
+        _ => {}
     }
     let mut pair = harness::pair(host);
     let clock = RealClock::new();
