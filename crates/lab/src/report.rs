@@ -189,15 +189,7 @@ pub fn run(out: &Path, level: Level) -> io::Result<()> {
 
     next("throughput: paper 000 Tables 1 and 2");
     let settings = match level {
-        Level::Test => throughput::Settings {
-            udp_datagrams: 40,
-            udp_runs: 1,
-            tcp: bulk::Settings {
-                runs: 1,
-                bytes_per_run: 256 << 10,
-                ..bulk::Settings::QUICK
-            },
-        },
+        Level::Test => throughput::Settings::TINY,
         Level::Quick => throughput::Settings::QUICK,
         Level::Full => throughput::Settings::FULL,
     };

@@ -108,6 +108,16 @@ impl Settings {
         udp_runs: 7,
         tcp: bulk::Settings::FULL,
     };
+    /// The smallest run that fills both tables (the tests, the report's test level).
+    pub const TINY: Settings = Settings {
+        udp_datagrams: 40,
+        udp_runs: 1,
+        tcp: bulk::Settings {
+            runs: 1,
+            bytes_per_run: 256 << 10,
+            ..bulk::Settings::QUICK
+        },
+    };
 }
 
 /// One row of Table 1.
@@ -487,15 +497,7 @@ mod tests {
 
     #[test]
     fn a_tiny_run_fills_both_tables() {
-        let settings = Settings {
-            udp_datagrams: 40,
-            udp_runs: 1,
-            tcp: bulk::Settings {
-                runs: 1,
-                bytes_per_run: 256 << 10,
-                ..bulk::Settings::QUICK
-            },
-        };
+        let settings = Settings::TINY;
         let r = run(settings, |_| {});
         assert!(r.failures.is_empty(), "{:?}", r.failures);
         assert_eq!(r.rows.len(), 6);

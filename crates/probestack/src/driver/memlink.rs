@@ -659,7 +659,7 @@ impl MemoryNic {
         let checks = offload.ipv4_rx || offload.l4_rx;
         // A frame header split will take: its checksums are checked as the split copies
         // its payload, in one pass over the bytes.
-        let check_on_split = checks && self.splits(frame.data());
+        let check_on_split = checks && self.split_offset(frame.data()).is_some();
         let checksum = if checks && !check_on_split {
             self.check_received(frame.data(), None)
         } else {
@@ -686,12 +686,13 @@ impl MemoryNic {
         check.checksum
     }
 
-    /// Whether header split takes this frame's payload: a DMA NIC with the split on, and
-    /// one unfragmented TCP segment with at least a page of payload.
-    fn splits(&self, frame: &[u8]) -> bool {
-        self.config.copy_mode == CopyMode::Dma
-            && self.config.header_split
-            && offload::tcp_payload_offset(frame).is_some_and(|at| frame.len() - at >= PAGE_SIZE)
+    /// Where header split cuts this frame, if it takes its payload: a DMA NIC with the
+    /// split on, and one unfragmented TCP segment with at least a page of payload.
+    fn split_offset(&self, frame: &[u8]) -> Option<usize> {
+        if self.config.copy_mode != CopyMode::Dma || !self.config.header_split {
+            return None;
+        }
+        offload::tcp_payload_offset(frame).filter(|&at| frame.len() - at >= PAGE_SIZE)
     }
 
     /// A frame with fragments made whole. With DMA the NIC's engine follows the
@@ -758,10 +759,7 @@ impl MemoryNic {
     ///
     /// Returns the length and sum of the payload it moved: the copy sums as it goes.
     fn split(&mut self, mut frame: PacketBuf) -> (PacketBuf, Option<(usize, u16)>) {
-        if !self.splits(frame.data()) {
-            return (frame, None);
-        }
-        let Some(at) = offload::tcp_payload_offset(frame.data()) else {
+        let Some(at) = self.split_offset(frame.data()) else {
             return (frame, None);
         };
         let payload_len = frame.len() - at;

@@ -195,21 +195,7 @@ impl<T> Consumer<T> {
     /// Takes the item at the front, if any.
     #[inline]
     pub fn pop(&mut self) -> Option<T> {
-        let head = self.head;
-        if head == self.tail_cache {
-            self.tail_cache = self.shared.tail.0.load(Ordering::Acquire);
-            if head == self.tail_cache {
-                return None;
-            }
-        }
-        let slot = &self.shared.slots[head & self.shared.mask];
-        // SAFETY: `head != tail` for a `tail` this thread acquired, so the producer
-        // published the slot at `head` and will not touch it again until the `Release`
-        // store below gives it back. We are the only consumer.
-        let value = unsafe { (*slot.get()).take() };
-        self.head = head.wrapping_add(1);
-        self.shared.head.0.store(self.head, Ordering::Release);
-        value
+        self.pop_if(|_| true)
     }
 
     /// Takes the item at the front if `admit` says yes to it: a peek and a pop in one,
@@ -224,9 +210,9 @@ impl<T> Consumer<T> {
             }
         }
         let slot = &self.shared.slots[head & self.shared.mask];
-        // SAFETY: as in `pop`: `head != tail` for a `tail` this thread acquired, so the
-        // slot is published and the producer keeps off it until the `Release` store below.
-        // We are the only consumer.
+        // SAFETY: `head != tail` for a `tail` this thread acquired, so the producer
+        // published the slot at `head` and will not touch it again until the `Release`
+        // store below gives it back. We are the only consumer.
         let value = unsafe {
             let item = &mut *slot.get();
             if !item.as_ref().is_some_and(admit) {

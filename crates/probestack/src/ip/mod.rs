@@ -296,20 +296,8 @@ impl Stack {
             ),
             None => (dst, MAX_DATAGRAM),
         };
-        let repr = Ipv4Repr {
-            src,
-            dst,
-            protocol,
-            ttl: self.config.ttl,
-            dscp: 0,
-            ecn: 0,
-            ident: self.next_ident(),
-            dont_frag,
-            more_frags: false,
-            frag_offset: 0,
-            payload_len: payload.total_len(),
-            options: Ipv4Options::NONE,
-        };
+        let ident = self.next_ident();
+        let repr = self.outgoing_header(src, dst, protocol, ident, dont_frag, payload.total_len());
         let hop = route.map(|r| (r.interface, r.next_hop));
         // A TCP super-segment is larger than the MTU on purpose: the device cuts it.
         let segmented_by_device = payload.tx_offload().gso_size != 0 && hop.is_some();
@@ -328,6 +316,34 @@ impl Stack {
         self.ledger.counters().inc(Counter::IpPacketsOut);
         self.ip_to_link(hop, payload, now);
         Ok(())
+    }
+
+    /// The header IP output writes for a whole datagram of `payload_len` bytes: no
+    /// options, the configured TTL. Header templates (`link::template`) start from it, so
+    /// that their frames and the layers' are the same bytes.
+    pub(crate) fn outgoing_header(
+        &self,
+        src: Ipv4Address,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        ident: u16,
+        dont_frag: bool,
+        payload_len: usize,
+    ) -> Ipv4Repr {
+        Ipv4Repr {
+            src,
+            dst,
+            protocol,
+            ttl: self.config.ttl,
+            dscp: 0,
+            ecn: 0,
+            ident,
+            dont_frag,
+            more_frags: false,
+            frag_offset: 0,
+            payload_len,
+            options: Ipv4Options::NONE,
+        }
     }
 
     /// Hands a finished datagram to the link, or to the loopback queue.
@@ -429,13 +445,11 @@ mod tests {
     use crate::sim::{ipv4_header, ADDR_A, ADDR_B, MAC_B};
     use crate::stack::{InterfaceConfig, StackConfig};
 
-    /// A datagram whose checksum is right, handed up with a raw sum from the "NIC": the
-    /// stack trusts the raw sum (adding only the pseudo-header), so a wrong one drops the
-    /// datagram and a right one delivers it.
-    #[test]
-    fn udp_uses_the_raw_sum_a_nic_reports() {
+    /// Host B alone on a memory link (its peer's end dropped): frames are handed to its
+    /// IP input directly.
+    fn host_b(config: StackConfig) -> Stack {
         let (_peer, nic) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
-        let mut st = Stack::new(StackConfig::default());
+        let mut st = Stack::new(config);
         st.add_interface(
             Box::new(nic),
             InterfaceConfig {
@@ -446,6 +460,15 @@ mod tests {
                 },
             },
         );
+        st
+    }
+
+    /// A datagram whose checksum is right, handed up with a raw sum from the "NIC": the
+    /// stack trusts the raw sum (adding only the pseudo-header), so a wrong one drops the
+    /// datagram and a right one delivers it.
+    #[test]
+    fn udp_uses_the_raw_sum_a_nic_reports() {
+        let mut st = host_b(StackConfig::default());
         let rx = st.udp_open();
         st.udp_bind(rx, ADDR_B, 9).unwrap();
         let payload = b"raw sums from the NIC";
@@ -484,24 +507,13 @@ mod tests {
     /// make room (they were dropped without a word before).
     #[test]
     fn datagrams_evicted_at_the_memory_cap_are_counted() {
-        let (_peer, nic) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
-        let mut st = Stack::new(StackConfig {
+        let mut st = host_b(StackConfig {
             reassembly: ReassemblyConfig {
                 max_bytes: 32 << 10,
                 ..ReassemblyConfig::default()
             },
             ..StackConfig::default()
         });
-        st.add_interface(
-            Box::new(nic),
-            InterfaceConfig {
-                mac: MAC_B,
-                cidr: Ipv4Cidr {
-                    address: ADDR_B,
-                    prefix_len: 15,
-                },
-            },
-        );
         const SENT: u16 = 100;
         for ident in 0..SENT {
             let ip = Ipv4Repr {

@@ -24,7 +24,7 @@ use crate::probe::{Layer, Op, Side};
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::wire::ethernet::{self, EtherType, EthernetRepr};
-use crate::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
+use crate::wire::ipv4::{self, IpProtocol};
 use crate::wire::{Checksum, Ipv4Address};
 
 /// Bytes a template holds: Ethernet and IPv4 without options.
@@ -80,25 +80,12 @@ impl Stack {
         }
         .emit(&mut ethernet::Frame::new_unchecked(&mut bytes[..IP_AT]))
         .ok()?;
-        Ipv4Repr {
-            src,
-            dst,
-            protocol,
-            ttl: self.config.ttl,
-            dscp: 0,
-            ecn: 0,
-            ident: 0,
-            dont_frag,
-            more_frags: false,
-            frag_offset: 0,
-            payload_len: 0,
-            options: Ipv4Options::NONE,
-        }
-        .emit_header(
-            &mut ipv4::Packet::new_unchecked(&mut bytes[IP_AT..]),
-            Checksum::Skip,
-        )
-        .ok()?;
+        self.outgoing_header(src, dst, protocol, 0, dont_frag, 0)
+            .emit_header(
+                &mut ipv4::Packet::new_unchecked(&mut bytes[IP_AT..]),
+                Checksum::Skip,
+            )
+            .ok()?;
         // The total length is each datagram's to write (and to add to the sum).
         bytes[IP_AT + 2..IP_AT + 4].fill(0);
         let ip_sum = checksum::header_sum(&bytes[IP_AT..]);

@@ -18,7 +18,7 @@ use crate::probe::{Counter, Layer, Op, Side};
 use crate::socket::udp::{UdpError, UdpHandle};
 use crate::stack::Stack;
 use crate::wire::ipv4::{self, IpProtocol};
-use crate::wire::udp as udp_wire;
+use crate::wire::udp::{self as udp_wire, UdpRepr};
 use crate::wire::Ipv4Address;
 
 /// A socket's headers for one destination and the facts they were built from.
@@ -106,21 +106,33 @@ impl Stack {
             return Some(Err(UdpError::NoBuffer));
         };
         let payload_sum = self.udp_copy_in(&mut buf, parts, !t.elide);
-        {
+        let emitted = {
             let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
-            let udp = &mut buf.data_mut()[..udp_wire::HEADER_LEN];
-            udp[0..2].copy_from_slice(&t.local.1.to_be_bytes());
-            udp[2..4].copy_from_slice(&dst.1.to_be_bytes());
-            udp[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            udp[6..8].fill(0);
-            if let Some(sum) = payload_sum {
-                let field = udp_checksum_field(t.link.src, dst.0, udp, sum, len);
-                udp[6..8].copy_from_slice(&field.to_be_bytes());
+            let mut udp = udp_wire::Packet::new_unchecked(buf.data_mut());
+            let repr = UdpRepr {
+                src_port: t.local.1,
+                dst_port: dst.1,
+            };
+            let emitted = repr.emit_header(&mut udp, len);
+            if let (Ok(()), Some(sum)) = (&emitted, payload_sum) {
+                let header = &udp.into_inner()[..udp_wire::HEADER_LEN];
+                let field = udp_checksum_field(t.link.src, dst.0, header, sum, len);
+                udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
             }
-        }
-        if buf.prepend(HEADERS_LEN).is_err() {
+            emitted
+        };
+        // As UDP output answers: a header that does not fit is a message too big, no
+        // headroom no buffer.
+        let refused = if emitted.is_err() {
+            Some(UdpError::MessageTooBig {
+                max: crate::socket::udp::MAX_UDP_PAYLOAD,
+            })
+        } else {
+            buf.prepend(HEADERS_LEN).err().map(|_| UdpError::NoBuffer)
+        };
+        if let Some(e) = refused {
             self.free(Layer::Udp, Side::Send, buf);
-            return Some(Err(UdpError::NoBuffer));
+            return Some(Err(e));
         }
         let total_len = (ipv4::MIN_HEADER_LEN + udp_len) as u16;
         self.write_link_template(&t.link, buf.data_mut(), total_len);
