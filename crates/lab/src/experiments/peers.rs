@@ -9,7 +9,8 @@
 //! - **smoltcp 0.14**: two `Interface`s in one process on one thread, joined by [`Link`], a
 //!   pair of frame queues written here (Ethernet, device MTU = IP MTU + 14, checksums
 //!   computed and verified by smoltcp as its default capabilities ask), at 198.18.0.1/15
-//!   and 198.18.0.2/15;
+//!   and 198.18.0.2/15; and the same two interfaces on probestack's memory NICs
+//!   ([`memlink`]), so that the device below the two stacks is the same;
 //! - **the Linux kernel**: two `std::net::UdpSocket`s, or a `TcpStream` pair, on
 //!   127.0.0.1, non-blocking, driven in the same shape from this one thread (the kernel
 //!   needs no polling; each send and receive is a system call).
@@ -62,6 +63,10 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpo
 use crate::bench::median;
 use crate::table::Table;
 
+mod memlink;
+
+use memlink::NicWire;
+
 /// Datagrams A sends before the ends are polled, in the one-way workload.
 pub const BURST: usize = 32;
 /// The request/response size.
@@ -86,6 +91,9 @@ pub enum System {
     /// checksums `fast` would have agreed to leave out).
     ProbestackZeroCopy,
     Smoltcp,
+    /// smoltcp on probestack's memory NICs, configured as probestack's hosts have them
+    /// ([`memlink::NicWire`]): the same CRC-32 and frame moves below both stacks.
+    SmoltcpMemlink,
     LinuxLoopback,
 }
 
@@ -93,19 +101,21 @@ pub enum System {
 const BULK_ONLY: &str = "zero-copy sockets are measured on TCP bulk only";
 
 /// The systems of every workload.
-pub const SYSTEMS: [System; 4] = [
+pub const SYSTEMS: [System; 5] = [
     System::ProbestackFast,
     System::ProbestackBsd,
     System::Smoltcp,
+    System::SmoltcpMemlink,
     System::LinuxLoopback,
 ];
 
 /// The systems of TCP bulk: every one, and probestack with zero-copy sockets.
-pub const BULK_SYSTEMS: [System; 5] = [
+pub const BULK_SYSTEMS: [System; 6] = [
     System::ProbestackFast,
     System::ProbestackBsd,
     System::ProbestackZeroCopy,
     System::Smoltcp,
+    System::SmoltcpMemlink,
     System::LinuxLoopback,
 ];
 
@@ -117,6 +127,7 @@ impl System {
             System::ProbestackBsd => "probestack_bsd",
             System::ProbestackZeroCopy => "probestack_zero_copy",
             System::Smoltcp => "smoltcp",
+            System::SmoltcpMemlink => "smoltcp_memlink",
             System::LinuxLoopback => "linux_loopback",
         }
     }
@@ -128,6 +139,7 @@ impl System {
             System::ProbestackBsd => "probestack bsd",
             System::ProbestackZeroCopy => "probestack zero-copy + offload",
             System::Smoltcp => "smoltcp 0.14",
+            System::SmoltcpMemlink => "smoltcp 0.14, memory NIC",
             System::LinuxLoopback => "Linux loopback",
         }
     }
@@ -276,19 +288,29 @@ impl Link {
             ethernet_mtu: ip_mtu + ETHERNET_HEADER,
         }
     }
+}
 
-    fn port_a(&mut self) -> Port<'_> {
-        Port {
-            rx: &mut self.b_to_a,
-            tx: &mut self.a_to_b,
-            ethernet_mtu: self.ethernet_mtu,
-        }
-    }
+/// What joins smoltcp's two interfaces: a smoltcp device for each end.
+trait SmolWire {
+    type Port<'a>: Device
+    where
+        Self: 'a;
 
-    fn port_b(&mut self) -> Port<'_> {
+    /// `end`'s device, for a poll at `now`.
+    fn port(&mut self, end: End, now: Instant) -> Self::Port<'_>;
+}
+
+impl SmolWire for Link {
+    type Port<'a> = Port<'a>;
+
+    fn port(&mut self, end: End, _now: Instant) -> Port<'_> {
+        let (rx, tx) = match end {
+            End::A => (&mut self.b_to_a, &mut self.a_to_b),
+            End::B => (&mut self.a_to_b, &mut self.b_to_a),
+        };
         Port {
-            rx: &mut self.a_to_b,
-            tx: &mut self.b_to_a,
+            rx,
+            tx,
             ethernet_mtu: self.ethernet_mtu,
         }
     }
@@ -380,9 +402,9 @@ impl Device for Port<'_> {
     }
 }
 
-/// Two smoltcp interfaces on a [`Link`].
-struct SmolPeers {
-    link: Link,
+/// Two smoltcp interfaces on a wire, a UDP socket on each.
+struct SmolPeers<W> {
+    link: W,
     a: Interface,
     b: Interface,
     sockets_a: SocketSet<'static>,
@@ -398,10 +420,12 @@ fn smol_now(now: Instant) -> smoltcp::time::Instant {
     smoltcp::time::Instant::from_micros(i64::try_from(now.as_micros()).unwrap_or(i64::MAX))
 }
 
-/// A [`Link`] for IP datagrams of up to `ip_mtu` bytes and the interfaces of A and B on it.
-fn smol_interfaces(ip_mtu: usize, now: Instant) -> Result<(Link, Interface, Interface), String> {
-    let mut link = Link::new(ip_mtu);
-    let iface = |port: &mut Port<'_>, mac: u8, addr: IpAddress| -> Result<Interface, String> {
+/// The interfaces of A and B on `link`.
+fn smol_interfaces<W: SmolWire>(
+    mut link: W,
+    now: Instant,
+) -> Result<(W, Interface, Interface), String> {
+    let iface = |port: &mut W::Port<'_>, mac: u8, addr: IpAddress| -> Result<Interface, String> {
         let mut config = SmolConfig::new(HardwareAddress::Ethernet(EthernetAddress([
             2, 0, 0, 0, 0, mac,
         ])));
@@ -415,14 +439,15 @@ fn smol_interfaces(ip_mtu: usize, now: Instant) -> Result<(Link, Interface, Inte
             Err("smoltcp: cannot add the interface's address".into())
         }
     };
-    let a = iface(&mut link.port_a(), 1, SMOL_ADDR_A)?;
-    let b = iface(&mut link.port_b(), 2, SMOL_ADDR_B)?;
+    let a = iface(&mut link.port(End::A, now), 1, SMOL_ADDR_A)?;
+    let b = iface(&mut link.port(End::B, now), 2, SMOL_ADDR_B)?;
     Ok((link, a, b))
 }
 
-impl SmolPeers {
-    fn new(now: Instant) -> Result<SmolPeers, String> {
-        let (link, a, b) = smol_interfaces(1500, now)?;
+impl<W: SmolWire> SmolPeers<W> {
+    /// The peers on `link`, which carries IP datagrams of up to 1500 bytes.
+    fn new(link: W, now: Instant) -> Result<SmolPeers<W>, String> {
+        let (link, a, b) = smol_interfaces(link, now)?;
         // Room for many bursts each way: 256 datagrams, 256 KiB (probestack's default
         // receive limit).
         let socket = || {
@@ -467,7 +492,7 @@ fn smol_recv(
     }
 }
 
-impl Peers for SmolPeers {
+impl<W: SmolWire> Peers for SmolPeers<W> {
     fn send_a(&mut self, data: &[u8]) -> Result<bool, String> {
         self.sockets_a
             .get_mut::<smol_udp::Socket>(self.socket_a)
@@ -477,12 +502,12 @@ impl Peers for SmolPeers {
     }
 
     fn poll_a(&mut self, now: Instant) {
-        let mut port = self.link.port_a();
+        let mut port = self.link.port(End::A, now);
         self.a.poll(smol_now(now), &mut port, &mut self.sockets_a);
     }
 
     fn poll_b(&mut self, now: Instant) {
-        let mut port = self.link.port_b();
+        let mut port = self.link.port(End::B, now);
         self.b.poll(smol_now(now), &mut port, &mut self.sockets_b);
     }
 
@@ -745,12 +770,18 @@ fn rr_on<P: Peers>(p: &mut P, size: usize, millis: u64) -> Result<Vec<f64>, Stri
     Ok(rtts)
 }
 
+/// smoltcp's UDP peers on `link`, built now.
+fn smol_peers<W: SmolWire>(link: W) -> Result<SmolPeers<W>, String> {
+    SmolPeers::new(link, RealClock::new().now())
+}
+
 /// One run of the one-way workload on `system`, built afresh.
 pub fn one_way(system: System, size: usize, millis: u64) -> Result<OneWayRun, String> {
     match system {
         System::ProbestackFast => one_way_on(&mut StackPeers::new(Tuning::fast())?, size, millis),
         System::ProbestackBsd => one_way_on(&mut StackPeers::new(Tuning::bsd())?, size, millis),
-        System::Smoltcp => one_way_on(&mut SmolPeers::new(RealClock::new().now())?, size, millis),
+        System::Smoltcp => one_way_on(&mut smol_peers(Link::new(1500))?, size, millis),
+        System::SmoltcpMemlink => one_way_on(&mut smol_peers(NicWire::new(1500)?)?, size, millis),
         System::LinuxLoopback => one_way_on(&mut KernelPeers::new()?, size, millis),
         System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
     }
@@ -761,7 +792,8 @@ pub fn request_response(system: System, size: usize, millis: u64) -> Result<Vec<
     match system {
         System::ProbestackFast => rr_on(&mut StackPeers::new(Tuning::fast())?, size, millis),
         System::ProbestackBsd => rr_on(&mut StackPeers::new(Tuning::bsd())?, size, millis),
-        System::Smoltcp => rr_on(&mut SmolPeers::new(RealClock::new().now())?, size, millis),
+        System::Smoltcp => rr_on(&mut smol_peers(Link::new(1500))?, size, millis),
+        System::SmoltcpMemlink => rr_on(&mut smol_peers(NicWire::new(1500)?)?, size, millis),
         System::LinuxLoopback => rr_on(&mut KernelPeers::new()?, size, millis),
         System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
     }
@@ -1007,9 +1039,9 @@ impl Streams for StackStreams {
     }
 }
 
-/// Two smoltcp interfaces on a [`Link`], a TCP socket on each, connected.
-struct SmolStreams {
-    link: Link,
+/// Two smoltcp interfaces on a wire, a TCP socket on each, connected.
+struct SmolStreams<W> {
+    link: W,
     a: Interface,
     b: Interface,
     sockets_a: SocketSet<'static>,
@@ -1018,9 +1050,9 @@ struct SmolStreams {
     socket_b: SocketHandle,
 }
 
-impl SmolStreams {
-    fn connect(mtu: usize, nodelay: bool, clock: &RealClock) -> Result<SmolStreams, String> {
-        let (link, mut a, b) = smol_interfaces(mtu, clock.now())?;
+impl<W: SmolWire> SmolStreams<W> {
+    fn connect(link: W, nodelay: bool, clock: &RealClock) -> Result<SmolStreams<W>, String> {
+        let (link, mut a, b) = smol_interfaces(link, clock.now())?;
         let socket = || {
             let buffer = || smol_tcp::SocketBuffer::new(vec![0u8; SMOL_TCP_BUFFER]);
             let mut s = smol_tcp::Socket::new(buffer(), buffer());
@@ -1082,7 +1114,7 @@ impl SmolStreams {
     }
 }
 
-impl Streams for SmolStreams {
+impl<W: SmolWire> Streams for SmolStreams<W> {
     fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String> {
         self.socket(end)
             .send_slice(data)
@@ -1099,16 +1131,12 @@ impl Streams for SmolStreams {
     }
 
     fn poll(&mut self, end: End, now: Instant) {
-        match end {
-            End::A => {
-                let mut port = self.link.port_a();
-                self.a.poll(smol_now(now), &mut port, &mut self.sockets_a);
-            }
-            End::B => {
-                let mut port = self.link.port_b();
-                self.b.poll(smol_now(now), &mut port, &mut self.sockets_b);
-            }
-        }
+        let mut port = self.link.port(end, now);
+        let (iface, sockets) = match end {
+            End::A => (&mut self.a, &mut self.sockets_a),
+            End::B => (&mut self.b, &mut self.sockets_b),
+        };
+        iface.poll(smol_now(now), &mut port, sockets);
     }
 }
 
@@ -1466,7 +1494,14 @@ fn tcp_bulk_checked(
             TCP_STALL,
         ),
         System::Smoltcp => bulk_on(
-            &mut SmolStreams::connect(mtu, false, &clock)?,
+            &mut SmolStreams::connect(Link::new(mtu), false, &clock)?,
+            &clock,
+            millis,
+            check,
+            TCP_STALL,
+        ),
+        System::SmoltcpMemlink => bulk_on(
+            &mut SmolStreams::connect(NicWire::new(mtu)?, false, &clock)?,
             &clock,
             millis,
             check,
@@ -1500,7 +1535,13 @@ pub fn tcp_request_response(system: System, millis: u64) -> Result<RrRun, String
             rr_stream_on(&mut stack(Tuning::bsd())?, &clock, millis, RR_TIMEOUT_NS)
         }
         System::Smoltcp => rr_stream_on(
-            &mut SmolStreams::connect(1500, true, &clock)?,
+            &mut SmolStreams::connect(Link::new(1500), true, &clock)?,
+            &clock,
+            millis,
+            RR_TIMEOUT_NS,
+        ),
+        System::SmoltcpMemlink => rr_stream_on(
+            &mut SmolStreams::connect(NicWire::new(1500)?, true, &clock)?,
             &clock,
             millis,
             RR_TIMEOUT_NS,
@@ -1524,7 +1565,8 @@ pub struct Row {
     /// `udp_one_way_64`, `udp_one_way_512`, `udp_rr_64_median`, `udp_rr_64_p99`,
     /// `tcp_bulk_1500`, `tcp_bulk_9000`, `tcp_bulk_65535`, `tcp_rr_64`.
     pub workload: String,
-    /// `probestack_fast`, `probestack_bsd`, `smoltcp`, `linux_loopback`.
+    /// `probestack_fast`, `probestack_bsd`, `probestack_zero_copy` (TCP bulk only),
+    /// `smoltcp`, `smoltcp_memlink`, `linux_loopback`.
     pub system: &'static str,
     /// The median over the runs.
     pub value: f64,
@@ -1584,8 +1626,11 @@ pub const NOTE: &str = "probestack and smoltcp run both hosts in this process on
     Also: probestack fast elides the UDP checksum on its one-hop CRC link (bsd and smoltcp \
     compute and verify it; on loopback Linux leaves it to the device's checksum offload, \
     so it is neither computed nor verified); probestack's memory link computes and checks \
-    a CRC-32 per frame, the smoltcp link here does not; probestack's ledger samples 1 \
-    message in 64 (its default).";
+    a CRC-32 per frame and moves frames through a ring, a wire and a receive queue, the \
+    smoltcp link (two frame queues) does not: the row \"smoltcp 0.14, memory NIC\" runs \
+    smoltcp on probestack's memory NICs, configured as probestack's, so that probestack \
+    fast against it compares the two stacks alone on the same device; probestack's ledger \
+    samples 1 message in 64 (its default).";
 
 pub const TCP_NOTE: &str = "TCP: every run opens a fresh connection and moves 4 MiB (bulk) \
     or 200 transactions (request/response) before the clock starts; after a bulk run's \
@@ -1609,7 +1654,8 @@ pub const TCP_NOTE: &str = "TCP: every run opens a fresh connection and moves 4 
     probestack fast; it computes and verifies every TCP \
     checksum in software. So the per-byte work differs: probestack fast computes no TCP \
     checksum, but its memory link computes and checks a CRC-32 over every frame; smoltcp \
-    sums every segment and its link computes no CRC; probestack bsd pays both. Linux: \
+    sums every segment and its link computes no CRC; probestack bsd pays both; smoltcp on \
+    the memory NICs pays both too (it has no use for the link's CRC). Linux: \
     TcpStream on 127.0.0.1, non-blocking, both ends in this thread, default (autotuned) \
     buffers; the loopback device's MTU is fixed at 65536 (changing it needs privileges), \
     so the kernel's bulk figure is reported once, beside MTU 65535, and it leaves \
@@ -2027,16 +2073,17 @@ pub fn tables(r: &Results) -> Vec<Table> {
         }
         t.note(rounds_note.clone());
         skip_notes(&mut t, r, &[w.as_str()]);
-        if let (Some(zc), Some(_)) = (
-            find(r, &w, System::ProbestackZeroCopy),
-            find(r, &w, System::Smoltcp),
-        ) {
-            // Paper 004's end-system optimizations against smoltcp's best in this run.
-            let smol_best = TCP_MTUS
-                .iter()
-                .filter_map(|m| find(r, &format!("tcp_bulk_{m}"), System::Smoltcp))
-                .map(|x| x.value)
-                .fold(f64::NAN, f64::max);
+        // Paper 004's end-system optimizations against smoltcp's best in this run, on
+        // either link.
+        let smol_best = TCP_MTUS
+            .iter()
+            .flat_map(|m| {
+                let w = format!("tcp_bulk_{m}");
+                [System::Smoltcp, System::SmoltcpMemlink].map(|s| find(r, &w, s).map(|x| x.value))
+            })
+            .flatten()
+            .fold(f64::NAN, f64::max);
+        if let Some(zc) = find(r, &w, System::ProbestackZeroCopy).filter(|_| smol_best > 0.0) {
             t.note(format!(
                 "probestack zero-copy + offload / smoltcp's best TCP bulk figure in this run \
                  ({smol_best:.2} Gbit/s): {:.2}x",
@@ -2104,10 +2151,11 @@ mod tests {
         }
     }
 
-    const IN_PROCESS: [System; 3] = [
+    const IN_PROCESS: [System; 4] = [
         System::ProbestackFast,
         System::ProbestackBsd,
         System::Smoltcp,
+        System::SmoltcpMemlink,
     ];
 
     #[test]
@@ -2227,7 +2275,7 @@ mod tests {
                 assert_eq!(c.mss(), (mtu - 40, mtu - 40));
             }
             // smoltcp: a full window goes out in frames of the Ethernet MTU asked.
-            let mut s = SmolStreams::connect(mtu, false, &clock).unwrap();
+            let mut s = SmolStreams::connect(Link::new(mtu), false, &clock).unwrap();
             let data = stream_pattern();
             assert_eq!(s.send(End::A, &data[..TCP_WRITE]).unwrap(), TCP_WRITE);
             s.poll(End::A, clock.now());
@@ -2311,7 +2359,7 @@ mod tests {
         let e = bulk_on(&mut Deaf(s), &clock, 1, false, stall).unwrap_err();
         assert!(e.contains("stalled"), "{e}");
         assert!(start.elapsed() < std::time::Duration::from_secs(10));
-        let s = SmolStreams::connect(1500, false, &clock).unwrap();
+        let s = SmolStreams::connect(Link::new(1500), false, &clock).unwrap();
         let e = bulk_on(&mut Deaf(s), &clock, 1, false, stall).unwrap_err();
         assert!(e.contains("stalled"), "{e}");
         // Request/response: no response comes; the transaction times out.
@@ -2348,7 +2396,7 @@ mod tests {
         // A datagram whose payload is changed on the wire must not reach B: smoltcp
         // verifies the UDP checksum, as the default capabilities ask.
         let clock = RealClock::new();
-        let mut p = SmolPeers::new(clock.now()).unwrap();
+        let mut p = SmolPeers::new(Link::new(1500), clock.now()).unwrap();
         let mut buf = vec![0u8; 2048];
         let data = template(64);
         // Resolve ARP first.
