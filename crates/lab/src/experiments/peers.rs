@@ -40,8 +40,8 @@
 //! system runs once, in turn (the starting system rotating from round to round), so a slow
 //! spell of the machine hits all alike. Every run builds its systems afresh and warms them
 //! (ARP, caches, pools; for TCP the connection's handshake and slow start, with 4 MiB or
-//! 200 transactions) before it starts timing. [`NOTE`] and [`TCP_NOTE`] say what is and
-//! is not comparable.
+//! 200 transactions) before it starts timing. [`NOTE`], [`TCP_NOTE`] and
+//! [`kernel::VETH_NOTE`] say what is and is not comparable.
 
 use std::collections::VecDeque;
 use std::time::Instant as WallInstant;

@@ -388,7 +388,8 @@ pub const VETH_NOTE: &str = "Linux veth: the loopback rows' sockets and driving,
     (198.18.0.2/24), joined by a veth pair left as Linux sets it up: a veth computes and \
     verifies no checksums (it passes them on as already done) and has TSO/GSO on, so TCP \
     passes super-frames of up to 64 KiB whatever the MTU; its MTU is set to each TCP bulk \
-    table's (65535 is the veth driver's largest, so it is beside loopback's 65536) and to \
+    table's (the veth driver takes up to 65535, ETH_MAX_MTU, beside loopback's fixed \
+    65536; a driver that took less would run at its largest, shown in the row) and to \
     1500 for TCP request/response. Comparable with loopback: the same system call per send \
     and per receive at each end, both sockets in this thread, but two kernel network stacks \
     (one per namespace) and the veth's path (its transmit into the peer's namespace, then \
