@@ -1688,6 +1688,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
     let mut skipped = Vec::new();
     // The kernel's veth pair, made once for the whole run, or why there is none.
     let veth = Veth::new();
+    // Every system, but the veth's kernel when the veth could not be made.
     let measure_all = |system: System| match &veth {
         Err(why) if system == System::LinuxVeth => Some(why.clone()),
         _ => None,
