@@ -4,6 +4,7 @@
 mod bench;
 mod experiments;
 mod machine;
+mod netns;
 mod report;
 #[cfg(target_os = "linux")]
 mod serve;

@@ -38,7 +38,7 @@ use std::ffi::OsStr;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,7 @@ use serde::Serialize;
 
 use crate::bench::median;
 use crate::machine::{self, Machine};
+use crate::netns::{ip, Netns};
 use crate::table::Table;
 
 /// Linux's address on every bed (the iperf3 client's).
@@ -392,43 +393,9 @@ fn find_program(name: &str) -> Option<PathBuf> {
 // ---------------------------------------------------------------------------------------
 // Guards: namespaces and processes.
 
-/// Runs `ip` with these arguments; its error output on failure.
-fn ip<S: AsRef<OsStr>>(args: &[S]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        let words: Vec<&str> = args
-            .iter()
-            .map(|a| a.as_ref().to_str().unwrap_or("?"))
-            .collect();
-        Err(format!(
-            "ip {} failed: {}",
-            words.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// A network namespace of this run's own, deleted when dropped.
-struct Netns(String);
-
+// `Netns` is shared with `lab peers` (crate::netns); the methods only `lab tap` needs
+// are here.
 impl Netns {
-    fn new() -> Result<Netns, String> {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "psk-tap-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        ip(&["netns", "add", &name])?;
-        Ok(Netns(name))
-    }
-
     /// A command that runs `program` inside the namespace (`ip netns exec` execs it in
     /// place, so the child's id is the program's).
     fn exec(&self, program: impl AsRef<OsStr>) -> Command {
@@ -455,12 +422,6 @@ impl Netns {
             .stderr(Stdio::null())
             .output()
             .is_ok_and(|o| listens(&String::from_utf8_lossy(&o.stdout), port))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.0]);
     }
 }
 
@@ -610,7 +571,7 @@ impl Bed {
         // On an early return the servers (declared last) are dropped first.
         let mut namespaces = Vec::new();
         for _ in 0..plan.namespaces {
-            namespaces.push(Netns::new()?);
+            namespaces.push(Netns::new("tap")?);
         }
         let mut servers: Vec<(Server, Proc)> = Vec::new();
         let ns = |i: usize| -> Result<&Netns, String> {

@@ -51,7 +51,7 @@ fn main() {
         "{:>6}  {:>10}  {:>10}  {:>8}",
         "bytes", "crc32 ns", "slice16 ns", "GB/s"
     );
-    for len in [64usize, 106, 256, 1514, 9000] {
+    for len in [64usize, 106, 134, 200, 256, 1514, 9000] {
         let fast = ns_per_frame(crc32, &buf, len, rounds);
         let slice = ns_per_frame(crc32_slice16, &buf, len, rounds);
         println!(

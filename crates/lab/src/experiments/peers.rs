@@ -13,7 +13,11 @@
 //!   ([`memlink`]), so that the device below the two stacks is the same;
 //! - **the Linux kernel**: two `std::net::UdpSocket`s, or a `TcpStream` pair, on
 //!   127.0.0.1, non-blocking, driven in the same shape from this one thread (the kernel
-//!   needs no polling; each send and receive is a system call).
+//!   needs no polling; each send and receive is a system call);
+//! - **the Linux kernel over a veth pair** (when this process may make network namespaces):
+//!   the same sockets, A's made in one namespace of this run's own at 198.18.0.1 and B's in
+//!   another at 198.18.0.2, the two joined by a veth pair whose MTU follows the TCP bulk
+//!   table's ([`kernel`]). Unprivileged, it is left out with the reason.
 //!
 //! The workloads:
 //!
@@ -28,7 +32,7 @@
 //!   payload delivered to B's application. When the clock stops, A stops writing and every
 //!   byte it wrote must still reach B; a transfer that makes no progress for two seconds
 //!   is an error. The loopback device's MTU is fixed at [`LOOPBACK_MTU`], so the kernel
-//!   is measured once, in the 65535 table.
+//!   on loopback is measured once, in the 65535 table; on the veth, at every MTU.
 //! - **TCP request/response**, 64 bytes each way, Nagle off at both ends: A writes a
 //!   request, B reads it whole and writes it back, A reads the response whole and checks
 //!   it; one outstanding. Transactions per second.
@@ -37,12 +41,10 @@
 //! system runs once, in turn (the starting system rotating from round to round), so a slow
 //! spell of the machine hits all alike. Every run builds its systems afresh and warms them
 //! (ARP, caches, pools; for TCP the connection's handshake and slow start, with 4 MiB or
-//! 200 transactions) before it starts timing. [`NOTE`] and [`TCP_NOTE`] say what is and
-//! is not comparable.
+//! 200 transactions) before it starts timing. [`NOTE`], [`TCP_NOTE`] and
+//! [`kernel::VETH_NOTE`] say what is and is not comparable.
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Instant as WallInstant;
 
 use probestack::buf::Loan;
@@ -61,6 +63,9 @@ use smoltcp::socket::udp as smol_udp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
 use crate::bench::median;
+use kernel::{KernelPath, KernelPeers, KernelStreams, Veth};
+
+mod kernel;
 use crate::table::Table;
 
 mod memlink;
@@ -95,28 +100,32 @@ pub enum System {
     /// ([`memlink::NicWire`]): the same CRC-32 and frame moves below both stacks.
     SmoltcpMemlink,
     LinuxLoopback,
+    /// The kernel over a veth pair between two namespaces of this run's own.
+    LinuxVeth,
 }
 
 /// Why [`System::ProbestackZeroCopy`] has no figure outside TCP bulk.
 const BULK_ONLY: &str = "zero-copy sockets are measured on TCP bulk only";
 
 /// The systems of every workload.
-pub const SYSTEMS: [System; 5] = [
+pub const SYSTEMS: [System; 6] = [
     System::ProbestackFast,
     System::ProbestackBsd,
     System::Smoltcp,
     System::SmoltcpMemlink,
     System::LinuxLoopback,
+    System::LinuxVeth,
 ];
 
 /// The systems of TCP bulk: every one, and probestack with zero-copy sockets.
-pub const BULK_SYSTEMS: [System; 6] = [
+pub const BULK_SYSTEMS: [System; 7] = [
     System::ProbestackFast,
     System::ProbestackBsd,
     System::ProbestackZeroCopy,
     System::Smoltcp,
     System::SmoltcpMemlink,
     System::LinuxLoopback,
+    System::LinuxVeth,
 ];
 
 impl System {
@@ -129,6 +138,7 @@ impl System {
             System::Smoltcp => "smoltcp",
             System::SmoltcpMemlink => "smoltcp_memlink",
             System::LinuxLoopback => "linux_loopback",
+            System::LinuxVeth => "linux_veth",
         }
     }
 
@@ -141,7 +151,13 @@ impl System {
             System::Smoltcp => "smoltcp 0.14",
             System::SmoltcpMemlink => "smoltcp 0.14, memory NIC",
             System::LinuxLoopback => "Linux loopback",
+            System::LinuxVeth => "Linux veth",
         }
+    }
+
+    /// The kernel's systems, whose failures leave them out rather than end the experiment.
+    fn is_kernel(self) -> bool {
+        matches!(self, System::LinuxLoopback | System::LinuxVeth)
     }
 }
 
@@ -542,76 +558,6 @@ impl<W: SmolWire> Peers for SmolPeers<W> {
     }
 }
 
-/// Two kernel UDP sockets on 127.0.0.1, non-blocking.
-struct KernelPeers {
-    a: UdpSocket,
-    b: UdpSocket,
-    addr_b: SocketAddr,
-}
-
-impl KernelPeers {
-    fn new() -> Result<KernelPeers, String> {
-        let open = || -> Result<UdpSocket, String> {
-            let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
-                .map_err(|e| format!("cannot open a UDP socket on 127.0.0.1: {e}"))?;
-            s.set_nonblocking(true)
-                .map_err(|e| format!("cannot make a UDP socket non-blocking: {e}"))?;
-            Ok(s)
-        };
-        let a = open()?;
-        let b = open()?;
-        let addr_b = b
-            .local_addr()
-            .map_err(|e| format!("the loopback socket has no address: {e}"))?;
-        Ok(KernelPeers { a, b, addr_b })
-    }
-}
-
-fn kernel_recv(r: std::io::Result<(usize, SocketAddr)>) -> Result<Option<usize>, String> {
-    match r {
-        Ok((n, _)) => Ok(Some(n)),
-        Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
-        Err(e) => Err(format!("recvfrom on 127.0.0.1: {e}")),
-    }
-}
-
-impl Peers for KernelPeers {
-    fn send_a(&mut self, data: &[u8]) -> Result<bool, String> {
-        match self.a.send_to(data, self.addr_b) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(format!("sendto on 127.0.0.1: {e}")),
-        }
-    }
-
-    /// The kernel does its work inside the system calls.
-    fn poll_a(&mut self, _now: Instant) {}
-
-    fn poll_b(&mut self, _now: Instant) {}
-
-    fn recv_b(&mut self, buf: &mut [u8]) -> Result<Option<usize>, String> {
-        kernel_recv(self.b.recv_from(buf))
-    }
-
-    fn echo_b(&mut self, buf: &mut [u8]) -> Result<bool, String> {
-        match self.b.recv_from(buf) {
-            Ok((n, from)) => loop {
-                match self.b.send_to(&buf[..n], from) {
-                    Ok(_) => return Ok(true),
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
-                    Err(e) => return Err(format!("sendto on 127.0.0.1: {e}")),
-                }
-            },
-            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(format!("recvfrom on 127.0.0.1: {e}")),
-        }
-    }
-
-    fn recv_a(&mut self, buf: &mut [u8]) -> Result<Option<usize>, String> {
-        kernel_recv(self.a.recv_from(buf))
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The workloads, generic over the system.
 
@@ -775,26 +721,49 @@ fn smol_peers<W: SmolWire>(link: W) -> Result<SmolPeers<W>, String> {
     SmolPeers::new(link, RealClock::new().now())
 }
 
-/// One run of the one-way workload on `system`, built afresh.
-pub fn one_way(system: System, size: usize, millis: u64) -> Result<OneWayRun, String> {
+/// One run of the one-way workload on `system`, built afresh (the kernel's sockets on
+/// `veth`, for [`System::LinuxVeth`]).
+pub fn one_way(
+    system: System,
+    size: usize,
+    millis: u64,
+    veth: Option<&Veth>,
+) -> Result<OneWayRun, String> {
     match system {
         System::ProbestackFast => one_way_on(&mut StackPeers::new(Tuning::fast())?, size, millis),
         System::ProbestackBsd => one_way_on(&mut StackPeers::new(Tuning::bsd())?, size, millis),
         System::Smoltcp => one_way_on(&mut smol_peers(Link::new(1500))?, size, millis),
         System::SmoltcpMemlink => one_way_on(&mut smol_peers(NicWire::new(1500)?)?, size, millis),
-        System::LinuxLoopback => one_way_on(&mut KernelPeers::new()?, size, millis),
+        System::LinuxLoopback => {
+            one_way_on(&mut KernelPeers::new(KernelPath::Loopback)?, size, millis)
+        }
+        System::LinuxVeth => one_way_on(
+            &mut KernelPeers::new(kernel::veth_path(veth)?)?,
+            size,
+            millis,
+        ),
         System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
     }
 }
 
 /// One run of request/response on `system`, built afresh: the round-trip times in ns.
-pub fn request_response(system: System, size: usize, millis: u64) -> Result<Vec<f64>, String> {
+pub fn request_response(
+    system: System,
+    size: usize,
+    millis: u64,
+    veth: Option<&Veth>,
+) -> Result<Vec<f64>, String> {
     match system {
         System::ProbestackFast => rr_on(&mut StackPeers::new(Tuning::fast())?, size, millis),
         System::ProbestackBsd => rr_on(&mut StackPeers::new(Tuning::bsd())?, size, millis),
         System::Smoltcp => rr_on(&mut smol_peers(Link::new(1500))?, size, millis),
         System::SmoltcpMemlink => rr_on(&mut smol_peers(NicWire::new(1500)?)?, size, millis),
-        System::LinuxLoopback => rr_on(&mut KernelPeers::new()?, size, millis),
+        System::LinuxLoopback => rr_on(&mut KernelPeers::new(KernelPath::Loopback)?, size, millis),
+        System::LinuxVeth => rr_on(
+            &mut KernelPeers::new(kernel::veth_path(veth)?)?,
+            size,
+            millis,
+        ),
         System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
     }
 }
@@ -1140,78 +1109,6 @@ impl<W: SmolWire> Streams for SmolStreams<W> {
     }
 }
 
-/// Two kernel TCP sockets connected over 127.0.0.1, non-blocking.
-struct KernelStreams {
-    a: TcpStream,
-    b: TcpStream,
-}
-
-impl KernelStreams {
-    fn connect(nodelay: bool) -> Result<KernelStreams, String> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| format!("the loopback listener has no address: {e}"))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| format!("cannot make a listener non-blocking: {e}"))?;
-        let a = TcpStream::connect_timeout(&addr, TCP_STALL)
-            .map_err(|e| format!("cannot connect on 127.0.0.1: {e}"))?;
-        let start = WallInstant::now();
-        let b = loop {
-            match listener.accept() {
-                Ok((b, _)) => break b,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if start.elapsed() > TCP_STALL {
-                        return Err(format!("no connection to accept within {TCP_STALL:?}"));
-                    }
-                    std::thread::yield_now();
-                }
-                Err(e) => return Err(format!("accept on 127.0.0.1: {e}")),
-            }
-        };
-        for s in [&a, &b] {
-            s.set_nonblocking(true)
-                .map_err(|e| format!("cannot make a TCP socket non-blocking: {e}"))?;
-            s.set_nodelay(nodelay)
-                .map_err(|e| format!("cannot set TCP_NODELAY: {e}"))?;
-        }
-        Ok(KernelStreams { a, b })
-    }
-
-    fn stream(&mut self, end: End) -> &mut TcpStream {
-        match end {
-            End::A => &mut self.a,
-            End::B => &mut self.b,
-        }
-    }
-}
-
-impl Streams for KernelStreams {
-    fn send(&mut self, end: End, data: &[u8]) -> Result<usize, String> {
-        match self.stream(end).write(data) {
-            Ok(n) => Ok(n),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(0),
-            Err(e) => Err(format!("write on 127.0.0.1: {e}")),
-        }
-    }
-
-    fn recv(&mut self, end: End, buf: &mut [u8]) -> Result<Option<usize>, String> {
-        match self.stream(end).read(buf) {
-            Ok(0) if !buf.is_empty() => Err("the loopback stream ended".into()),
-            Ok(n) => Ok(Some(n)),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                Ok(None)
-            }
-            Err(e) => Err(format!("read on 127.0.0.1: {e}")),
-        }
-    }
-
-    /// The kernel does its work inside the system calls.
-    fn poll(&mut self, _end: End, _now: Instant) {}
-}
-
 /// One timed run of TCP bulk.
 #[derive(Clone, Copy, Debug)]
 pub struct BulkRun {
@@ -1465,13 +1362,15 @@ fn rr_stream_on<S: Streams>(
     })
 }
 
-/// One run of TCP bulk on `system` at IP MTU `mtu` (the kernel's loopback has its own),
-/// connection and all built afresh; with `check`, B compares every byte it reads.
+/// One run of TCP bulk on `system` at IP MTU `mtu` (the kernel's loopback has its own;
+/// the caller sets `veth`'s), connection and all built afresh; with `check`, B compares
+/// every byte it reads.
 fn tcp_bulk_checked(
     system: System,
     mtu: usize,
     millis: u64,
     check: bool,
+    veth: Option<&Veth>,
 ) -> Result<BulkRun, String> {
     let clock = RealClock::new();
     let stack = |tuning| StackStreams::connect(tuning, mtu, false, &clock);
@@ -1508,7 +1407,14 @@ fn tcp_bulk_checked(
             TCP_STALL,
         ),
         System::LinuxLoopback => bulk_on(
-            &mut KernelStreams::connect(false)?,
+            &mut KernelStreams::connect(KernelPath::Loopback, false)?,
+            &clock,
+            millis,
+            check,
+            TCP_STALL,
+        ),
+        System::LinuxVeth => bulk_on(
+            &mut KernelStreams::connect(kernel::veth_path(veth)?, false)?,
             &clock,
             millis,
             check,
@@ -1517,14 +1423,24 @@ fn tcp_bulk_checked(
     }
 }
 
-/// One run of TCP bulk on `system` at IP MTU `mtu`, built afresh.
-pub fn tcp_bulk(system: System, mtu: usize, millis: u64) -> Result<BulkRun, String> {
-    tcp_bulk_checked(system, mtu, millis, false)
+/// One run of TCP bulk on `system` at IP MTU `mtu`, built afresh (`veth`'s MTU set by
+/// the caller).
+pub fn tcp_bulk(
+    system: System,
+    mtu: usize,
+    millis: u64,
+    veth: Option<&Veth>,
+) -> Result<BulkRun, String> {
+    tcp_bulk_checked(system, mtu, millis, false, veth)
 }
 
-/// One run of TCP request/response on `system` (MTU 1500; loopback's own for the kernel),
-/// Nagle off at both ends, built afresh.
-pub fn tcp_request_response(system: System, millis: u64) -> Result<RrRun, String> {
+/// One run of TCP request/response on `system` (MTU 1500; loopback's own for the kernel;
+/// `veth`'s as the caller set it), Nagle off at both ends, built afresh.
+pub fn tcp_request_response(
+    system: System,
+    millis: u64,
+    veth: Option<&Veth>,
+) -> Result<RrRun, String> {
     let clock = RealClock::new();
     let stack = |tuning| StackStreams::connect(tuning, 1500, true, &clock);
     match system {
@@ -1547,7 +1463,13 @@ pub fn tcp_request_response(system: System, millis: u64) -> Result<RrRun, String
             RR_TIMEOUT_NS,
         ),
         System::LinuxLoopback => rr_stream_on(
-            &mut KernelStreams::connect(true)?,
+            &mut KernelStreams::connect(KernelPath::Loopback, true)?,
+            &clock,
+            millis,
+            RR_TIMEOUT_NS,
+        ),
+        System::LinuxVeth => rr_stream_on(
+            &mut KernelStreams::connect(kernel::veth_path(veth)?, true)?,
             &clock,
             millis,
             RR_TIMEOUT_NS,
@@ -1566,7 +1488,7 @@ pub struct Row {
     /// `tcp_bulk_1500`, `tcp_bulk_9000`, `tcp_bulk_65535`, `tcp_rr_64`.
     pub workload: String,
     /// `probestack_fast`, `probestack_bsd`, `probestack_zero_copy` (TCP bulk only),
-    /// `smoltcp`, `smoltcp_memlink`, `linux_loopback`.
+    /// `smoltcp`, `smoltcp_memlink`, `linux_loopback`, `linux_veth`.
     pub system: &'static str,
     /// The median over the runs.
     pub value: f64,
@@ -1586,7 +1508,8 @@ pub struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivered_fraction: Option<f64>,
     /// TCP bulk only: the IP MTU of the link measured (the loopback device's 65536 for the
-    /// kernel, whose bulk figure is reported once, under `tcp_bulk_65535`).
+    /// kernel on loopback, whose bulk figure is reported once, under `tcp_bulk_65535`; the
+    /// veth driver's largest for the kernel on the veth if the MTU asked is more).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link_mtu: Option<usize>,
     /// TCP bulk, probestack only: segments both ends retransmitted, summed over the
@@ -1715,7 +1638,7 @@ fn rounds<T>(
             match measure(system) {
                 Ok(x) if round > 0 => keep(&mut series[i], x),
                 Ok(_) => {}
-                Err(e) if system == System::LinuxLoopback => series[i].error = Some(e),
+                Err(e) if system.is_kernel() => series[i].error = Some(e),
                 Err(e) => return Err(format!("{}: {e}", system.name())),
             }
         }
@@ -1808,7 +1731,14 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
     let millis = settings.millis.max(1);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    let measure_all = |_: System| None;
+    // The kernel's veth pair, made once for the whole run, or why there is none.
+    let veth = Veth::new();
+    // Every system, but the veth's kernel when the veth could not be made.
+    let measure_all = |system: System| match &veth {
+        Err(why) if system == System::LinuxVeth => Some(why.clone()),
+        _ => None,
+    };
+    let veth_ok = veth.as_ref().ok();
 
     for size in ONE_WAY_SIZES {
         let name = format!("udp_one_way_{size}");
@@ -1816,7 +1746,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
             &SYSTEMS,
             runs,
             measure_all,
-            |system| one_way(system, size, millis),
+            |system| one_way(system, size, millis, veth_ok),
             |s, r| {
                 s.values.push(r.rate());
                 s.sent += r.sent;
@@ -1827,7 +1757,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         for (i, s) in series.iter_mut().enumerate() {
             if s.error.is_none() && s.values.iter().any(|v| *v <= 0.0) {
                 let e = "a run delivered no datagram intact".to_string();
-                if SYSTEMS[i] == System::LinuxLoopback {
+                if SYSTEMS[i].is_kernel() {
                     s.error = Some(e);
                 } else {
                     return Err(format!("{name}, {}: {e}", SYSTEMS[i].name()));
@@ -1851,7 +1781,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         runs,
         measure_all,
         |system| {
-            let mut rtts = request_response(system, RR_SIZE, millis)?;
+            let mut rtts = request_response(system, RR_SIZE, millis, veth_ok)?;
             rtts.sort_by(|a, b| a.total_cmp(b));
             Ok((system, quantile(&rtts, 0.5), quantile(&rtts, 0.99)))
         },
@@ -1892,18 +1822,23 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
     let largest = TCP_MTUS[TCP_MTUS.len() - 1];
     for mtu in TCP_MTUS {
         let name = format!("tcp_bulk_{mtu}");
+        // The veth's MTU for this table (the driver's largest if `mtu` is more).
+        let veth_mtu = veth
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|v| v.set_mtu(mtu));
         let mut series = rounds(
             &BULK_SYSTEMS,
             runs,
-            |system| {
-                (system == System::LinuxLoopback && mtu != largest).then(|| {
-                    format!(
-                        "the loopback device's MTU is fixed at {LOOPBACK_MTU}; the kernel's \
-                         TCP bulk is reported once, under tcp_bulk_{largest}"
-                    )
-                })
+            |system| match system {
+                System::LinuxLoopback if mtu != largest => Some(format!(
+                    "the loopback device's MTU is fixed at {LOOPBACK_MTU}; the kernel's \
+                     TCP bulk is reported once, under tcp_bulk_{largest}"
+                )),
+                System::LinuxVeth => veth_mtu.as_ref().err().cloned(),
+                _ => None,
             },
-            |system| tcp_bulk(system, mtu, millis),
+            |system| tcp_bulk(system, mtu, millis, veth_ok),
             |s, r| {
                 s.values.push(r.gbits());
                 if let Some(n) = r.retransmitted {
@@ -1920,14 +1855,25 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
             &mut series,
             Figure::Bulk(mtu),
         );
+        if let Ok(m) = veth_mtu {
+            kernel::note_veth_mtu(&mut rows, &format!("tcp_bulk_{mtu}"), m);
+        }
     }
 
     let name = format!("tcp_rr_{TCP_RR_SIZE}");
+    // The veth at the in-process stacks' MTU.
+    let veth_rr = veth
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|v| v.set_mtu(1500));
     let mut series = rounds(
         &SYSTEMS,
         runs,
-        measure_all,
-        |system| tcp_request_response(system, millis),
+        |system| match system {
+            System::LinuxVeth => veth_rr.as_ref().err().cloned(),
+            _ => None,
+        },
+        |system| tcp_request_response(system, millis, veth_ok),
         |s, r| s.values.push(r.rate()),
         |round| progress(&format!("{name}: round {round} of {runs}")),
     )?;
@@ -1946,7 +1892,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         millis_per_run: millis,
         burst: BURST,
         tcp_write: TCP_WRITE,
-        note: format!("{NOTE} {TCP_NOTE}"),
+        note: format!("{NOTE} {TCP_NOTE} {}", kernel::VETH_NOTE),
         skipped,
         rows,
     })
@@ -1959,12 +1905,20 @@ fn find<'r>(r: &'r Results, workload: &str, system: System) -> Option<&'r Row> {
 }
 
 fn skip_notes(t: &mut Table, r: &Results, workloads: &[&str]) {
-    for s in r
-        .skipped
-        .iter()
-        .filter(|s| workloads.contains(&s.workload.as_str()))
-    {
-        t.note(format!("{}: not measured: {}", s.system, s.reason));
+    let mut said: Vec<String> = Vec::new();
+    for (i, s) in r.skipped.iter().enumerate() {
+        if !workloads.contains(&s.workload.as_str()) {
+            continue;
+        }
+        let note = if kernel::veth_reason_given_above(&r.skipped[..i], s, workloads) {
+            format!("{}: not measured (as above)", s.system)
+        } else {
+            format!("{}: not measured: {}", s.system, s.reason)
+        };
+        if s.system != System::LinuxVeth.name() || !said.contains(&note) {
+            t.note(note.clone());
+            said.push(note);
+        }
     }
 }
 
@@ -2037,6 +1991,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
     ));
     skip_notes(&mut t, r, &[wm.as_str(), wp.as_str()]);
     t.note(NOTE);
+    t.note(kernel::VETH_NOTE);
     out.push(t);
 
     for mtu in TCP_MTUS {
@@ -2183,7 +2138,7 @@ mod tests {
                 if system == System::LinuxLoopback && once {
                     assert!(skipped, "{w}: the kernel is left out");
                 }
-                if system == System::LinuxLoopback && skipped {
+                if system.is_kernel() && skipped {
                     assert!(row.is_none(), "{w}: a skipped system has no row");
                     continue;
                 }
@@ -2203,7 +2158,13 @@ mod tests {
                     } else {
                         mtu.to_string()
                     };
-                    assert_eq!(row["link_mtu"].to_string(), want, "{w}");
+                    if system == System::LinuxVeth {
+                        // The asked MTU, or the veth driver's largest below it.
+                        let got = row["link_mtu"].as_u64().unwrap();
+                        assert!(got >= 1500 && got <= mtu.parse().unwrap(), "{w}: {got}");
+                    } else {
+                        assert_eq!(row["link_mtu"].to_string(), want, "{w}");
+                    }
                     let counted = row.get("retransmitted_segments").is_some();
                     let probestack = matches!(
                         system,
@@ -2213,15 +2174,29 @@ mod tests {
                 }
             }
         }
+        // Where namespaces can be made, the veth is measured in every workload.
+        if kernel::veth_unavailable().is_none() {
+            assert!(
+                r.skipped
+                    .iter()
+                    .all(|s| s.system != System::LinuxVeth.name()),
+                "{:?}",
+                r.skipped
+            );
+        }
         let printed = tables(&r);
         assert_eq!(printed.len(), ONE_WAY_SIZES.len() + 1 + TCP_MTUS.len() + 1);
     }
 
     /// Runs of TCP bulk on `system` at every MTU it is measured at, B checking every byte
-    /// it reads; `None` when the kernel cannot open a loopback connection here.
+    /// it reads; `None` when the kernel cannot open a loopback connection here. The veth
+    /// has its own test (kernel.rs), which needs root.
     fn checked_bulk(system: System) -> Vec<(usize, Option<BulkRun>)> {
+        if system == System::LinuxVeth {
+            return Vec::new();
+        }
         if system == System::LinuxLoopback {
-            let run = match KernelStreams::connect(false) {
+            let run = match KernelStreams::connect(KernelPath::Loopback, false) {
                 Ok(mut s) => Some(bulk_on(&mut s, &RealClock::new(), 3, true, TCP_STALL).unwrap()),
                 Err(e) => {
                     eprintln!("no loopback TCP here: {e}");
@@ -2232,7 +2207,10 @@ mod tests {
         }
         TCP_MTUS
             .iter()
-            .map(|&mtu| (mtu, Some(tcp_bulk_checked(system, mtu, 3, true).unwrap())))
+            .map(|&mtu| {
+                let run = tcp_bulk_checked(system, mtu, 3, true, None).unwrap();
+                (mtu, Some(run))
+            })
             .collect()
     }
 
@@ -2247,19 +2225,24 @@ mod tests {
                     assert!(run.gbits() > 0.0, "{} at MTU {mtu}", system.name());
                 }
             }
+            if system == System::LinuxVeth {
+                continue;
+            }
             if system == System::ProbestackZeroCopy {
                 assert_eq!(
-                    tcp_request_response(system, 3).unwrap_err(),
+                    tcp_request_response(system, 3, None).unwrap_err(),
                     BULK_ONLY,
                     "bulk only"
                 );
                 continue;
             }
             // Every response is compared with its request inside the run.
-            if system == System::LinuxLoopback && KernelStreams::connect(true).is_err() {
+            if system == System::LinuxLoopback
+                && KernelStreams::connect(KernelPath::Loopback, true).is_err()
+            {
                 continue;
             }
-            let rr = tcp_request_response(system, 3).unwrap();
+            let rr = tcp_request_response(system, 3, None).unwrap();
             assert!(rr.transactions > 0, "{}", system.name());
         }
     }
@@ -2381,12 +2364,12 @@ mod tests {
     fn peers_in_process_datagrams_arrive_intact() {
         for system in IN_PROCESS {
             for size in ONE_WAY_SIZES {
-                let run = one_way(system, size, 5).unwrap();
+                let run = one_way(system, size, 5, None).unwrap();
                 assert!(run.sent > 0, "{}", system.name());
                 assert_eq!(run.intact, run.sent, "{} at {size} bytes", system.name());
             }
             // Every reply is compared with its request inside the run.
-            let rtts = request_response(system, RR_SIZE, 5).unwrap();
+            let rtts = request_response(system, RR_SIZE, 5, None).unwrap();
             assert!(rtts.iter().all(|x| *x > 0.0), "{}", system.name());
         }
     }
