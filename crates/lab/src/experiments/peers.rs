@@ -407,15 +407,19 @@ impl Device for Port<'_> {
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
-        // Checksum capabilities stay at the default: smoltcp computes every checksum on
-        // send and verifies it on receive.
-        let mut caps = DeviceCapabilities::default();
-        caps.medium = Medium::Ethernet;
-        caps.max_transmission_unit = self.ethernet_mtu;
-        // `max_burst_size` stays `None`: smoltcp does not clamp the TCP window it
-        // advertises to a burst of frames.
-        caps
+        smol_caps(self.ethernet_mtu)
     }
+}
+
+/// What every smoltcp device here reports: Ethernet frames of up to `ethernet_mtu` bytes.
+/// Checksum capabilities stay at the default: smoltcp computes every checksum on send
+/// and verifies it on receive. `max_burst_size` stays `None`: smoltcp does not clamp the
+/// TCP window it advertises to a burst of frames.
+fn smol_caps(ethernet_mtu: usize) -> DeviceCapabilities {
+    let mut caps = DeviceCapabilities::default();
+    caps.medium = Medium::Ethernet;
+    caps.max_transmission_unit = ethernet_mtu;
+    caps
 }
 
 /// Two smoltcp interfaces on a wire, a UDP socket on each.

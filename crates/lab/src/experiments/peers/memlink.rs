@@ -20,9 +20,9 @@ use probestack::driver::{
 use probestack::probe::Ledger;
 use probestack::sim::HostConfig;
 use probestack::time::Instant;
-use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
+use smoltcp::phy::{Device, DeviceCapabilities, RxToken, TxToken};
 
-use super::{End, SmolWire, ETHERNET_HEADER};
+use super::{smol_caps, End, SmolWire, ETHERNET_HEADER};
 
 /// Two memory NICs joined by a memory link, as smoltcp devices.
 pub(super) struct NicWire {
@@ -221,11 +221,8 @@ impl Device for NicPort<'_> {
 
     fn capabilities(&self) -> DeviceCapabilities {
         // As on the queue link: smoltcp computes and verifies every checksum itself (it
-        // has no use for the NIC's CRC), and does not clamp its window to a burst.
-        let mut caps = DeviceCapabilities::default();
-        caps.medium = Medium::Ethernet;
-        caps.max_transmission_unit = self.ethernet_mtu;
-        caps
+        // has no use for the NIC's CRC).
+        smol_caps(self.ethernet_mtu)
     }
 }
 
