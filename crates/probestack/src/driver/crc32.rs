@@ -397,20 +397,23 @@ mod x86 {
             acc = fold(acc, load(b), k128);
         }
         // `acc` and then `rest`, at most SHORT_BLOCKS blocks: all onto the last at once.
-        let key = |d: usize| {
-            let pair = &FOLD_BLOCKS[d - 1];
+        // The block d blocks before the last takes the keys at index d − 1: `acc` the
+        // farthest, the middle blocks nearer and nearer.
+        let key = |pair: &[i64; 2]| {
             // SAFETY: `pair` is 16 readable bytes; the load has no alignment requirement.
             unsafe { _mm_loadu_si128(pair.as_ptr().cast()) }
         };
-        let x = match rest.split_last() {
-            Some((last, middle)) => {
-                let mut x = fold(acc, load(last), key(rest.len()));
-                for (i, b) in middle.iter().enumerate() {
-                    x = fold(load(b), x, key(rest.len() - 1 - i));
+        // (`rest` has at most SHORT_BLOCKS blocks, so there are keys for all of it.)
+        let keys = FOLD_BLOCKS.get(..rest.len()).and_then(|k| k.split_last());
+        let x = match (rest.split_last(), keys) {
+            (Some((last, middle)), Some((farthest, nearer))) => {
+                let mut x = fold(acc, load(last), key(farthest));
+                for (b, k) in middle.iter().zip(nearer.iter().rev()) {
+                    x = fold(load(b), x, key(k));
                 }
                 x
             }
-            None => acc,
+            _ => acc,
         };
         finish(x, &[], data)
     }
