@@ -68,6 +68,7 @@ use kernel::{KernelPath, KernelPeers, KernelStreams, Veth};
 mod kernel;
 use crate::table::Table;
 
+mod devices;
 mod memlink;
 
 use memlink::NicWire;
@@ -1542,6 +1543,8 @@ pub struct Results {
     pub note: String,
     pub skipped: Vec<Skipped>,
     pub rows: Vec<Row>,
+    /// The two devices under the in-process rows alone: ns per frame from A to B.
+    pub devices: Vec<devices::DeviceRow>,
 }
 
 pub const NOTE: &str = "probestack and smoltcp run both hosts in this process on one thread \
@@ -1778,6 +1781,9 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         );
     }
 
+    progress("devices alone");
+    let devices = devices::measure(runs, millis)?;
+
     let name = format!("udp_rr_{RR_SIZE}");
     let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); SYSTEMS.len()];
     let mut medians = rounds(
@@ -1899,6 +1905,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         note: format!("{NOTE} {TCP_NOTE} {}", kernel::VETH_NOTE),
         skipped,
         rows,
+        devices,
     })
 }
 
@@ -1963,6 +1970,31 @@ pub fn tables(r: &Results) -> Vec<Table> {
         }
         t.note(rounds_note.clone());
         skip_notes(&mut t, r, &[w.as_str()]);
+        out.push(t);
+    }
+    if !r.devices.is_empty() {
+        let mut t = Table::new(
+            format!(
+                "The devices alone: one {}-byte frame (a 64-byte UDP datagram's) from A to B, \
+                 bursts of {}, no stack",
+                devices::FRAME_BYTES,
+                r.burst
+            ),
+            &["device", "ns/frame", "runs (ns)"],
+        );
+        for (d, kind) in r.devices.iter().zip(devices::DeviceKind::ALL) {
+            t.row(vec![
+                kind.label().to_string(),
+                format!("{:.0}", d.ns_per_frame),
+                format!("{:.0}-{:.0}", d.run_min, d.run_max),
+            ]);
+        }
+        t.note(
+            "through smoltcp's device interface, as the smoltcp rows use it: A writes the frame \
+             into a transmit token, B reads it from a receive token; the memory NIC computes \
+             and checks a CRC-32 and moves the frame through its ring, wire and receive \
+             queue, the frame queue moves it through a VecDeque",
+        );
         out.push(t);
     }
     let wm = format!("udp_rr_{RR_SIZE}_median");
@@ -2189,7 +2221,9 @@ mod tests {
             );
         }
         let printed = tables(&r);
-        assert_eq!(printed.len(), ONE_WAY_SIZES.len() + 1 + TCP_MTUS.len() + 1);
+        assert_eq!(printed.len(), ONE_WAY_SIZES.len() + 2 + TCP_MTUS.len() + 1);
+        let devices: Vec<&str> = r.devices.iter().map(|d| d.device).collect();
+        assert_eq!(devices, ["frame_queue", "memory_nic"]);
     }
 
     /// Runs of TCP bulk on `system` at every MTU it is measured at, B checking every byte

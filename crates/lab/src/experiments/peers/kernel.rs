@@ -544,6 +544,7 @@ mod tests {
             note: String::new(),
             skipped,
             rows: Vec::new(),
+            devices: Vec::new(),
         };
         let printed = tables(&r);
         let notes: Vec<&String> = printed.iter().flat_map(|t| t.notes.iter()).collect();

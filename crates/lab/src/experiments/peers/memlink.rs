@@ -60,7 +60,7 @@ impl NicWire {
     }
 
     /// A link between NICs configured as `a` and `b`.
-    fn with_nics(a: NicConfig, b: NicConfig) -> Result<NicWire, String> {
+    pub(super) fn with_nics(a: NicConfig, b: NicConfig) -> Result<NicWire, String> {
         let ip_mtu = a.mtu.min(b.mtu);
         let (a, b) = MemoryLink::pair(a, b).map_err(|e| format!("memory link: {e:?}"))?;
         let end = |nic: MemoryNic| {
