@@ -5,6 +5,9 @@ use std::fmt;
 
 use super::{BufError, ExtBuf};
 
+/// The largest block a buffer has: its window's ends are 32-bit.
+const MAX_BLOCK: usize = u32::MAX as usize;
+
 /// The origin of a buffer no pool counts (made by [`PacketBuf::new`], or detached).
 pub(super) const NO_POOL: u64 = 0;
 
@@ -18,9 +21,11 @@ pub(super) const NO_POOL: u64 = 0;
 /// It is deliberately not `Clone`: one owner for each block, so a pool never gets the same
 /// block back twice.
 pub struct PacketBuf {
+    /// At most `u32::MAX` bytes (checked where a block is made), so that the window's ends
+    /// fit in 32 bits each.
     block: Box<[u8]>,
-    start: usize,
-    end: usize,
+    start: u32,
+    end: u32,
     /// The id of the pool that handed the block out and counts it as outstanding, or
     /// [`NO_POOL`].
     origin: u64,
@@ -29,8 +34,13 @@ pub struct PacketBuf {
     /// External data that follows the window, in order: the payload of a zero-copy send
     /// (memory the application loaned), as the page fragments of Linux's `sk_buff` follow
     /// its linear part. The window holds the headers the layers prepend; the fragments
-    /// are never copied by the stack. Empty for almost every buffer.
-    frags: Vec<ExtBuf>,
+    /// are never copied by the stack. `None` for almost every buffer, and never an empty
+    /// list: boxed, so that a buffer without fragments, which every layer moves several
+    /// times per packet, carries one word for them rather than a `Vec`'s three.
+    // The box is the point (one word in every buffer; the extra allocation is paid only
+    // by the rare buffer with fragments), not an accident.
+    #[allow(clippy::box_collection)]
+    frags: Option<Box<Vec<ExtBuf>>>,
 }
 
 /// What a frame on its way out leaves for the device to finish: Linux keeps the same two
@@ -57,15 +67,22 @@ impl PacketBuf {
             .and_then(|n| n.checked_add(tailroom))
             .ok_or(BufError::TooLarge {
                 need: usize::MAX,
-                max: isize::MAX as usize,
+                max: MAX_BLOCK,
             })?;
+        if capacity > MAX_BLOCK {
+            return Err(BufError::TooLarge {
+                need: capacity,
+                max: MAX_BLOCK,
+            });
+        }
         Ok(PacketBuf {
             block: zeroed_block(capacity)?,
-            start: headroom,
-            end: headroom + len,
+            // Both at most `capacity`, which fits.
+            start: headroom as u32,
+            end: (headroom + len) as u32,
             origin: NO_POOL,
             tx_offload: TxOffload::default(),
-            frags: Vec::new(),
+            frags: None,
         })
     }
 
@@ -80,19 +97,19 @@ impl PacketBuf {
     /// The bytes in the window.
     #[inline]
     pub fn data(&self) -> &[u8] {
-        &self.block[self.start..self.end]
+        &self.block[self.start as usize..self.end as usize]
     }
 
     /// The bytes in the window, to write.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.block[self.start..self.end]
+        &mut self.block[self.start as usize..self.end as usize]
     }
 
     /// The number of bytes in the window.
     #[inline]
     pub fn len(&self) -> usize {
-        self.end - self.start
+        (self.end - self.start) as usize
     }
 
     #[inline]
@@ -103,13 +120,13 @@ impl PacketBuf {
     /// Bytes free in front of the window.
     #[inline]
     pub fn headroom(&self) -> usize {
-        self.start
+        self.start as usize
     }
 
     /// Bytes free behind the window.
     #[inline]
     pub fn tailroom(&self) -> usize {
-        self.block.len() - self.end
+        self.block.len() - self.end as usize
     }
 
     /// The size of the whole block.
@@ -123,14 +140,16 @@ impl PacketBuf {
     /// writes all of them.
     #[inline]
     pub fn prepend(&mut self, n: usize) -> Result<&mut [u8], BufError> {
-        if n > self.start {
+        let start = self.start as usize;
+        if n > start {
             return Err(BufError::NoHeadroom {
                 need: n,
-                have: self.start,
+                have: start,
             });
         }
-        self.start -= n;
-        Ok(&mut self.block[self.start..self.start + n])
+        // `n` is at most `start`, which fits.
+        self.start -= n as u32;
+        Ok(&mut self.block[start - n..start])
     }
 
     /// Prepends a copy of `bytes`.
@@ -148,9 +167,10 @@ impl PacketBuf {
         if n > have {
             return Err(BufError::NoTailroom { need: n, have });
         }
-        let old_end = self.end;
-        self.end += n;
-        Ok(&mut self.block[old_end..self.end])
+        let old_end = self.end as usize;
+        // `n` is at most the tailroom: the new end is within the block, which fits.
+        self.end += n as u32;
+        Ok(&mut self.block[old_end..old_end + n])
     }
 
     /// Appends a copy of `bytes`.
@@ -167,7 +187,8 @@ impl PacketBuf {
         if n > have {
             return Err(BufError::TooShort { need: n, have });
         }
-        self.start += n;
+        // `n` is at most the window's length, which fits.
+        self.start += n as u32;
         Ok(())
     }
 
@@ -179,7 +200,7 @@ impl PacketBuf {
         if n > have {
             return Err(BufError::TooShort { need: n, have });
         }
-        self.end -= n;
+        self.end -= n as u32;
         Ok(())
     }
 
@@ -202,10 +223,11 @@ impl PacketBuf {
                 max: self.block.len(),
             });
         }
-        self.start = headroom;
-        self.end = headroom;
+        // At most the block's length, which fits.
+        self.start = headroom as u32;
+        self.end = headroom as u32;
         self.tx_offload = TxOffload::default();
-        self.frags.clear();
+        self.frags = None;
         Ok(())
     }
 
@@ -213,31 +235,31 @@ impl PacketBuf {
     /// without copying it. Empty data is not kept.
     pub fn push_frag(&mut self, frag: ExtBuf) {
         if !frag.is_empty() {
-            self.frags.push(frag);
+            self.frags.get_or_insert_with(Box::default).push(frag);
         }
     }
 
     /// The external data after the window, in order.
     #[inline]
     pub fn frags(&self) -> &[ExtBuf] {
-        &self.frags
+        self.frags.as_deref().map_or(&[], Vec::as_slice)
     }
 
     /// Whether external data follows the window.
     #[inline]
     pub fn has_frags(&self) -> bool {
-        !self.frags.is_empty()
+        self.frags.is_some()
     }
 
     /// Takes the external data off the buffer.
     pub fn take_frags(&mut self) -> Vec<ExtBuf> {
-        std::mem::take(&mut self.frags)
+        self.frags.take().map_or_else(Vec::new, |f| *f)
     }
 
     /// The bytes the buffer stands for: the window and the fragments after it.
     #[inline]
     pub fn total_len(&self) -> usize {
-        self.len() + self.frags.iter().map(ExtBuf::len).sum::<usize>()
+        self.len() + self.frags().iter().map(ExtBuf::len).sum::<usize>()
     }
 
     /// Copies the window and then each fragment into `dst`, which must be
@@ -253,7 +275,7 @@ impl PacketBuf {
         }
         let (head, mut rest) = dst.split_at_mut(self.len());
         head.copy_from_slice(self.data());
-        for f in &self.frags {
+        for f in self.frags() {
             let (piece, tail) = rest.split_at_mut(f.len());
             piece.copy_from_slice(f);
             rest = tail;
@@ -271,7 +293,7 @@ impl PacketBuf {
                 have: self.tailroom(),
             });
         }
-        for f in std::mem::take(&mut self.frags) {
+        for f in self.take_frags() {
             self.extend_from_slice(&f)?;
         }
         Ok(())
@@ -281,21 +303,21 @@ impl PacketBuf {
     /// caller (the pool) guarantees `start <= end <= block.len()`.
     #[inline]
     pub(super) fn from_block(block: Box<[u8]>, start: usize, end: usize, origin: u64) -> Self {
-        debug_assert!(start <= end && end <= block.len());
+        debug_assert!(start <= end && end <= block.len() && block.len() <= MAX_BLOCK);
         PacketBuf {
             block,
-            start,
-            end,
+            start: start as u32,
+            end: end as u32,
             origin,
             tx_offload: TxOffload::default(),
-            frags: Vec::new(),
+            frags: None,
         }
     }
 
     /// The block and the window, giving up the buffer.
     #[inline]
     pub(super) fn into_parts(self) -> (Box<[u8]>, usize, usize) {
-        (self.block, self.start, self.end)
+        (self.block, self.start as usize, self.end as usize)
     }
 
     #[inline]
@@ -343,10 +365,13 @@ impl fmt::Debug for PacketBuf {
             .field("len", &self.len())
             .field("tailroom", &self.tailroom())
             .field("pooled", &(self.origin != NO_POOL))
-            .field("frags", &self.frags.len())
+            .field("frags", &self.frags().len())
             .finish()
     }
 }
+
+// Moved several times per packet by every layer: keep it small.
+const _: () = assert!(std::mem::size_of::<PacketBuf>() <= 48);
 
 #[cfg(test)]
 mod tests {
@@ -491,9 +516,14 @@ mod tests {
             PacketBuf::new(1, usize::MAX, 1),
             Err(BufError::TooLarge { .. })
         ));
+        // Blocks are at most 4 GiB − 1 (the window's ends are 32-bit).
         assert!(matches!(
             PacketBuf::new(usize::MAX, 0, 0),
-            Err(BufError::OutOfMemory { .. })
+            Err(BufError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            PacketBuf::new(MAX_BLOCK, 0, 1),
+            Err(BufError::TooLarge { need, max }) if need == MAX_BLOCK + 1 && max == MAX_BLOCK
         ));
     }
 
