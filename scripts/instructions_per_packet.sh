@@ -16,7 +16,7 @@ else
 fi
 # shellcheck disable=SC2086
 CARGO_TARGET_DIR=$target cargo build -q --release -p probestack $features \
-    --example udp_burst --example udp_rr --example tcp_rr --example tcp_bulk
+    --example udp_burst --example udp_rr --example tcp_rr --example tcp_bulk --example nic_frames
 bin=$target/release/examples
 ir() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,; }
 segments() { "$@" | sed -n 's/.*, \([0-9]*\) segments.*/\1/p'; }
@@ -30,3 +30,5 @@ echo "tcp_rr, 64-byte request/response:      $(( (a - b) / 10000 )) per transact
 s1=$(segments $bin/tcp_bulk 64 1500); s0=$(segments $bin/tcp_bulk 32 1500)
 a=$(ir $bin/tcp_bulk 64 1500); b=$(ir $bin/tcp_bulk 32 1500)
 echo "tcp_bulk, MTU 1500:                    $(( (a - b) / (s1 - s0) )) per segment"
+a=$(ir $bin/nic_frames 106 20000); b=$(ir $bin/nic_frames 106 10000)
+echo "nic_frames, 106-byte frames, no stack:  $(( (a - b) / (10000 * 32) )) per frame"
