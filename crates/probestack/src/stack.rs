@@ -416,9 +416,11 @@ impl Stack {
         }
         self.tcp_flush_deferred();
         self.tcp_unblock();
-        self.run_timers(now);
+        // The timers' walk of the connections also finds their earliest deadline, so
+        // the deadline returned needs no second walk (it equals `next_deadline()`).
+        let tcp_deadline = self.run_timers(now);
         let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Timer);
-        self.next_deadline()
+        self.deadline_given_tcp(tcp_deadline)
     }
 
     /// After a notification, takes up to a batch of frames and runs each up the stack.
@@ -453,7 +455,9 @@ impl Stack {
         self.rx_batch = Some(batch);
     }
 
-    fn run_timers(&mut self, now: Instant) {
+    /// Runs the timers that are due; returns the earliest TCP timer left afterwards
+    /// (what `TcpSockets::next_deadline` would then say).
+    fn run_timers(&mut self, now: Instant) -> Option<Instant> {
         for i in 0..self.ifaces.len() {
             if !self.ifaces[i].arp.may_be_due(now) {
                 continue;
@@ -470,7 +474,7 @@ impl Stack {
                 self.send_arp_request(i, ip, now);
             }
         }
-        self.tcp_timers(now);
+        let tcp_deadline = self.tcp_timers(now);
         let expired = if self.reassembler.is_idle() {
             Vec::new()
         } else {
@@ -484,11 +488,18 @@ impl Stack {
                 self.icmp_time_exceeded_reassembly(&first, now);
             }
         }
+        tcp_deadline
     }
 
     /// When the stack next needs a poll, as things stand (what [`poll`](Self::poll)
     /// returned, brought up to date with anything that arrived since).
     pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadline_given_tcp(self.tcp.next_deadline())
+    }
+
+    /// [`next_deadline`](Self::next_deadline) with the connections' earliest timer
+    /// already known (`tcp_deadline`), as the poll's timer walk finds it.
+    fn deadline_given_tcp(&self, tcp_deadline: Option<Instant>) -> Option<Instant> {
         let mut d: Option<Instant> = None;
         let mut take = |t: Option<Instant>| {
             if let Some(t) = t {
@@ -500,7 +511,7 @@ impl Stack {
             take(i.arp.next_deadline());
         }
         take(self.reassembler.next_deadline());
-        take(self.tcp.next_deadline());
+        take(tcp_deadline);
         if !self.loopback.is_empty() || self.ifaces.iter().any(|i| i.rx_more) {
             take(Some(self.now));
         }

@@ -919,16 +919,29 @@ impl Stack {
         }
     }
 
-    /// Runs the connections' timers that are due, then their output.
-    pub(crate) fn tcp_timers(&mut self, now: Instant) {
+    /// Runs the connections' timers that are due, then their output; returns the
+    /// earliest timer of any connection afterwards (what `TcpSockets::next_deadline`
+    /// then returns), found on the same walk, for the poll's deadline.
+    pub(crate) fn tcp_timers(&mut self, now: Instant) -> Option<Instant> {
+        let mut earliest: Option<Instant> = None;
+        let mut note = |d: Option<Instant>| {
+            if let Some(d) = d {
+                earliest = Some(earliest.map_or(d, |e| e.min(d)));
+            }
+        };
         // Slots are visited by index: a timer's output may free its own slot, never add
-        // one (a connection is only created by a SYN or the application).
+        // one (a connection is only created by a SYN or the application), and changes
+        // no other connection's timers, so a deadline noted stays true.
         for i in 0..self.tcp.slot_count() {
             let Some(c) = self.tcp.conn_mut(i) else {
                 continue;
             };
-            if c.next_deadline().is_none_or(|d| d > now) {
-                continue;
+            match c.next_deadline() {
+                Some(d) if d <= now => {}
+                later => {
+                    note(later);
+                    continue;
+                }
             }
             let rst = {
                 let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Timer);
@@ -940,6 +953,8 @@ impl Stack {
             }
             self.tcp_output(i);
             self.tcp_reap(i);
+            note(self.tcp.conn_mut(i).and_then(|c| c.next_deadline()));
         }
+        earliest
     }
 }
