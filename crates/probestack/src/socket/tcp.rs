@@ -570,6 +570,12 @@ impl Stack {
                     .counters()
                     .add(Counter::TcpZeroCopyRxOddBytes, n as u64);
             }
+            // A read that opened no window worth announcing (the usual one) leaves
+            // nothing to send: TCP output's idle answer, from the connection in hand.
+            if c.output_idle() {
+                self.ledger.counters().inc(Counter::TcpOutputIdle);
+                return Ok(n);
+            }
             n
         };
         self.tcp_output(h.index);

@@ -319,14 +319,28 @@ impl Stack {
     }
 
     /// The end of a receive batch: output for the connections input marked.
+    #[inline]
     pub(crate) fn tcp_flush_deferred(&mut self) {
-        if self.tcp.deferred.is_empty() {
-            return;
+        if !self.tcp.deferred.is_empty() {
+            self.tcp_flush_deferred_now();
         }
+    }
+
+    fn tcp_flush_deferred_now(&mut self) {
         // Output never leads back into input (a datagram to ourselves waits in the
         // loopback queue), so nothing is deferred meanwhile; the vector is kept for reuse.
         let mut deferred = std::mem::take(&mut self.tcp.deferred);
         for &i in &deferred {
+            // The usual case after input, a connection with nothing to send, is answered
+            // here from the one lookup: it sends nothing, and one not CLOSED is not reaped.
+            if self
+                .tcp
+                .conn_mut(i)
+                .is_some_and(|c| !c.is_closed() && c.output_idle())
+            {
+                self.ledger.counters().inc(Counter::TcpOutputIdle);
+                continue;
+            }
             self.tcp_output(i);
             self.tcp_reap(i);
         }
@@ -608,16 +622,23 @@ impl Stack {
     /// connection with nothing to send ([`Connection::output_idle`], the usual case after
     /// a read or after input that only started the delayed-ACK timer) returns at once,
     /// before the route lookup.
+    #[inline]
     pub(crate) fn tcp_output(&mut self, index: usize) {
-        let now = self.now;
-        let remote = match self.tcp.conn_mut(index) {
+        match self.tcp.conn_mut(index) {
             Some(c) if c.output_idle() => {
                 // Nothing to send: no route lookup, no segment decision.
                 self.ledger.counters().inc(Counter::TcpOutputIdle);
-                return;
             }
-            Some(c) => c.remote.0,
-            None => return,
+            Some(_) => self.tcp_output_segments(index),
+            None => {}
+        }
+    }
+
+    /// [`tcp_output`](Self::tcp_output) for a connection that may have something to send.
+    fn tcp_output_segments(&mut self, index: usize) {
+        let now = self.now;
+        let Some(remote) = self.tcp.conn_mut(index).map(|c| c.remote.0) else {
+            return;
         };
         let iface = if self.is_own_address(remote) {
             None
