@@ -415,7 +415,9 @@ impl Stack {
             });
         }
         self.tcp_flush_deferred();
-        self.tcp_unblock();
+        if !self.tcp.blocked.is_empty() {
+            self.tcp_unblock();
+        }
         // The timers' walk of the connections also finds their earliest deadline, so
         // the deadline returned needs no second walk (it equals `next_deadline()`).
         let tcp_deadline = self.run_timers(now);
@@ -500,24 +502,17 @@ impl Stack {
     /// [`next_deadline`](Self::next_deadline) with the connections' earliest timer
     /// already known (`tcp_deadline`), as the poll's timer walk finds it.
     fn deadline_given_tcp(&self, tcp_deadline: Option<Instant>) -> Option<Instant> {
-        let mut d: Option<Instant> = None;
-        let mut take = |t: Option<Instant>| {
-            if let Some(t) = t {
-                d = Some(d.map_or(t, |x: Instant| x.min(t)));
-            }
-        };
+        let mut d = earlier(tcp_deadline, self.reassembler.next_deadline());
         for i in &self.ifaces {
-            take(i.device.next_deadline());
-            take(i.arp.next_deadline());
+            d = earlier(d, i.device.next_deadline());
+            d = earlier(d, i.arp.next_deadline());
         }
-        take(self.reassembler.next_deadline());
-        take(tcp_deadline);
         if !self.loopback.is_empty() || self.ifaces.iter().any(|i| i.rx_more) {
-            take(Some(self.now));
+            d = earlier(d, Some(self.now));
         }
         if !self.tcp.blocked.is_empty() && self.ifaces.iter().any(|i| i.device.tx_ready()) {
             // A connection waits for a device that has room again.
-            take(Some(self.now));
+            d = earlier(d, Some(self.now));
         }
         d
     }
@@ -563,6 +558,16 @@ impl Stack {
     }
 }
 
+/// The earlier of two deadlines, either of which may be absent.
+#[inline]
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -581,6 +586,21 @@ mod tests {
         assert!(!m.try_reserve(usize::MAX));
         m.release(usize::MAX);
         assert_eq!(m.reserved, 0);
+    }
+
+    #[test]
+    fn earlier_is_the_minimum_of_the_deadlines_present() {
+        let (t1, t2) = (Instant::from_millis(1), Instant::from_millis(2));
+        for (a, b, want) in [
+            (None, None, None),
+            (Some(t1), None, Some(t1)),
+            (None, Some(t2), Some(t2)),
+            (Some(t2), Some(t1), Some(t1)),
+            (Some(t1), Some(t2), Some(t1)),
+            (Some(t1), Some(t1), Some(t1)),
+        ] {
+            assert_eq!(earlier(a, b), want, "{a:?} {b:?}");
+        }
     }
 
     #[test]
