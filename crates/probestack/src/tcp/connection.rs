@@ -1479,6 +1479,7 @@ impl Connection {
     }
 
     /// In-order data with nothing queued out of order: into the receive buffer.
+    #[inline]
     fn accept_in_order(&mut self, data: &[u8], data_in_rx: bool, ledger: &Ledger) {
         let _p = ledger.probe(Layer::Socket, Side::Receive, Op::SocketCopy);
         if !data_in_rx {

@@ -131,6 +131,7 @@ impl RttEstimator {
 
     /// The current retransmission timeout: the RFC 6298 value doubled once per
     /// consecutive [`back_off`](Self::back_off), held to `[min, max]`.
+    #[inline]
     pub fn rto(&self) -> Duration {
         let base = self.base_rto_ns();
         let factor = 2u64.checked_pow(self.backoff).unwrap_or(u64::MAX);
