@@ -255,6 +255,28 @@ impl TcpSockets {
         })
     }
 
+    /// Whether any connection has a timer due at `now`, and the earliest timer of the
+    /// connections that have none due (all of them when the answer is no: then it is
+    /// [`next_deadline`](Self::next_deadline)).
+    pub fn timers_due(&self, now: Instant) -> (bool, Option<Instant>) {
+        let mut due = false;
+        let mut earliest: Option<Instant> = None;
+        for s in &self.slots {
+            if let Some(TcpSocket {
+                kind: Kind::Stream(c),
+                ..
+            }) = &s.socket
+            {
+                match c.next_deadline() {
+                    Some(d) if d <= now => due = true,
+                    Some(d) => earliest = Some(earliest.map_or(d, |e| e.min(d))),
+                    None => {}
+                }
+            }
+        }
+        (due, earliest)
+    }
+
     /// The earliest timer of any connection.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.slots

@@ -944,6 +944,12 @@ impl Stack {
     /// earliest timer of any connection afterwards (what `TcpSockets::next_deadline`
     /// then returns), found on the same walk, for the poll's deadline.
     pub(crate) fn tcp_timers(&mut self, now: Instant) -> Option<Instant> {
+        // Usually no timer is due: a pass that only reads says so and finds the earliest,
+        // and the walk below, which looks each slot up again, is left out.
+        let (due, earliest) = self.tcp.timers_due(now);
+        if !due {
+            return earliest;
+        }
         let mut earliest: Option<Instant> = None;
         let mut note = |d: Option<Instant>| {
             if let Some(d) = d {
