@@ -112,12 +112,14 @@ impl Stack {
                 return self.free(Layer::Tcp, Side::Receive, datagram);
             }
         };
-        let parsed = {
+        let mut parsed = {
             let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
             tcp_wire::Packet::new_checked(bytes)
                 .and_then(|p| TcpRepr::parse(&p, ip.src, ip.dst, Checksum::Skip))
         };
-        let Ok(mut seg) = parsed else {
+        // The segment is used where the parse left it (moving the large `TcpRepr` out of
+        // the `Result` is a copy of every field).
+        let Ok(seg) = &mut parsed else {
             self.ledger.counters().inc(Counter::TcpDropMalformed);
             return self.free(Layer::Tcp, Side::Receive, datagram);
         };
@@ -256,7 +258,7 @@ impl Stack {
         let hp = self.tuning.header_prediction;
         let Some(index) = found else {
             self.ledger.counters().inc(Counter::TcpDropNoSocket);
-            if let Some(rst) = RstReply::for_segment(&seg) {
+            if let Some(rst) = RstReply::for_segment(seg) {
                 self.tcp_send_rst((ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
             }
             return self.free(Layer::Tcp, Side::Receive, datagram);
@@ -268,7 +270,7 @@ impl Stack {
                 ..
             }) => {
                 let was = c.state();
-                let reply = c.input(&seg, data_in_rx, hp, &self.ledger, now);
+                let reply = c.input(seg, data_in_rx, hp, &self.ledger, now);
                 c.rx.unstage();
                 let is = c.state();
                 let endpoints = (c.local, c.remote);
@@ -283,11 +285,11 @@ impl Stack {
                 let cookie_ack =
                     matches!(seg.control, Control::None | Control::Fin) && seg.ack_number.is_some();
                 if syn {
-                    self.tcp_listener_syn(index, ip, &seg, now);
-                } else if cookie_ack && self.tcp_listener_cookie_ack(index, ip, &seg, now) {
+                    self.tcp_listener_syn(index, ip, seg, now);
+                } else if cookie_ack && self.tcp_listener_cookie_ack(index, ip, seg, now) {
                     // A connection made from a cookie, or a cookie ACK dropped for want of
                     // room: either way, nothing more to do for this segment.
-                } else if let Some(rst) = RstReply::for_segment(&seg) {
+                } else if let Some(rst) = RstReply::for_segment(seg) {
                     // RFC 9293 §3.10.7.2: an ACK to a listener draws a RST; a RST is
                     // ignored; anything else is dropped.
                     if seg.ack_number.is_some() {
