@@ -664,10 +664,11 @@ impl Stack {
                 let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
                 c.next_segment(now, tso_max)
             };
-            let Some(out) = out else {
+            // Used where `next_segment` left it, not moved out of the `Option`.
+            let Some(out) = &out else {
                 return;
             };
-            if self.tcp_send_segment(index, &out, csum_offload).is_err() {
+            if self.tcp_send_segment(index, out, csum_offload).is_err() {
                 return;
             }
             // Usually the segment just sent was all there was: stop without asking the
