@@ -531,7 +531,11 @@ impl Stack {
             let _p = self
                 .ledger
                 .probe(Layer::Socket, Side::Send, Op::SocketCheck);
-            let c = self.tcp_conn(h)?;
+            // One lookup of the socket for the checks and the queueing.
+            let c = match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
+                Kind::Stream(c) => c,
+                Kind::Listener(_) => return Err(TcpError::NotConnected),
+            };
             if let Some(e) = c.error {
                 return Err(e.into());
             }
@@ -544,13 +548,6 @@ impl Stack {
             if len == 0 {
                 return Ok(0);
             }
-            let Some(TcpSocket {
-                kind: Kind::Stream(c),
-                ..
-            }) = self.tcp.get_mut(h)
-            else {
-                return Err(TcpError::BadHandle);
-            };
             let _c = self.ledger.probe(Layer::Socket, Side::Send, op);
             queue(c)
         };
