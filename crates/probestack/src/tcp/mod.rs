@@ -330,9 +330,11 @@ impl Stack {
 
     fn tcp_flush_deferred_now(&mut self) {
         // Output never leads back into input (a datagram to ourselves waits in the
-        // loopback queue), so nothing is deferred meanwhile; the vector is kept for reuse.
-        let mut deferred = std::mem::take(&mut self.tcp.deferred);
-        for &i in &deferred {
+        // loopback queue), so nothing is deferred meanwhile: the list is read in place
+        // by index and emptied at the end, keeping its capacity.
+        let mut next = 0;
+        while let Some(&i) = self.tcp.deferred.get(next) {
+            next += 1;
             // The usual case after input, a connection with nothing to send, is answered
             // here from the one lookup: it sends nothing, and one not CLOSED is not reaped.
             if self
@@ -346,8 +348,7 @@ impl Stack {
             self.tcp_output(i);
             self.tcp_reap(i);
         }
-        deferred.clear();
-        self.tcp.deferred = deferred;
+        self.tcp.deferred.clear();
     }
 
     /// A SYN for a listener: a new connection in SYN-RECEIVED, if the backlog has room;
