@@ -588,6 +588,54 @@ mod tests {
         assert_eq!(m.reserved, 0);
     }
 
+    /// Output deferred to the end of a receive batch (`tcp_output_per_batch`) runs for
+    /// every connection input marked, each once, and leaves the list empty: two
+    /// connections each get two full segments in one batch, and each answers with its
+    /// ACK (RFC 5681 §4.2: at once for every second segment).
+    #[test]
+    fn deferred_output_runs_for_every_connection_of_the_batch() {
+        use crate::sim::{HostConfig, Pair, ADDR_B};
+        let mut p = Pair::new(HostConfig::with_mtu(1500), HostConfig::with_mtu(1500)).unwrap();
+        assert!(p.b.tuning().tcp_output_per_batch);
+        let l = p.b.tcp_listen((ADDR_B, 7), 8).unwrap();
+        let c = [
+            p.a.tcp_connect((ADDR_B, 7)).unwrap(),
+            p.a.tcp_connect((ADDR_B, 7)).unwrap(),
+        ];
+        let mut accepted = 0;
+        assert!(p.run_until(Duration::from_secs(1), |p| {
+            accepted += usize::from(p.b.tcp_accept(l).is_ok());
+            accepted == 2
+                && c.iter()
+                    .all(|&h| p.a.tcp_state(h) == Ok(crate::tcp::State::Established))
+        }));
+        let counters = |s: &Stack| {
+            let k = s.ledger().counters();
+            (
+                k.get(Counter::TcpSegmentsIn),
+                k.get(Counter::TcpSegmentsOut),
+            )
+        };
+        // Whatever the handshake left to say (window updates, delayed ACKs) is said, and
+        // both stacks are polled at the time the segments go (their timers start then).
+        p.run_for(Duration::from_secs(1));
+        p.settle();
+        // Two full segments: the MSS less the timestamps option (RFC 7323 §3.2).
+        let mss = p.a.tcp_connection(c[0]).unwrap().mss().0;
+        let data = vec![7u8; 2 * (mss - 12)];
+        for h in c {
+            assert_eq!(p.a.tcp_send(h, &data), Ok(data.len()));
+        }
+        let now = p.now();
+        p.a.poll(now);
+        let (in_before, out_before) = counters(&p.b);
+        p.b.poll(now);
+        let (seg_in, seg_out) = counters(&p.b);
+        assert_eq!(seg_in - in_before, 4, "the four segments in one batch");
+        assert_eq!(seg_out - out_before, 2, "an ACK from each connection");
+        assert!(p.b.tcp.deferred.is_empty());
+    }
+
     #[test]
     fn earlier_is_the_minimum_of_the_deadlines_present() {
         let (t1, t2) = (Instant::from_millis(1), Instant::from_millis(2));
