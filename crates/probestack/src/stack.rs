@@ -415,10 +415,14 @@ impl Stack {
             });
         }
         self.tcp_flush_deferred();
-        self.tcp_unblock();
-        self.run_timers(now);
+        if !self.tcp.blocked.is_empty() {
+            self.tcp_unblock();
+        }
+        // The timers' walk of the connections also finds their earliest deadline, so
+        // the deadline returned needs no second walk (it equals `next_deadline()`).
+        let tcp_deadline = self.run_timers(now);
         let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Timer);
-        self.next_deadline()
+        self.deadline_given_tcp(tcp_deadline)
     }
 
     /// After a notification, takes up to a batch of frames and runs each up the stack.
@@ -453,7 +457,9 @@ impl Stack {
         self.rx_batch = Some(batch);
     }
 
-    fn run_timers(&mut self, now: Instant) {
+    /// Runs the timers that are due; returns the earliest TCP timer left afterwards
+    /// (what `TcpSockets::next_deadline` would then say).
+    fn run_timers(&mut self, now: Instant) -> Option<Instant> {
         for i in 0..self.ifaces.len() {
             if !self.ifaces[i].arp.may_be_due(now) {
                 continue;
@@ -470,7 +476,7 @@ impl Stack {
                 self.send_arp_request(i, ip, now);
             }
         }
-        self.tcp_timers(now);
+        let tcp_deadline = self.tcp_timers(now);
         let expired = if self.reassembler.is_idle() {
             Vec::new()
         } else {
@@ -484,29 +490,29 @@ impl Stack {
                 self.icmp_time_exceeded_reassembly(&first, now);
             }
         }
+        tcp_deadline
     }
 
     /// When the stack next needs a poll, as things stand (what [`poll`](Self::poll)
     /// returned, brought up to date with anything that arrived since).
     pub fn next_deadline(&self) -> Option<Instant> {
-        let mut d: Option<Instant> = None;
-        let mut take = |t: Option<Instant>| {
-            if let Some(t) = t {
-                d = Some(d.map_or(t, |x: Instant| x.min(t)));
-            }
-        };
+        self.deadline_given_tcp(self.tcp.next_deadline())
+    }
+
+    /// [`next_deadline`](Self::next_deadline) with the connections' earliest timer
+    /// already known (`tcp_deadline`), as the poll's timer walk finds it.
+    fn deadline_given_tcp(&self, tcp_deadline: Option<Instant>) -> Option<Instant> {
+        let mut d = earlier(tcp_deadline, self.reassembler.next_deadline());
         for i in &self.ifaces {
-            take(i.device.next_deadline());
-            take(i.arp.next_deadline());
+            d = earlier(d, i.device.next_deadline());
+            d = earlier(d, i.arp.next_deadline());
         }
-        take(self.reassembler.next_deadline());
-        take(self.tcp.next_deadline());
         if !self.loopback.is_empty() || self.ifaces.iter().any(|i| i.rx_more) {
-            take(Some(self.now));
+            d = earlier(d, Some(self.now));
         }
         if !self.tcp.blocked.is_empty() && self.ifaces.iter().any(|i| i.device.tx_ready()) {
             // A connection waits for a device that has room again.
-            take(Some(self.now));
+            d = earlier(d, Some(self.now));
         }
         d
     }
@@ -552,6 +558,16 @@ impl Stack {
     }
 }
 
+/// The earlier of two deadlines, either of which may be absent.
+#[inline]
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,6 +586,69 @@ mod tests {
         assert!(!m.try_reserve(usize::MAX));
         m.release(usize::MAX);
         assert_eq!(m.reserved, 0);
+    }
+
+    /// Output deferred to the end of a receive batch (`tcp_output_per_batch`) runs for
+    /// every connection input marked, each once, and leaves the list empty: two
+    /// connections each get two full segments in one batch, and each answers with its
+    /// ACK (RFC 5681 §4.2: at once for every second segment).
+    #[test]
+    fn deferred_output_runs_for_every_connection_of_the_batch() {
+        use crate::sim::{HostConfig, Pair, ADDR_B};
+        let mut p = Pair::new(HostConfig::with_mtu(1500), HostConfig::with_mtu(1500)).unwrap();
+        assert!(p.b.tuning().tcp_output_per_batch);
+        let l = p.b.tcp_listen((ADDR_B, 7), 8).unwrap();
+        let c = [
+            p.a.tcp_connect((ADDR_B, 7)).unwrap(),
+            p.a.tcp_connect((ADDR_B, 7)).unwrap(),
+        ];
+        let mut accepted = 0;
+        assert!(p.run_until(Duration::from_secs(1), |p| {
+            accepted += usize::from(p.b.tcp_accept(l).is_ok());
+            accepted == 2
+                && c.iter()
+                    .all(|&h| p.a.tcp_state(h) == Ok(crate::tcp::State::Established))
+        }));
+        let counters = |s: &Stack| {
+            let k = s.ledger().counters();
+            (
+                k.get(Counter::TcpSegmentsIn),
+                k.get(Counter::TcpSegmentsOut),
+            )
+        };
+        // Whatever the handshake left to say (window updates, delayed ACKs) is said, and
+        // both stacks are polled at the time the segments go (their timers start then).
+        p.run_for(Duration::from_secs(1));
+        p.settle();
+        // Two full segments: the MSS less the timestamps option (RFC 7323 §3.2).
+        let mss = p.a.tcp_connection(c[0]).unwrap().mss().0;
+        let data = vec![7u8; 2 * (mss - 12)];
+        for h in c {
+            assert_eq!(p.a.tcp_send(h, &data), Ok(data.len()));
+        }
+        let now = p.now();
+        p.a.poll(now);
+        let (in_before, out_before) = counters(&p.b);
+        p.b.poll(now);
+        let (seg_in, seg_out) = counters(&p.b);
+        assert_eq!(seg_in - in_before, 4, "the four segments in one batch");
+        assert_eq!(seg_out - out_before, 2, "an ACK from each connection");
+        assert!(p.b.tcp.deferred.is_empty());
+    }
+
+    #[test]
+    fn earlier_is_the_minimum_of_the_deadlines_present() {
+        let (t1, t2) = (Instant::from_millis(1), Instant::from_millis(2));
+        for (a, b, want) in [
+            (None, None, None),
+            (Some(t1), None, Some(t1)),
+            (None, Some(t2), Some(t2)),
+            (Some(t2), Some(t1), Some(t1)),
+            (Some(t1), Some(t2), Some(t1)),
+            (Some(t1), Some(t1), Some(t1)),
+        ] {
+            assert_eq!(earlier(a, b), want, "{a:?} {b:?}");
+        }
     }
 
     #[test]

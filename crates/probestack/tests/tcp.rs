@@ -869,3 +869,73 @@ fn a_stale_link_template_is_rebuilt_or_refused() {
     assert_eq!(count(&p, Counter::TcpTemplateSent), sent);
     assert!(count(&p, Counter::IpDropNoRoute) > no_route);
 }
+
+#[test]
+fn poll_returns_the_deadline_next_deadline_gives() {
+    // `poll` finds the connections' earliest timer on its walk over them for the timers
+    // due, instead of walking again; what it returns must be what `next_deadline` says
+    // right after, while timers fire: retransmissions and delayed ACKs on a lossy link,
+    // keepalives on the idle connection, then the close through TIME-WAIT.
+    let mut a = host(1500, Tuning::fast());
+    let mut b = host(1500, Tuning::fast());
+    a.nic.rx_faults = FaultConfig::lossy(21);
+    b.nic.rx_faults = FaultConfig::lossy(22);
+    let mut p = Pair::new(a, b).unwrap();
+    let (c, _l, s) = connect(&mut p);
+    let total = 256 << 10;
+    let data = pattern(0, total);
+    let (mut sent, mut got, mut closed) = (0, 0, false);
+    let mut idle_since: Option<Instant> = None;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut polls = 0u32;
+    let limit = p.now() + Duration::from_secs(120);
+    while p.now() < limit && polls < 1_000_000 {
+        if sent < total {
+            sent += p.a.tcp_send(c, &data[sent..]).unwrap_or(0);
+        } else if got == total && idle_since.is_none() {
+            // Idle with keepalive: each probe's timer fires in a poll and sets the next,
+            // so the deadline after the timers differs from the one before.
+            p.b.tcp_set_keepalive(s, Some(Duration::from_secs(1)))
+                .unwrap();
+            idle_since = Some(p.now());
+        } else if !closed && idle_since.is_some_and(|t| p.now() > t + Duration::from_secs(5)) {
+            p.a.tcp_close(c).unwrap();
+            closed = true;
+        }
+        let now = p.now();
+        let da = p.a.poll(now);
+        assert_eq!(da, p.a.next_deadline(), "A's poll at {now:?}");
+        let db = p.b.poll(now);
+        assert_eq!(db, p.b.next_deadline(), "B's poll at {now:?}");
+        polls += 1;
+        while let Ok(n) = p.b.tcp_recv(s, &mut buf) {
+            if n == 0 {
+                // A's FIN: B closes too, so A goes through TIME-WAIT.
+                let _ = p.b.tcp_close(s);
+                break;
+            }
+            assert_eq!(&buf[..n], &data[got..got + n]);
+            got += n;
+        }
+        if got == total && p.a.tcp_state(c).is_err() {
+            break;
+        }
+        // To the next deadline either stack has (asked again: B may have sent A a
+        // segment since A's poll), or on by a millisecond when both have work now.
+        let next = match (p.a.next_deadline(), p.b.next_deadline()) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        match next {
+            Some(t) if t > now => p.clock.advance_to(t),
+            Some(_) => {}
+            None => p.clock.advance(Duration::from_millis(1)),
+        }
+    }
+    assert_eq!(got, total, "after {polls} polls");
+    // A's connection went through TIME-WAIT and its timer freed it.
+    assert_eq!(p.a.tcp_state(c), Err(TcpError::BadHandle));
+    let ca = p.a.ledger().counters();
+    assert!(ca.get(Counter::TcpRetransmittedSegments) > 0);
+    assert!(p.b.ledger().counters().get(Counter::TcpKeepalives) >= 3);
+}

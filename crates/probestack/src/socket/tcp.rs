@@ -255,6 +255,28 @@ impl TcpSockets {
         })
     }
 
+    /// Whether any connection has a timer due at `now`, and the earliest timer of the
+    /// connections that have none due (all of them when the answer is no: then it is
+    /// [`next_deadline`](Self::next_deadline)).
+    pub fn timers_due(&self, now: Instant) -> (bool, Option<Instant>) {
+        let mut due = false;
+        let mut earliest: Option<Instant> = None;
+        for s in &self.slots {
+            if let Some(TcpSocket {
+                kind: Kind::Stream(c),
+                ..
+            }) = &s.socket
+            {
+                match c.next_deadline() {
+                    Some(d) if d <= now => due = true,
+                    Some(d) => earliest = Some(earliest.map_or(d, |e| e.min(d))),
+                    None => {}
+                }
+            }
+        }
+        (due, earliest)
+    }
+
     /// The earliest timer of any connection.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.slots
@@ -509,7 +531,11 @@ impl Stack {
             let _p = self
                 .ledger
                 .probe(Layer::Socket, Side::Send, Op::SocketCheck);
-            let c = self.tcp_conn(h)?;
+            // One lookup of the socket for the checks and the queueing.
+            let c = match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
+                Kind::Stream(c) => c,
+                Kind::Listener(_) => return Err(TcpError::NotConnected),
+            };
             if let Some(e) = c.error {
                 return Err(e.into());
             }
@@ -522,13 +548,6 @@ impl Stack {
             if len == 0 {
                 return Ok(0);
             }
-            let Some(TcpSocket {
-                kind: Kind::Stream(c),
-                ..
-            }) = self.tcp.get_mut(h)
-            else {
-                return Err(TcpError::BadHandle);
-            };
             let _c = self.ledger.probe(Layer::Socket, Side::Send, op);
             queue(c)
         };
@@ -569,6 +588,12 @@ impl Stack {
                 self.ledger
                     .counters()
                     .add(Counter::TcpZeroCopyRxOddBytes, n as u64);
+            }
+            // A read that opened no window worth announcing (the usual one) leaves
+            // nothing to send: TCP output's idle answer, from the connection in hand.
+            if c.output_idle() {
+                self.ledger.counters().inc(Counter::TcpOutputIdle);
+                return Ok(n);
             }
             n
         };

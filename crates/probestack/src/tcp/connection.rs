@@ -1479,6 +1479,7 @@ impl Connection {
     }
 
     /// In-order data with nothing queued out of order: into the receive buffer.
+    #[inline]
     fn accept_in_order(&mut self, data: &[u8], data_in_rx: bool, ledger: &Ledger) {
         let _p = ledger.probe(Layer::Socket, Side::Receive, Op::SocketCopy);
         if !data_in_rx {
@@ -1729,14 +1730,20 @@ impl Connection {
         Duration::from_nanos(t.clamp(Duration::from_millis(200).as_nanos(), max.as_nanos()))
     }
 
-    /// Bookkeeping common to every segment carrying an ACK.
+    /// Bookkeeping common to every segment carrying an ACK. The right edge the segment
+    /// advertises comes from its window field, which [`header`](Self::header) set from
+    /// [`window_to_advertise`](Self::window_to_advertise) (nothing that decision reads
+    /// has changed since), so the window is decided once per segment.
     fn note_ack_sent(&mut self, repr: &TcpRepr) {
         self.ack_now = false;
         self.unacked_segments = 0;
         self.delack_deadline = None;
-        let (_, edge) = self.window_to_advertise();
         if repr.control != Control::Syn {
-            self.rcv_adv = edge;
+            // RFC 7323 §2.3: the field is the window shifted right by our scale.
+            let edge = self.rcv_nxt + (usize::from(repr.window_len) << self.rcv_shift);
+            if edge.gt(self.rcv_adv) {
+                self.rcv_adv = edge;
+            }
         }
         self.stats.segments_out += 1;
     }
@@ -2105,9 +2112,15 @@ mod tests {
         let mut sent = 0;
         while sent < 200 {
             check_idle(from, now);
+            let expected_edge = from.window_to_advertise().1;
             let Some(out) = from.next_segment(now, 0) else {
                 break;
             };
+            if out.repr.control != Control::Syn {
+                // The edge recorded is the one the window decision gave, whichever segment
+                // carried it.
+                assert_eq!(from.rcv_adv, expected_edge, "the edge of {:?}", out.repr);
+            }
             sent += 1;
             let mut payload = Vec::with_capacity(out.data_len);
             from.tx

@@ -112,12 +112,14 @@ impl Stack {
                 return self.free(Layer::Tcp, Side::Receive, datagram);
             }
         };
-        let parsed = {
+        let mut parsed = {
             let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
             tcp_wire::Packet::new_checked(bytes)
                 .and_then(|p| TcpRepr::parse(&p, ip.src, ip.dst, Checksum::Skip))
         };
-        let Ok(mut seg) = parsed else {
+        // The segment is used where the parse left it (moving the large `TcpRepr` out of
+        // the `Result` is a copy of every field).
+        let Ok(seg) = &mut parsed else {
             self.ledger.counters().inc(Counter::TcpDropMalformed);
             return self.free(Layer::Tcp, Side::Receive, datagram);
         };
@@ -256,7 +258,7 @@ impl Stack {
         let hp = self.tuning.header_prediction;
         let Some(index) = found else {
             self.ledger.counters().inc(Counter::TcpDropNoSocket);
-            if let Some(rst) = RstReply::for_segment(&seg) {
+            if let Some(rst) = RstReply::for_segment(seg) {
                 self.tcp_send_rst((ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
             }
             return self.free(Layer::Tcp, Side::Receive, datagram);
@@ -268,7 +270,7 @@ impl Stack {
                 ..
             }) => {
                 let was = c.state();
-                let reply = c.input(&seg, data_in_rx, hp, &self.ledger, now);
+                let reply = c.input(seg, data_in_rx, hp, &self.ledger, now);
                 c.rx.unstage();
                 let is = c.state();
                 let endpoints = (c.local, c.remote);
@@ -283,11 +285,11 @@ impl Stack {
                 let cookie_ack =
                     matches!(seg.control, Control::None | Control::Fin) && seg.ack_number.is_some();
                 if syn {
-                    self.tcp_listener_syn(index, ip, &seg, now);
-                } else if cookie_ack && self.tcp_listener_cookie_ack(index, ip, &seg, now) {
+                    self.tcp_listener_syn(index, ip, seg, now);
+                } else if cookie_ack && self.tcp_listener_cookie_ack(index, ip, seg, now) {
                     // A connection made from a cookie, or a cookie ACK dropped for want of
                     // room: either way, nothing more to do for this segment.
-                } else if let Some(rst) = RstReply::for_segment(&seg) {
+                } else if let Some(rst) = RstReply::for_segment(seg) {
                     // RFC 9293 §3.10.7.2: an ACK to a listener draws a RST; a RST is
                     // ignored; anything else is dropped.
                     if seg.ack_number.is_some() {
@@ -319,19 +321,34 @@ impl Stack {
     }
 
     /// The end of a receive batch: output for the connections input marked.
+    #[inline]
     pub(crate) fn tcp_flush_deferred(&mut self) {
-        if self.tcp.deferred.is_empty() {
-            return;
+        if !self.tcp.deferred.is_empty() {
+            self.tcp_flush_deferred_now();
         }
+    }
+
+    fn tcp_flush_deferred_now(&mut self) {
         // Output never leads back into input (a datagram to ourselves waits in the
-        // loopback queue), so nothing is deferred meanwhile; the vector is kept for reuse.
-        let mut deferred = std::mem::take(&mut self.tcp.deferred);
-        for &i in &deferred {
+        // loopback queue), so nothing is deferred meanwhile: the list is read in place
+        // by index and emptied at the end, keeping its capacity.
+        let mut next = 0;
+        while let Some(&i) = self.tcp.deferred.get(next) {
+            next += 1;
+            // The usual case after input, a connection with nothing to send, is answered
+            // here from the one lookup: it sends nothing, and one not CLOSED is not reaped.
+            if self
+                .tcp
+                .conn_mut(i)
+                .is_some_and(|c| !c.is_closed() && c.output_idle())
+            {
+                self.ledger.counters().inc(Counter::TcpOutputIdle);
+                continue;
+            }
             self.tcp_output(i);
             self.tcp_reap(i);
         }
-        deferred.clear();
-        self.tcp.deferred = deferred;
+        self.tcp.deferred.clear();
     }
 
     /// A SYN for a listener: a new connection in SYN-RECEIVED, if the backlog has room;
@@ -608,16 +625,23 @@ impl Stack {
     /// connection with nothing to send ([`Connection::output_idle`], the usual case after
     /// a read or after input that only started the delayed-ACK timer) returns at once,
     /// before the route lookup.
+    #[inline]
     pub(crate) fn tcp_output(&mut self, index: usize) {
-        let now = self.now;
-        let remote = match self.tcp.conn_mut(index) {
+        match self.tcp.conn_mut(index) {
             Some(c) if c.output_idle() => {
                 // Nothing to send: no route lookup, no segment decision.
                 self.ledger.counters().inc(Counter::TcpOutputIdle);
-                return;
             }
-            Some(c) => c.remote.0,
-            None => return,
+            Some(_) => self.tcp_output_segments(index),
+            None => {}
+        }
+    }
+
+    /// [`tcp_output`](Self::tcp_output) for a connection that may have something to send.
+    fn tcp_output_segments(&mut self, index: usize) {
+        let now = self.now;
+        let Some(remote) = self.tcp.conn_mut(index).map(|c| c.remote.0) else {
+            return;
         };
         let iface = if self.is_own_address(remote) {
             None
@@ -641,10 +665,11 @@ impl Stack {
                 let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
                 c.next_segment(now, tso_max)
             };
-            let Some(out) = out else {
+            // Used where `next_segment` left it, not moved out of the `Option`.
+            let Some(out) = &out else {
                 return;
             };
-            if self.tcp_send_segment(index, &out, csum_offload).is_err() {
+            if self.tcp_send_segment(index, out, csum_offload).is_err() {
                 return;
             }
             // Usually the segment just sent was all there was: stop without asking the
@@ -919,16 +944,35 @@ impl Stack {
         }
     }
 
-    /// Runs the connections' timers that are due, then their output.
-    pub(crate) fn tcp_timers(&mut self, now: Instant) {
+    /// Runs the connections' timers that are due, then their output; returns the
+    /// earliest timer of any connection afterwards (what `TcpSockets::next_deadline`
+    /// then returns), found on the same walk, for the poll's deadline.
+    pub(crate) fn tcp_timers(&mut self, now: Instant) -> Option<Instant> {
+        // Usually no timer is due: a pass that only reads says so and finds the earliest,
+        // and the walk below, which looks each slot up again, is left out.
+        let (due, earliest) = self.tcp.timers_due(now);
+        if !due {
+            return earliest;
+        }
+        let mut earliest: Option<Instant> = None;
+        let mut note = |d: Option<Instant>| {
+            if let Some(d) = d {
+                earliest = Some(earliest.map_or(d, |e| e.min(d)));
+            }
+        };
         // Slots are visited by index: a timer's output may free its own slot, never add
-        // one (a connection is only created by a SYN or the application).
+        // one (a connection is only created by a SYN or the application), and changes
+        // no other connection's timers, so a deadline noted stays true.
         for i in 0..self.tcp.slot_count() {
             let Some(c) = self.tcp.conn_mut(i) else {
                 continue;
             };
-            if c.next_deadline().is_none_or(|d| d > now) {
-                continue;
+            match c.next_deadline() {
+                Some(d) if d <= now => {}
+                later => {
+                    note(later);
+                    continue;
+                }
             }
             let rst = {
                 let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Timer);
@@ -940,6 +984,8 @@ impl Stack {
             }
             self.tcp_output(i);
             self.tcp_reap(i);
+            note(self.tcp.conn_mut(i).and_then(|c| c.next_deadline()));
         }
+        earliest
     }
 }

@@ -109,6 +109,7 @@ impl RecvBuffer {
 
     /// Makes `n` bytes readable: the staged pages first (if any), then bytes from the
     /// ring's free space. Returns how many became readable.
+    #[inline]
     pub fn commit(&mut self, n: usize) -> usize {
         let mut done = 0;
         if let Some(p) = self.staged.take() {

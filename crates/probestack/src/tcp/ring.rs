@@ -93,7 +93,10 @@ fn allocate(capacity: usize) -> Option<Box<[u8]>> {
 fn copy_into_pieces((first, second): (&mut [u8], &mut [u8]), src: &[u8]) {
     let (src_first, src_second) = src.split_at(first.len());
     first.copy_from_slice(src_first);
-    second.copy_from_slice(src_second);
+    // Most spans do not wrap: no call into `memcpy` for nothing (a dozen instructions).
+    if !second.is_empty() {
+        second.copy_from_slice(src_second);
+    }
 }
 
 /// Copies the two pieces `src` into the front of `dst` (at least as long as both).
@@ -102,7 +105,9 @@ fn copy_from_pieces((first, second): (&[u8], &[u8]), dst: &mut [u8]) -> usize {
     let total = first.len() + second.len();
     let (dst_first, dst_second) = dst[..total].split_at_mut(first.len());
     dst_first.copy_from_slice(first);
-    dst_second.copy_from_slice(second);
+    if !second.is_empty() {
+        dst_second.copy_from_slice(second);
+    }
     total
 }
 

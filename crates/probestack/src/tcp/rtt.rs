@@ -131,8 +131,14 @@ impl RttEstimator {
 
     /// The current retransmission timeout: the RFC 6298 value doubled once per
     /// consecutive [`back_off`](Self::back_off), held to `[min, max]`.
+    #[inline]
     pub fn rto(&self) -> Duration {
         let base = self.base_rto_ns();
+        if self.backoff == 0 {
+            // The usual case: `base` is already held to the bounds, and doubling it no
+            // times and holding it again would change nothing.
+            return Duration::from_nanos(base);
+        }
         let factor = 2u64.checked_pow(self.backoff).unwrap_or(u64::MAX);
         Duration::from_nanos(self.clamp(base.saturating_mul(factor)))
     }

@@ -96,6 +96,7 @@ impl SendBuffer {
     }
 
     /// Drops `n` acknowledged bytes from the front; returns how many went.
+    #[inline]
     pub fn consume(&mut self, n: usize) -> usize {
         let from_ring = self.ring.consume(n);
         let mut left = n - from_ring;

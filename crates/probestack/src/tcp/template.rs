@@ -13,6 +13,7 @@
 use crate::buf::PacketBuf;
 use crate::link::template::{LinkTemplate, HEADERS_LEN};
 use crate::probe::{Counter, Layer, Op, Side};
+use crate::socket::tcp::{Kind, TcpSocket};
 use crate::stack::Stack;
 use crate::wire::ipv4::{self, IpProtocol};
 
@@ -20,10 +21,16 @@ impl Stack {
     /// The connection at `index`'s template, built if it has none or a stale one; `None`
     /// when its segments must go through the layers.
     fn tcp_link_template(&mut self, index: usize) -> Option<LinkTemplate> {
-        let c = self.tcp.conn_mut(index)?;
-        let (held, remote) = (c.link_template, c.remote.0);
+        // Checked where the connection holds it, and copied out only when it holds.
+        let (held, remote) = match self.tcp.at(index) {
+            Some(TcpSocket {
+                kind: Kind::Stream(c),
+                ..
+            }) => (c.link_template.as_ref(), c.remote.0),
+            _ => return None,
+        };
         if let Some(t) = held.filter(|t| self.link_template_holds(t)) {
-            return Some(t);
+            return Some(*t);
         }
         let t = {
             let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);

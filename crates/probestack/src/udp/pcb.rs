@@ -587,8 +587,14 @@ impl<T> PcbTable<T> {
             dst_port,
         };
         let index = self.lookup_index(&t)?;
-        let id = self.id_of(index);
-        self.pcb_mut(index).map(|p| (id, &mut p.value))
+        // One look at the slot for both the handle and the value (`id_of` and `pcb_mut`
+        // would each find it again).
+        let slot = self.slots.get_mut(index as usize)?;
+        let id = PcbId {
+            index,
+            generation: slot.generation,
+        };
+        slot.pcb.as_mut().map(|p| (id, &mut p.value))
     }
 
     fn lookup_index(&mut self, t: &Tuple) -> Option<u32> {
