@@ -236,9 +236,8 @@ pub struct Stack {
     pub(crate) tcp: TcpSockets,
     /// Datagrams sent to one of our own addresses, delivered at the next poll.
     pub(crate) loopback: VecDeque<crate::buf::PacketBuf>,
-    /// The receive batch, kept between polls so that draining allocates nothing.
-    /// The frames of one receive batch, kept between polls for its capacity (taken out
-    /// while the batch runs up the stack).
+    /// The frames of one receive batch, kept between polls so that draining allocates
+    /// nothing (taken out while the batch runs up the stack).
     rx_batch: Option<Vec<RxFrame>>,
     pub(crate) now: Instant,
 }
