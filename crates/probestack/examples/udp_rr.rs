@@ -2,7 +2,11 @@
 //! bytes, B echoes them, A takes the reply; both stacks polled on this thread until it
 //! arrives), for callgrind or perf.
 //!
-//! `cargo run --release -p probestack --example udp_rr -- [SIZE] [ROUNDS] [bsd|fast]`
+//! `cargo run --release -p probestack --example udp_rr -- [SIZE] [ROUNDS] [bsd|fast] [SAMPLE]`
+//!
+//! Prints the mean, median and 99th percentile round trip. `SAMPLE` sets both ledgers'
+//! sampling (probe one message in SAMPLE; 0 never, 1 every; default the ledger's own):
+//! with probes compiled in, the tail is where the sampled messages are.
 
 mod harness;
 
@@ -15,6 +19,10 @@ fn main() {
     let rounds: usize = harness::arg(2, 100_000);
     let tuning = harness::tuning(harness::word(3).as_deref());
     let mut pair = harness::pair_with(1500, tuning);
+    if let Some(n) = harness::word(4).and_then(|w| w.parse().ok()) {
+        pair.a.ledger().set_sample_every(n);
+        pair.b.ledger().set_sample_every(n);
+    }
     let b = pair.b.udp_open();
     pair.b
         .udp_bind(b, Ipv4Address::UNSPECIFIED, 7)
@@ -25,8 +33,10 @@ fn main() {
     let mut buf_a = vec![0u8; 2048];
     let mut buf_b = vec![0u8; 2048];
     let mut done = 0u64;
+    let mut rtts = Vec::with_capacity(rounds);
     let start = std::time::Instant::now();
     for _ in 0..rounds {
+        let sent = std::time::Instant::now();
         if pair.a.udp_send_to(a, &req, ADDR_B, 7).is_err() {
             continue;
         }
@@ -42,13 +52,19 @@ fn main() {
             }
             if pair.a.udp_recv_from(a, &mut buf_a).is_ok() {
                 done += 1;
+                rtts.push(sent.elapsed().as_nanos() as u64);
                 break;
             }
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    rtts.sort_unstable();
+    let at =
+        |q: f64| rtts.get(((rtts.len() as f64 * q) as usize).min(rtts.len().saturating_sub(1)));
     println!(
-        "{done} round trips in {secs:.3} s: {:.0} ns per round trip",
-        secs * 1e9 / done.max(1) as f64
+        "{done} round trips in {secs:.3} s: {:.0} ns per round trip; median {} ns, p99 {} ns",
+        secs * 1e9 / done.max(1) as f64,
+        at(0.5).copied().unwrap_or(0),
+        at(0.99).copied().unwrap_or(0)
     );
 }
