@@ -163,10 +163,13 @@ impl Pair {
         }
     }
 
-    /// Runs for `d` of virtual time.
+    /// Runs for `d` of virtual time, and leaves both stacks having seen its end: they are
+    /// polled at it, so that work started right after (a send, whose timers start from
+    /// the stack's idea of now) starts then, not at the last poll before.
     pub fn run_for(&mut self, d: Duration) {
         let limit = self.now() + d;
         while self.step(limit) {}
+        self.settle();
     }
 }
 
@@ -219,4 +222,36 @@ pub fn ipv4_frame(
         .expect("a valid IPv4 header");
     fill(packet.payload_mut());
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_for_leaves_both_stacks_at_its_end() {
+        let mut p = Pair::new(HostConfig::with_mtu(1500), HostConfig::with_mtu(1500)).unwrap();
+        let l = p.b.tcp_listen((ADDR_B, 7), 1).unwrap();
+        let a = p.a.tcp_connect((ADDR_B, 7)).unwrap();
+        assert!(p.run_until(Duration::from_secs(1), |p| p.b.tcp_accept(l).is_ok()));
+        // Idle for a while: no timer is due (keepalive is off), so the steps poll nothing
+        // after the first; the stacks must still have seen the end.
+        p.run_for(Duration::from_secs(30));
+        assert_eq!(p.a.now, p.clock.now());
+        assert_eq!(p.b.now, p.clock.now());
+        // So a send now times its retransmission from now: B hears nothing (it is never
+        // polled), and A's first retransmission comes a full RTO later, not at once.
+        p.a.tcp_send(a, b"x").unwrap();
+        let sent_at = p.clock.now();
+        let rtx = |s: &Stack| {
+            s.ledger()
+                .counters()
+                .get(crate::probe::Counter::TcpRetransmitTimeouts)
+        };
+        let before = rtx(&p.a);
+        p.a.poll(sent_at);
+        p.clock.advance(Duration::from_millis(150));
+        p.a.poll(p.clock.now());
+        assert_eq!(rtx(&p.a), before, "no retransmission 150 ms after the send");
+    }
 }
