@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::VecDeque;
 
-use common::capture::{captured_frames, SharedBytes};
+use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
 use common::transfer::{fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -808,12 +808,7 @@ fn link_template_run(t: Tuning) -> (Vec<Vec<u8>>, u64) {
 /// routine.
 #[test]
 fn the_link_template_sends_the_frames_the_layers_send() {
-    for (elision, inline) in [(true, true), (false, true), (false, false)] {
-        let with = Tuning {
-            checksum_elision: elision,
-            inline_ip_header_checksum: inline,
-            ..Tuning::fast()
-        };
+    for with in template_tunings() {
         let without = Tuning {
             tcp_header_template: false,
             ..with
@@ -828,13 +823,11 @@ fn the_link_template_sends_the_frames_the_layers_send() {
             "{sent_t} of {} frames took the template",
             frames_t.len()
         );
-        assert_eq!(frames_t.len(), frames_l.len());
-        for (i, (t, l)) in frames_t.iter().zip(&frames_l).enumerate() {
-            assert_eq!(
-                t, l,
-                "frame {i} differs (elision {elision}, inline {inline})"
-            );
-        }
+        let what = format!(
+            "elision {}, inline {}",
+            with.checksum_elision, with.inline_ip_header_checksum
+        );
+        assert_same_frames(&frames_t, &frames_l, &what);
     }
 }
 

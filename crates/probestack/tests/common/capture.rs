@@ -42,3 +42,25 @@ pub fn captured_frames(out: &SharedBytes) -> Vec<Vec<u8>> {
     let (_, records) = pcap::parse(&bytes).unwrap();
     records.into_iter().map(|r| r.data).collect()
 }
+
+/// The settings a header template must not change the frames under: `Tuning::fast()` with
+/// checksum elision on and off, and with either IP header checksum routine (in line, or
+/// the general sum). The caller turns its template off in a copy to get the layers' path.
+pub fn template_tunings() -> [probestack::tuning::Tuning; 3] {
+    [(true, true), (false, true), (false, false)].map(|(elision, inline)| {
+        probestack::tuning::Tuning {
+            checksum_elision: elision,
+            inline_ip_header_checksum: inline,
+            ..probestack::tuning::Tuning::fast()
+        }
+    })
+}
+
+/// Asserts the two captures hold the same frames, byte for byte and in order; `what` says
+/// which settings, in the message.
+pub fn assert_same_frames(got: &[Vec<u8>], want: &[Vec<u8>], what: &str) {
+    assert_eq!(got.len(), want.len(), "frame count ({what})");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g, w, "frame {i} differs ({what})");
+    }
+}

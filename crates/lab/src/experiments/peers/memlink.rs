@@ -80,21 +80,12 @@ impl NicWire {
         })
     }
 
-    /// Frames `end`'s NIC has sent so far.
+    /// `end`'s NIC's counters.
     #[cfg(test)]
-    pub(super) fn frames_sent(&self, end: End) -> u64 {
+    fn stats(&self, end: End) -> probestack::driver::NicStats {
         match end {
-            End::A => self.a.nic.stats().tx_frames,
-            End::B => self.b.nic.stats().tx_frames,
-        }
-    }
-
-    /// Frames `end`'s NIC dropped for a bad frame check sequence.
-    #[cfg(test)]
-    pub(super) fn bad_fcs(&self, end: End) -> u64 {
-        match end {
-            End::A => self.a.nic.stats().rx_bad_fcs,
-            End::B => self.b.nic.stats().rx_bad_fcs,
+            End::A => self.a.nic.stats(),
+            End::B => self.b.nic.stats(),
         }
     }
 }
@@ -257,9 +248,12 @@ mod tests {
         }
         // A's frames (ARP requests: it never hears a reply) went out through its NIC and
         // B's NIC dropped every one for its FCS: nothing reaches smoltcp at B.
-        assert!(p.link.frames_sent(End::A) > 0);
-        assert_eq!(p.link.bad_fcs(End::B), p.link.frames_sent(End::A));
-        assert_eq!(p.link.frames_sent(End::B), 0);
+        assert!(p.link.stats(End::A).tx_frames > 0);
+        assert_eq!(
+            p.link.stats(End::B).rx_bad_fcs,
+            p.link.stats(End::A).tx_frames
+        );
+        assert_eq!(p.link.stats(End::B).tx_frames, 0);
         assert_eq!(p.recv_b(&mut buf).unwrap(), None);
 
         // On clean NICs the same exchange delivers, through both NICs.
@@ -273,8 +267,8 @@ mod tests {
         assert_eq!(p.recv_b(&mut buf).unwrap(), Some(64));
         assert_eq!(buf[..64], data[..]);
         // ARP request and reply, then the datagram.
-        assert_eq!(p.link.frames_sent(End::A), 2);
-        assert_eq!(p.link.frames_sent(End::B), 1);
-        assert_eq!(p.link.bad_fcs(End::B), 0);
+        assert_eq!(p.link.stats(End::A).tx_frames, 2);
+        assert_eq!(p.link.stats(End::B).tx_frames, 1);
+        assert_eq!(p.link.stats(End::B).rx_bad_fcs, 0);
     }
 }
