@@ -1,7 +1,10 @@
 //! A profiling harness: the peers experiment's UDP one-way loop (bursts of 32 datagrams
 //! from A to B over the memory link, both stacks on this thread), for callgrind or perf.
 //!
-//! `cargo run --release -p probestack --example udp_burst -- [SIZE] [BURSTS] [bsd|fast]`
+//! `cargo run --release -p probestack --example udp_burst -- [SIZE] [BURSTS] [bsd|fast] [SAMPLE]`
+//!
+//! `SAMPLE` sets both ledgers' sampling (probe one message in SAMPLE; 0 never, 1 every;
+//! default the ledger's own).
 
 mod harness;
 
@@ -14,6 +17,10 @@ fn main() {
     let bursts: usize = harness::arg(2, 20_000);
     let tuning = harness::tuning(harness::word(3).as_deref());
     let mut pair = harness::pair_with(1500, tuning);
+    if let Some(n) = harness::word(4).and_then(|w| w.parse().ok()) {
+        pair.a.ledger().set_sample_every(n);
+        pair.b.ledger().set_sample_every(n);
+    }
     let b = pair.b.udp_open();
     pair.b
         .udp_bind(b, Ipv4Address::UNSPECIFIED, 9)

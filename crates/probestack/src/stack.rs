@@ -17,7 +17,7 @@ use crate::driver::{Device, DeviceCaps, DeviceContext, RxFrame};
 use crate::ip::reassembly::{Reassembler, ReassemblyConfig};
 use crate::ip::route::{Ipv4Cidr, NextHop, Route, RouteTable};
 use crate::link::arp::{ArpCache, ArpConfig};
-use crate::probe::{Counter, Layer, Ledger, Op, Side};
+use crate::probe::{Counter, Layer, Ledger, Op, Sampled, Sampling, Side};
 use crate::rng::Rng;
 use crate::socket::tcp::TcpSockets;
 use crate::socket::udp::UdpSockets;
@@ -326,7 +326,7 @@ impl Stack {
         let released = i.arp.insert_static(ip, mac);
         let now = self.now;
         for p in released {
-            self.link_send_ipv4(iface, mac, p, now);
+            self.link_send_ipv4(Sampled, iface, mac, p, now);
         }
     }
 
@@ -401,37 +401,44 @@ impl Stack {
     /// Moves frames and runs timers; returns when the stack next needs a poll (`None`:
     /// only when a device notifies).
     pub fn poll(&mut self, now: Instant) -> Option<Instant> {
+        crate::sampled!(self.ledger, s => self.poll_as(s, now))
+    }
+
+    fn poll_as(&mut self, s: impl Sampling, now: Instant) -> Option<Instant> {
         self.now = self.now.max(now);
         let now = self.now;
 
         for i in 0..self.ifaces.len() {
-            self.drain_device(i, now);
-            self.tcp_flush_deferred();
+            self.drain_device(s, i, now);
+            self.tcp_flush_deferred(s);
         }
         while let Some(p) = self.loopback.pop_front() {
-            self.in_message(p.len(), |s| {
-                s.ip_input(crate::ip::LOOPBACK, p, crate::driver::RxChecksum::None, now)
-            });
+            let rx = crate::driver::RxChecksum::None;
+            in_message!(self, p.len(), s => self.ip_input(s, crate::ip::LOOPBACK, p, rx, now));
         }
-        self.tcp_flush_deferred();
+        self.tcp_flush_deferred(s);
         if !self.tcp.blocked.is_empty() {
-            self.tcp_unblock();
+            self.tcp_unblock(s);
         }
         // The timers' walk of the connections also finds their earliest deadline, so
         // the deadline returned needs no second walk (it equals `next_deadline()`).
-        let tcp_deadline = self.run_timers(now);
-        let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Timer);
+        let tcp_deadline = self.run_timers(s, now);
+        let _p = self
+            .ledger
+            .probe(s, Layer::Driver, Side::Receive, Op::Timer);
         self.deadline_given_tcp(tcp_deadline)
     }
 
     /// After a notification, takes up to a batch of frames and runs each up the stack.
     /// A batch that used its whole budget leaves the interface in polling mode, so the
     /// rest is taken at the next poll without another notification.
-    fn drain_device(&mut self, i: usize, now: Instant) {
+    fn drain_device(&mut self, s: impl Sampling, i: usize, now: Instant) {
         let mut batch = self.rx_batch.take().unwrap_or_default();
         let budget = self.config.rx_batch.max(1);
         {
-            let _p = self.ledger.probe(Layer::Driver, Side::Receive, Op::Notify);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Driver, Side::Receive, Op::Notify);
             let cx = DeviceContext {
                 now,
                 ledger: &self.ledger,
@@ -450,7 +457,7 @@ impl Stack {
         }
         if !batch.is_empty() {
             for rx in batch.drain(..) {
-                self.in_message(rx.frame.len(), |s| s.link_input(i, rx, now));
+                in_message!(self, rx.frame.len(), s => self.link_input(s, i, rx, now));
             }
         }
         self.rx_batch = Some(batch);
@@ -458,13 +465,13 @@ impl Stack {
 
     /// Runs the timers that are due; returns the earliest TCP timer left afterwards
     /// (what `TcpSockets::next_deadline` would then say).
-    fn run_timers(&mut self, now: Instant) -> Option<Instant> {
+    fn run_timers(&mut self, s: impl Sampling, now: Instant) -> Option<Instant> {
         for i in 0..self.ifaces.len() {
             if !self.ifaces[i].arp.may_be_due(now) {
                 continue;
             }
             let timers = {
-                let _p = self.ledger.probe(Layer::Link, Side::Send, Op::Timer);
+                let _p = self.ledger.probe(s, Layer::Link, Side::Send, Op::Timer);
                 self.ifaces[i].arp.poll(now)
             };
             for p in timers.unresolved {
@@ -472,21 +479,21 @@ impl Stack {
                 self.pool.free(p);
             }
             for ip in timers.requests {
-                self.send_arp_request(i, ip, now);
+                self.send_arp_request(s, i, ip, now);
             }
         }
-        let tcp_deadline = self.tcp_timers(now);
+        let tcp_deadline = self.tcp_timers(s, now);
         let expired = if self.reassembler.is_idle() {
             Vec::new()
         } else {
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Timer);
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::Timer);
             self.reassembler.expire(now)
         };
         for expired in expired {
             self.ledger.counters().inc(Counter::IpReassemblyTimeout);
             // RFC 1122 §3.3.2: Time Exceeded (code 1) only if the first fragment came.
             if let Some(first) = expired.first_fragment {
-                self.icmp_time_exceeded_reassembly(&first, now);
+                self.icmp_time_exceeded_reassembly(s, &first, now);
             }
         }
         tcp_deadline
@@ -526,17 +533,7 @@ impl Stack {
         now: Instant,
     ) -> Result<(), SendError> {
         self.now = self.now.max(now);
-        self.in_message(data.len(), |s| {
-            s.icmp_send_echo(dst, ident, seq_no, data, now)
-        })
-    }
-
-    /// Runs `f` as one message of the ledger (a frame received, a datagram sent).
-    pub(crate) fn in_message<R>(&mut self, size: usize, f: impl FnOnce(&mut Stack) -> R) -> R {
-        self.ledger.begin_message(size);
-        let r = f(self);
-        self.ledger.end_message();
-        r
+        in_message!(self, data.len(), s => self.icmp_send_echo(s, dst, ident, seq_no, data, now))
     }
 
     /// The oldest echo reply received and not yet taken.
@@ -556,6 +553,20 @@ impl Stack {
         self.config.reassembly.timeout
     }
 }
+
+/// Runs `$body` as one message of `$stack`'s ledger (a frame received, a datagram sent),
+/// with `$s` bound to the copy of the path the message takes once the ledger has drawn
+/// whether to probe it ([`sampled!`](crate::sampled)). `$body` must not return from the
+/// function around it, or the message would stay open.
+macro_rules! in_message {
+    ($stack:expr, $size:expr, $s:ident => $body:expr) => {{
+        $stack.ledger.begin_message($size);
+        let r = $crate::sampled!($stack.ledger, $s => $body);
+        $stack.ledger.end_message();
+        r
+    }};
+}
+pub(crate) use in_message;
 
 /// The earlier of two deadlines, either of which may be absent.
 #[inline]

@@ -102,7 +102,7 @@ use crate::buf::{
     Depot, PacketBuf, PageRecycler, Pool, PoolConfig, TxOffload, HEADROOM, PAGE_SIZE,
 };
 use crate::checksum;
-use crate::probe::{Counter, Counters, Layer, Op, Side};
+use crate::probe::{Counter, Counters, Layer, Op, Sampling, Side};
 use crate::time::{Duration, Instant};
 use crate::wire::ethernet;
 
@@ -553,7 +553,7 @@ impl MemoryNic {
     /// Runs the wire and the MAC up to `cx.now`: frames sent so far enter the wire, frames
     /// whose time has come pass the MAC into the receive queue, the coalescing timer runs.
     #[inline(always)]
-    fn pump(&mut self, cx: &DeviceContext<'_>) {
+    fn pump(&mut self, s: impl Sampling, cx: &DeviceContext<'_>) {
         if self.wire.is_empty() && self.rx.is_drained() {
             // Nothing sent and nothing on the wire (the stack's receive loop asking once
             // more): only the coalescing timer runs.
@@ -562,15 +562,15 @@ impl MemoryNic {
             self.seen_until = now;
             return;
         }
-        self.pump_frames(cx);
+        self.pump_frames(s, cx);
     }
 
     /// [`Self::pump`] with frames to move.
     #[inline(never)]
-    fn pump_frames(&mut self, cx: &DeviceContext<'_>) {
+    fn pump_frames(&mut self, s: impl Sampling, cx: &DeviceContext<'_>) {
         let now = cx.now.max(self.seen_until);
         let counters = cx.ledger.counters();
-        let _device = cx.ledger.device_work();
+        let _device = cx.ledger.device_work(s);
         let depth = self.config.rx_queue_depth;
         // Flow control: frames leave the ring only while the receive queue has room for
         // them and for those already on the wire, so a slow receiver pushes back on the
@@ -705,6 +705,7 @@ impl MemoryNic {
     /// tailroom), and their offset and sum come back with the frame.
     fn gather(
         &mut self,
+        s: impl Sampling,
         mut frame: PacketBuf,
         sum_from: Option<usize>,
         cx: &DeviceContext<'_>,
@@ -714,16 +715,18 @@ impl MemoryNic {
         let mut whole = match self.config.copy_mode {
             CopyMode::Pio => {
                 let mut block = {
-                    let _device = cx.ledger.device_work();
+                    let _device = cx.ledger.device_work(s);
                     self.device_block(len)?
                 };
-                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+                let _copy = cx
+                    .ledger
+                    .probe(s, Layer::Driver, Side::Send, Op::DeviceCopy);
                 block.append(len).map_err(|_| DeviceError::QueueFull)?;
                 let _ = frame.gather_into(block.data_mut());
                 block
             }
             CopyMode::Dma => {
-                let _device = cx.ledger.device_work();
+                let _device = cx.ledger.device_work(s);
                 // Into the frame's own tailroom when it has room for the FCS too, so the
                 // buffer travels on as any DMA frame; else into one of the NIC's.
                 if frame.tailroom() >= len - frame.len() + FCS_LEN {
@@ -789,6 +792,7 @@ impl MemoryNic {
     /// segments get their IPv4 header checksums from the NIC, which cuts it.
     fn software_offloads(
         &mut self,
+        s: impl Sampling,
         frame: &mut [u8],
         meta: TxMeta,
         cutting: bool,
@@ -796,12 +800,12 @@ impl MemoryNic {
     ) {
         let caps = self.config.checksum_offload;
         if meta.ipv4_checksum && !caps.ipv4_tx && !cutting {
-            let _p = cx.ledger.probe(Layer::Driver, Side::Send, Op::Checksum);
+            let _p = cx.ledger.probe(s, Layer::Driver, Side::Send, Op::Checksum);
             offload::fill_ipv4_checksum(frame);
         }
         if let Some((start, offset)) = meta.l4_checksum.filter(|_| !caps.l4_tx) {
             let done = {
-                let _p = cx.ledger.probe(Layer::Driver, Side::Send, Op::Checksum);
+                let _p = cx.ledger.probe(s, Layer::Driver, Side::Send, Op::Checksum);
                 offload::complete_checksum(frame, start.into(), offset.into())
             };
             if done {
@@ -860,12 +864,13 @@ impl MemoryNic {
     /// from them into a buffer of its own (device work), with its checksum and FCS.
     fn cut_parts(
         &mut self,
+        s: impl Sampling,
         frame: PacketBuf,
         plan: &SuperFrame,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
         let mut segments = {
-            let _device = cx.ledger.device_work();
+            let _device = cx.ledger.device_work(s);
             let n = plan.segments();
             let mut segments = Vec::with_capacity(n);
             for i in 0..n {
@@ -894,13 +899,14 @@ impl MemoryNic {
             more: segments,
             sent_at: cx.now,
         };
-        self.enqueue(entry, frames, bytes, cx)
+        self.enqueue(s, entry, frames, bytes, cx)
     }
 
     /// A frame with fragments (gathered first) or a super-frame the NIC cuts: the general
     /// transmit path.
     fn transmit_gathered_or_cut(
         &mut self,
+        s: impl Sampling,
         frame: PacketBuf,
         meta: TxMeta,
         cx: &DeviceContext<'_>,
@@ -918,7 +924,7 @@ impl MemoryNic {
         {
             if let Some(plan) = SuperFrame::plan_parts(frame.data(), len, &meta) {
                 self.check_room(plan.segment_frame_len(), max, cx)?;
-                return self.cut_parts(frame, &plan, cx);
+                return self.cut_parts(s, frame, &plan, cx);
             }
         }
         // Scatter-gather: the frame's fragments (loaned data, a zero-copy send) are read
@@ -928,7 +934,7 @@ impl MemoryNic {
                 .l4_checksum
                 .filter(|_| self.config.checksum_offload.l4_tx)
                 .map(|(start, _)| usize::from(start));
-            let (frame, summed) = self.gather(frame, sum_from, cx)?;
+            let (frame, summed) = self.gather(s, frame, sum_from, cx)?;
             (frame, self.config.copy_mode == CopyMode::Pio, summed)
         } else {
             (frame, false, None)
@@ -945,11 +951,11 @@ impl MemoryNic {
             None => self.check_room(len, max, cx)?,
             Some(p) => self.check_room(p.segment_frame_len(), max, cx)?,
         }
-        self.software_offloads(frame.data_mut(), meta, plan.is_some(), cx);
-        let out = self.device_copy(frame, in_device_memory, plan.is_some(), len, cx)?;
+        self.software_offloads(s, frame.data_mut(), meta, plan.is_some(), cx);
+        let out = self.device_copy(s, frame, in_device_memory, plan.is_some(), len, cx)?;
         // The device's work, as its DMA engine reads the frame: checksums, segments, FCS.
         let (first, more) = {
-            let _device = cx.ledger.device_work();
+            let _device = cx.ledger.device_work(s);
             let (mut first, mut more) = match &plan {
                 Some(p) => self.cut(out, p)?,
                 None => {
@@ -975,7 +981,7 @@ impl MemoryNic {
             more,
             sent_at: cx.now,
         };
-        self.enqueue(entry, frames, bytes, cx)
+        self.enqueue(s, entry, frames, bytes, cx)
     }
 
     /// Whether a frame of `len` bytes (for a super-frame, its segments' length) may be
@@ -1009,6 +1015,7 @@ impl MemoryNic {
     #[inline]
     fn device_copy(
         &mut self,
+        s: impl Sampling,
         frame: PacketBuf,
         in_device_memory: bool,
         cutting: bool,
@@ -1020,10 +1027,12 @@ impl MemoryNic {
             CopyMode::Pio => {
                 let mut block = {
                     // Device memory: the model's, not the host's.
-                    let _device = cx.ledger.device_work();
+                    let _device = cx.ledger.device_work(s);
                     self.device_block(len)?
                 };
-                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+                let _copy = cx
+                    .ledger
+                    .probe(s, Layer::Driver, Side::Send, Op::DeviceCopy);
                 block
                     .extend_from_slice(frame.data())
                     .map_err(|_| DeviceError::QueueFull)?;
@@ -1033,7 +1042,9 @@ impl MemoryNic {
             CopyMode::Dma => {
                 self.stats.tx_bounced += 1;
                 cx.ledger.counters().inc(Counter::DriverTxBounce);
-                let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+                let _copy = cx
+                    .ledger
+                    .probe(s, Layer::Driver, Side::Send, Op::DeviceCopy);
                 let mut b = PacketBuf::new(len, frame.headroom(), FCS_LEN)
                     .map_err(|_| DeviceError::QueueFull)?;
                 b.data_mut().copy_from_slice(frame.data());
@@ -1047,13 +1058,16 @@ impl MemoryNic {
     #[inline(always)]
     fn enqueue(
         &mut self,
+        s: impl Sampling,
         entry: WireFrame,
         frames: u64,
         bytes: u64,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
         let pushed = {
-            let _q = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceQueue);
+            let _q = cx
+                .ledger
+                .probe(s, Layer::Driver, Side::Send, Op::DeviceQueue);
             self.tx.push(entry)
         };
         if pushed.is_err() {
@@ -1093,6 +1107,122 @@ fn copy_and_sum_parts(frame: &PacketBuf, range: std::ops::Range<usize>, out: &mu
     sum
 }
 
+impl MemoryNic {
+    // The trait's methods for one sampling choice ([`Sampling`]).
+
+    fn transmit_as(
+        &mut self,
+        s: impl Sampling,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        if frame.has_frags() || (meta.gso_size != 0 && self.config.segments()) {
+            return self.transmit_gathered_or_cut(s, frame, meta, cx);
+        }
+        // An ordinary frame, what every small datagram is: the same steps without the
+        // gather, the plan and the list of segments.
+        let len = frame.len();
+        self.check_room(len, self.config.max_frame_len(), cx)?;
+        let mut frame = frame;
+        let asks = meta.ipv4_checksum || meta.l4_checksum.is_some();
+        if asks {
+            self.software_offloads(s, frame.data_mut(), meta, false, cx);
+        }
+        let mut out = if self.config.copy_mode == CopyMode::Dma && frame.tailroom() >= FCS_LEN {
+            // The DMA engine reads the buffer itself, which has room for the FCS.
+            frame
+        } else {
+            self.device_copy(s, frame, false, false, len, cx)?
+        };
+        {
+            // The device's work, as its DMA engine reads the frame: checksums, FCS.
+            let _device = cx.ledger.device_work(s);
+            if asks {
+                self.device_offloads(out.data_mut(), meta, None);
+            }
+            // Nothing is left for anyone to do to it.
+            out.set_tx_offload(TxOffload::default());
+            Self::append_fcs(&mut out)?;
+        }
+        let entry = WireFrame {
+            frame: out,
+            more: Vec::new(),
+            sent_at: cx.now,
+        };
+        self.enqueue(s, entry, 1, len as u64, cx)
+    }
+
+    fn take_notification_as(&mut self, s: impl Sampling, cx: &DeviceContext<'_>) -> bool {
+        self.pump(s, cx);
+        let raised = self.coalescer.take(self.seen_until);
+        if raised {
+            self.stats.notifications += 1;
+            cx.ledger.counters().inc(Counter::DriverNotifications);
+        }
+        raised
+    }
+
+    fn receive_as(&mut self, s: impl Sampling, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        self.pump(s, cx);
+        loop {
+            let arrived = {
+                let _q = cx
+                    .ledger
+                    .probe(s, Layer::Driver, Side::Receive, Op::DeviceQueue);
+                let a = self.rx_queue.pop_front()?;
+                let q = &self.rx_queue;
+                self.coalescer.taken(q.len(), |i| q.get(i).map(|a| a.at));
+                a
+            };
+            let mut rx = arrived.rx;
+            let len = rx.frame.len();
+            match self.config.copy_mode {
+                CopyMode::Dma if self.config.header_split => {
+                    let _device = cx.ledger.device_work(s);
+                    let (frame, moved) = self.split(rx.frame);
+                    let checksum = if arrived.check_on_split {
+                        self.check_received(frame.data(), moved)
+                    } else {
+                        rx.checksum
+                    };
+                    rx = RxFrame { frame, checksum };
+                }
+                // The buffer itself goes up.
+                CopyMode::Dma => {}
+                CopyMode::Pio => {
+                    let host = {
+                        let _alloc = cx
+                            .ledger
+                            .probe(s, Layer::Driver, Side::Receive, Op::BufAlloc);
+                        self.host_buffer(len)
+                    };
+                    let Some(mut host) = host else {
+                        // No memory for the copy: the frame is lost, as on a NIC whose
+                        // driver cannot refill its ring.
+                        self.stats.rx_overrun += 1;
+                        cx.ledger.counters().inc(Counter::DriverDropRxOverrun);
+                        self.reclaim(rx.frame);
+                        continue;
+                    };
+                    {
+                        let _copy =
+                            cx.ledger
+                                .probe(s, Layer::Driver, Side::Receive, Op::DeviceCopy);
+                        host.data_mut().copy_from_slice(rx.frame.data());
+                    }
+                    let emptied = std::mem::replace(&mut rx.frame, host);
+                    self.reclaim(emptied);
+                }
+            }
+            self.stats.rx_frames += 1;
+            self.stats.rx_bytes += len as u64;
+            cx.ledger.counters().inc(Counter::DriverFramesIn);
+            return Some(rx);
+        }
+    }
+}
+
 impl Device for MemoryNic {
     fn caps(&self) -> DeviceCaps {
         DeviceCaps {
@@ -1111,40 +1241,7 @@ impl Device for MemoryNic {
         meta: TxMeta,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
-        if frame.has_frags() || (meta.gso_size != 0 && self.config.segments()) {
-            return self.transmit_gathered_or_cut(frame, meta, cx);
-        }
-        // An ordinary frame, what every small datagram is: the same steps without the
-        // gather, the plan and the list of segments.
-        let len = frame.len();
-        self.check_room(len, self.config.max_frame_len(), cx)?;
-        let mut frame = frame;
-        let asks = meta.ipv4_checksum || meta.l4_checksum.is_some();
-        if asks {
-            self.software_offloads(frame.data_mut(), meta, false, cx);
-        }
-        let mut out = if self.config.copy_mode == CopyMode::Dma && frame.tailroom() >= FCS_LEN {
-            // The DMA engine reads the buffer itself, which has room for the FCS.
-            frame
-        } else {
-            self.device_copy(frame, false, false, len, cx)?
-        };
-        {
-            // The device's work, as its DMA engine reads the frame: checksums, FCS.
-            let _device = cx.ledger.device_work();
-            if asks {
-                self.device_offloads(out.data_mut(), meta, None);
-            }
-            // Nothing is left for anyone to do to it.
-            out.set_tx_offload(TxOffload::default());
-            Self::append_fcs(&mut out)?;
-        }
-        let entry = WireFrame {
-            frame: out,
-            more: Vec::new(),
-            sent_at: cx.now,
-        };
-        self.enqueue(entry, 1, len as u64, cx)
+        crate::sampled!(cx.ledger, s => self.transmit_as(s, frame, meta, cx))
     }
 
     fn buffer_depot(&self) -> Option<Depot> {
@@ -1156,70 +1253,11 @@ impl Device for MemoryNic {
     }
 
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
-        self.pump(cx);
-        let raised = self.coalescer.take(self.seen_until);
-        if raised {
-            self.stats.notifications += 1;
-            cx.ledger.counters().inc(Counter::DriverNotifications);
-        }
-        raised
+        crate::sampled!(cx.ledger, s => self.take_notification_as(s, cx))
     }
 
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
-        self.pump(cx);
-        loop {
-            let arrived = {
-                let _q = cx
-                    .ledger
-                    .probe(Layer::Driver, Side::Receive, Op::DeviceQueue);
-                let a = self.rx_queue.pop_front()?;
-                let q = &self.rx_queue;
-                self.coalescer.taken(q.len(), |i| q.get(i).map(|a| a.at));
-                a
-            };
-            let mut rx = arrived.rx;
-            let len = rx.frame.len();
-            match self.config.copy_mode {
-                CopyMode::Dma if self.config.header_split => {
-                    let _device = cx.ledger.device_work();
-                    let (frame, moved) = self.split(rx.frame);
-                    let checksum = if arrived.check_on_split {
-                        self.check_received(frame.data(), moved)
-                    } else {
-                        rx.checksum
-                    };
-                    rx = RxFrame { frame, checksum };
-                }
-                // The buffer itself goes up.
-                CopyMode::Dma => {}
-                CopyMode::Pio => {
-                    let host = {
-                        let _alloc = cx.ledger.probe(Layer::Driver, Side::Receive, Op::BufAlloc);
-                        self.host_buffer(len)
-                    };
-                    let Some(mut host) = host else {
-                        // No memory for the copy: the frame is lost, as on a NIC whose
-                        // driver cannot refill its ring.
-                        self.stats.rx_overrun += 1;
-                        cx.ledger.counters().inc(Counter::DriverDropRxOverrun);
-                        self.reclaim(rx.frame);
-                        continue;
-                    };
-                    {
-                        let _copy = cx
-                            .ledger
-                            .probe(Layer::Driver, Side::Receive, Op::DeviceCopy);
-                        host.data_mut().copy_from_slice(rx.frame.data());
-                    }
-                    let emptied = std::mem::replace(&mut rx.frame, host);
-                    self.reclaim(emptied);
-                }
-            }
-            self.stats.rx_frames += 1;
-            self.stats.rx_bytes += len as u64;
-            cx.ledger.counters().inc(Counter::DriverFramesIn);
-            return Some(rx);
-        }
+        crate::sampled!(cx.ledger, s => self.receive_as(s, cx))
     }
 
     fn next_deadline(&self) -> Option<Instant> {

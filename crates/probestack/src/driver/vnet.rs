@@ -51,7 +51,7 @@ use super::{
     ChecksumOffload, CopyMode, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame, TxMeta,
 };
 use crate::buf::{PacketBuf, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE};
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampled, Sampling, Side};
 
 /// The length of the legacy `struct virtio_net_hdr`, which both devices use.
 pub const VNET_HDR_LEN: usize = 10;
@@ -280,6 +280,7 @@ pub(crate) fn caps(mtu: usize, offload: bool) -> DeviceCaps {
 /// the kernel (NEEDS_CSUM), else completes it here. Checksum work is charged to the
 /// driver layer.
 pub(crate) fn prepare_tx(
+    s: impl Sampling,
     frame: &mut [u8],
     meta: TxMeta,
     csum_offload: bool,
@@ -289,14 +290,14 @@ pub(crate) fn prepare_tx(
     let len = frame.len();
     let mut hdr = VnetHeader::default();
     if meta.ipv4_checksum {
-        let _p = cx.ledger.probe(Layer::Driver, Side::Send, Op::Checksum);
+        let _p = cx.ledger.probe(s, Layer::Driver, Side::Send, Op::Checksum);
         if !fill_ipv4_checksum(frame) {
             stats.tx_errors += 1;
         }
     }
     if let Some((start, offset)) = meta.l4_checksum {
-        let (s, o) = (usize::from(start), usize::from(offset));
-        if !checksum_field_fits(len, s, o) {
+        let (at, o) = (usize::from(start), usize::from(offset));
+        if !checksum_field_fits(len, at, o) {
             stats.tx_errors += 1;
         } else if csum_offload {
             hdr = VnetHeader::partial_checksum(start, offset);
@@ -305,15 +306,15 @@ pub(crate) fn prepare_tx(
                 // A TCP super-frame (tap-offload.md §1.4): the checksum field holds the
                 // pseudo-header sum over the whole super-frame's length, Linux's seed
                 // convention; `hdr_len` is the headers through TCP's options.
-                let tcp_header = frame.get(s + 12).map_or(20, |b| usize::from(b >> 4) * 4);
+                let tcp_header = frame.get(at + 12).map_or(20, |b| usize::from(b >> 4) * 4);
                 hdr.gso_type = VNET_GSO_TCPV4;
                 hdr.gso_size = meta.gso_size;
-                hdr.hdr_len = (s + tcp_header) as u16;
+                hdr.hdr_len = (at + tcp_header) as u16;
                 stats.tx_gso_frames += 1;
             }
         } else {
-            let _p = cx.ledger.probe(Layer::Driver, Side::Send, Op::Checksum);
-            complete_checksum(frame, s, o);
+            let _p = cx.ledger.probe(s, Layer::Driver, Side::Send, Op::Checksum);
+            complete_checksum(frame, at, o);
             stats.tx_csum_software += 1;
         }
     }
@@ -349,6 +350,9 @@ pub(crate) fn transmit(
     cx: &DeviceContext<'_>,
     mut write: impl FnMut(&[u8; VNET_HDR_LEN], &[u8]) -> io::Result<usize>,
 ) -> Result<(), DeviceError> {
+    // A TAP write is a system call: one test of the ledger's flag per probe is nothing
+    // beside it.
+    let s = Sampled;
     let len = frame.len();
     let max = if meta.gso_size != 0 && csum_offload {
         ETHERNET_HEADER_LEN + MAX_SUPER_FRAME
@@ -359,9 +363,11 @@ pub(crate) fn transmit(
         stats.tx_too_large += 1;
         return Err(DeviceError::TooLarge { len, max });
     }
-    let hdr = prepare_tx(frame.data_mut(), meta, csum_offload, stats, cx);
+    let hdr = prepare_tx(s, frame.data_mut(), meta, csum_offload, stats, cx);
     let written = {
-        let _copy = cx.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+        let _copy = cx
+            .ledger
+            .probe(s, Layer::Driver, Side::Send, Op::DeviceCopy);
         loop {
             match write(&hdr, frame.data()) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -449,9 +455,13 @@ pub(crate) fn receive(
     cx: &DeviceContext<'_>,
     mut read: impl FnMut(&mut [u8; VNET_HDR_LEN], &mut [u8]) -> io::Result<Read>,
 ) -> Option<RxFrame> {
+    // As in `transmit`: a read is a system call.
+    let s = Sampled;
     loop {
         let block = {
-            let _alloc = cx.ledger.probe(Layer::Driver, Side::Receive, Op::BufAlloc);
+            let _alloc = cx
+                .ledger
+                .probe(s, Layer::Driver, Side::Receive, Op::BufAlloc);
             blocks.take()
         };
         let Some(mut block) = block else {
@@ -463,7 +473,7 @@ pub(crate) fn receive(
         let got = {
             let _copy = cx
                 .ledger
-                .probe(Layer::Driver, Side::Receive, Op::DeviceCopy);
+                .probe(s, Layer::Driver, Side::Receive, Op::DeviceCopy);
             loop {
                 match read(&mut hdr, block.data_mut()) {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -506,7 +516,9 @@ pub(crate) fn receive(
             continue;
         }
         let header = {
-            let _p = cx.ledger.probe(Layer::Driver, Side::Receive, Op::Checksum);
+            let _p = cx
+                .ledger
+                .probe(s, Layer::Driver, Side::Receive, Op::Checksum);
             accept_header(&hdr, block.data_mut(), !trust)
         };
         let Some(header) = header else {
@@ -524,14 +536,16 @@ pub(crate) fn receive(
         };
         let frame = if len <= SMALL_FRAME {
             let small = {
-                let _alloc = cx.ledger.probe(Layer::Driver, Side::Receive, Op::BufAlloc);
+                let _alloc = cx
+                    .ledger
+                    .probe(s, Layer::Driver, Side::Receive, Op::BufAlloc);
                 PacketBuf::new(len, HEADROOM, SMALL_FRAME - len)
             };
             match small {
                 Ok(mut small) => {
                     let _copy = cx
                         .ledger
-                        .probe(Layer::Driver, Side::Receive, Op::DeviceCopy);
+                        .probe(s, Layer::Driver, Side::Receive, Op::DeviceCopy);
                     small.data_mut().copy_from_slice(block.data());
                     blocks.block = Some(block);
                     small

@@ -4,7 +4,7 @@
 
 use crate::buf::PacketBuf;
 use crate::checksum;
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::stack::{EchoReply, SendError, Stack};
 use crate::time::Instant;
 use crate::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr, TimeExceeded};
@@ -15,6 +15,7 @@ impl Stack {
     /// An ICMP message in `datagram` (whole, header included; `repr` is its header).
     pub(crate) fn icmp_input(
         &mut self,
+        s: impl Sampling,
         iface: usize,
         repr: &Ipv4Repr,
         datagram: PacketBuf,
@@ -23,20 +24,20 @@ impl Stack {
         self.ledger.counters().inc(Counter::IcmpIn);
         let message = &datagram.data()[repr.header_len()..];
         let ok = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Checksum);
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::Checksum);
             checksum::verifies(checksum::sum_with(self.tuning.checksum, message))
         };
         if !ok {
             self.ledger.counters().inc(Counter::IcmpDropBadChecksum);
-            return self.free(Layer::Ip, Side::Receive, datagram);
+            return self.free(s, Layer::Ip, Side::Receive, datagram);
         }
         let parsed = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             icmpv4::Packet::new_checked(message).and_then(|p| Icmpv4Repr::parse(&p, Checksum::Skip))
         };
         let Ok(icmp) = parsed else {
             self.ledger.counters().inc(Counter::IcmpDropMalformed);
-            return self.free(Layer::Ip, Side::Receive, datagram);
+            return self.free(s, Layer::Ip, Side::Receive, datagram);
         };
         let mut reply_buf = None;
         match icmp {
@@ -56,7 +57,7 @@ impl Stack {
                         seq_no,
                         data,
                     };
-                    reply_buf = self.icmp_build(&reply);
+                    reply_buf = self.icmp_build(s, &reply);
                 }
             }
             Icmpv4Repr::EchoReply {
@@ -68,7 +69,7 @@ impl Stack {
                 self.ledger.set_message_size(data.len());
                 let _p = self
                     .ledger
-                    .probe(Layer::Ip, Side::Receive, Op::SocketBuffer);
+                    .probe(s, Layer::Ip, Side::Receive, Op::SocketBuffer);
                 if self.echo_replies.len() < self.config.echo_reply_queue {
                     self.echo_replies.push_back(EchoReply {
                         from: repr.src,
@@ -101,7 +102,7 @@ impl Stack {
                 if let Some((quoted, transport)) = icmp.invoking_header() {
                     if quoted.protocol == IpProtocol::Tcp && self.is_own_address(quoted.src) {
                         let frag_needed = reason == DstUnreachable::FragRequired;
-                        self.tcp_icmp_unreachable(&quoted, transport, frag_needed, next_hop_mtu);
+                        self.tcp_icmp_unreachable(s, &quoted, transport, frag_needed, next_hop_mtu);
                     }
                 }
             }
@@ -110,28 +111,30 @@ impl Stack {
             }
         }
         let to = repr.src;
-        self.free(Layer::Ip, Side::Receive, datagram);
+        self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(buf) = reply_buf {
-            let _ = self.ip_output(to, IpProtocol::Icmp, buf, false, now);
+            let _ = self.ip_output(s, to, IpProtocol::Icmp, buf, false, now);
         }
     }
 
     /// An ICMP message in a fresh buffer with headroom for the IP header below.
-    fn icmp_build(&mut self, icmp: &Icmpv4Repr<'_>) -> Option<PacketBuf> {
-        let mut buf = self.alloc(Layer::Ip, Side::Send, icmp.buffer_len()).ok()?;
+    fn icmp_build(&mut self, s: impl Sampling, icmp: &Icmpv4Repr<'_>) -> Option<PacketBuf> {
+        let mut buf = self
+            .alloc(s, Layer::Ip, Side::Send, icmp.buffer_len())
+            .ok()?;
         let emitted = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::IpProto);
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Send, Op::IpProto);
             icmp.emit(
                 &mut icmpv4::Packet::new_unchecked(buf.data_mut()),
                 Checksum::Skip,
             )
         };
         if emitted.is_err() {
-            self.free(Layer::Ip, Side::Send, buf);
+            self.free(s, Layer::Ip, Side::Send, buf);
             return None;
         }
         {
-            let _c = self.ledger.probe(Layer::Ip, Side::Send, Op::Checksum);
+            let _c = self.ledger.probe(s, Layer::Ip, Side::Send, Op::Checksum);
             let field = checksum::finish(checksum::sum_with(self.tuning.checksum, buf.data()));
             icmpv4::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
         }
@@ -142,6 +145,7 @@ impl Stack {
     /// Sends an echo request.
     pub(crate) fn icmp_send_echo(
         &mut self,
+        s: impl Sampling,
         dst: Ipv4Address,
         ident: u16,
         seq_no: u16,
@@ -159,8 +163,8 @@ impl Stack {
                 max: super::MAX_PAYLOAD - icmpv4::HEADER_LEN,
             });
         }
-        let buf = self.icmp_build(&req).ok_or(SendError::NoBuffer)?;
-        self.ip_output(dst, IpProtocol::Icmp, buf, false, now)
+        let buf = self.icmp_build(s, &req).ok_or(SendError::NoBuffer)?;
+        self.ip_output(s, dst, IpProtocol::Icmp, buf, false, now)
     }
 
     /// RFC 1122 §3.2.2: never send an error about an ICMP error, a datagram to a
@@ -201,6 +205,7 @@ impl Stack {
     /// Sends Destination Unreachable about `datagram` (whole, header included), and frees it.
     pub(crate) fn icmp_dst_unreachable(
         &mut self,
+        s: impl Sampling,
         reason: DstUnreachable,
         next_hop_mtu: u16,
         repr: &Ipv4Repr,
@@ -209,21 +214,26 @@ impl Stack {
     ) {
         let buf = if self.icmp_error_allowed(repr, datagram.data(), now) {
             match Icmpv4Repr::dst_unreachable(reason, next_hop_mtu, datagram.data()) {
-                Ok(m) => self.icmp_build(&m),
+                Ok(m) => self.icmp_build(s, &m),
                 Err(_) => None,
             }
         } else {
             None
         };
-        self.free(Layer::Ip, Side::Receive, datagram);
+        self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(b) = buf {
             self.ledger.counters().inc(Counter::IcmpErrorsOut);
-            let _ = self.ip_output(repr.src, IpProtocol::Icmp, b, false, now);
+            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, false, now);
         }
     }
 
     /// Sends Time Exceeded (fragment reassembly, code 1) quoting the first fragment.
-    pub(crate) fn icmp_time_exceeded_reassembly(&mut self, first: &[u8], now: Instant) {
+    pub(crate) fn icmp_time_exceeded_reassembly(
+        &mut self,
+        s: impl Sampling,
+        first: &[u8],
+        now: Instant,
+    ) {
         let Ok((repr, _)) = Ipv4Repr::parse_truncated(first, Checksum::Skip) else {
             return;
         };
@@ -234,9 +244,9 @@ impl Stack {
         let Ok(m) = Icmpv4Repr::time_exceeded(TimeExceeded::FragReassembly, first) else {
             return;
         };
-        if let Some(b) = self.icmp_build(&m) {
+        if let Some(b) = self.icmp_build(s, &m) {
             self.ledger.counters().inc(Counter::IcmpErrorsOut);
-            let _ = self.ip_output(repr.src, IpProtocol::Icmp, b, false, now);
+            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, false, now);
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::buf::PacketBuf;
 use crate::checksum;
 use crate::driver::RxChecksum;
 use crate::ip::reassembly::{FragKey, Reassembled, ReassemblyError};
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::stack::{SendError, Stack};
 use crate::time::Instant;
 use crate::wire::icmpv4::DstUnreachable;
@@ -59,17 +59,18 @@ impl Stack {
     /// A datagram from the link (Ethernet header already stripped), or from loopback.
     pub(crate) fn ip_input(
         &mut self,
+        s: impl Sampling,
         iface: usize,
         mut buf: PacketBuf,
         rx: RxChecksum,
         now: Instant,
     ) {
         if let Some(ip) = self.udp_short_eligible(iface, &buf) {
-            return self.udp_short_input(ip, buf, rx, now);
+            return self.udp_short_input(s, ip, buf, rx, now);
         }
         self.ledger.counters().inc(Counter::IpPacketsIn);
         let parsed = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             if buf.has_frags() {
                 Self::parse_split(&buf)
             } else {
@@ -80,21 +81,21 @@ impl Stack {
         };
         let Ok(mut repr) = parsed else {
             self.ledger.counters().inc(Counter::IpDropMalformed);
-            return self.free(Layer::Ip, Side::Receive, buf);
+            return self.free(s, Layer::Ip, Side::Receive, buf);
         };
         let header_len = repr.header_len();
         if rx != RxChecksum::Verified && iface != LOOPBACK {
             let ok = {
-                let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Checksum);
+                let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::Checksum);
                 checksum::verifies(self.ip_header_sum(&buf.data()[..header_len]))
             };
             if !ok {
                 self.ledger.counters().inc(Counter::IpDropBadChecksum);
-                return self.free(Layer::Ip, Side::Receive, buf);
+                return self.free(s, Layer::Ip, Side::Receive, buf);
             }
         }
         let accepted = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             if !self.accepts(iface, repr.dst) {
                 Err(Counter::IpDropNotForUs)
             } else {
@@ -107,7 +108,7 @@ impl Stack {
         };
         if let Err(c) = accepted {
             self.ledger.counters().inc(c);
-            return self.free(Layer::Ip, Side::Receive, buf);
+            return self.free(s, Layer::Ip, Side::Receive, buf);
         }
 
         let key = |repr: &Ipv4Repr| FragKey {
@@ -117,7 +118,7 @@ impl Stack {
             ident: repr.ident,
         };
         if repr.is_fragment() {
-            match self.reassemble(key(&repr), &repr, buf, now) {
+            match self.reassemble(s, key(&repr), &repr, buf, now) {
                 Some((r, b)) => {
                     repr = r;
                     buf = b;
@@ -126,19 +127,21 @@ impl Stack {
             }
         } else if !self.tuning.defrag_check_only_fragments {
             // Paper 001 §7.6: Ultrix searched the defrag queue for every datagram.
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Ip, Side::Receive, Op::DefragQueue);
             self.ledger.counters().inc(Counter::IpDefragLookups);
             std::hint::black_box(self.reassembler.contains(&key(&repr)));
         }
 
         self.ledger.counters().inc(Counter::IpDelivered);
         match repr.protocol {
-            IpProtocol::Icmp => self.icmp_input(iface, &repr, buf, now),
-            IpProtocol::Udp => self.udp_input(&repr, buf, rx, now),
-            IpProtocol::Tcp => self.tcp_input(&repr, buf, rx, now),
+            IpProtocol::Icmp => self.icmp_input(s, iface, &repr, buf, now),
+            IpProtocol::Udp => self.udp_input(s, &repr, buf, rx, now),
+            IpProtocol::Tcp => self.tcp_input(s, &repr, buf, rx, now),
             IpProtocol::Other(_) => {
                 self.ledger.counters().inc(Counter::IpDropUnknownProtocol);
-                self.icmp_dst_unreachable(DstUnreachable::ProtoUnreachable, 0, &repr, buf, now);
+                self.icmp_dst_unreachable(s, DstUnreachable::ProtoUnreachable, 0, &repr, buf, now);
             }
         }
     }
@@ -163,6 +166,7 @@ impl Stack {
     /// rewritten for it) when this fragment completes one.
     fn reassemble(
         &mut self,
+        s: impl Sampling,
         key: FragKey,
         repr: &Ipv4Repr,
         buf: PacketBuf,
@@ -171,7 +175,9 @@ impl Stack {
         self.ledger.counters().inc(Counter::IpFragmentsIn);
         let evicted_before = self.reassembler.stats().evicted_for_memory;
         let result = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Ip, Side::Receive, Op::DefragQueue);
             let (header, payload) = buf.data().split_at(repr.header_len());
             self.reassembler.add(
                 key,
@@ -182,7 +188,7 @@ impl Stack {
                 now,
             )
         };
-        self.free(Layer::Ip, Side::Receive, buf);
+        self.free(s, Layer::Ip, Side::Receive, buf);
         // Datagrams this fragment pushed out to stay under the caps.
         let evicted = self.reassembler.stats().evicted_for_memory - evicted_before;
         if evicted > 0 {
@@ -210,10 +216,12 @@ impl Stack {
         whole.more_frags = false;
         whole.frag_offset = 0;
         let mut out = self
-            .alloc(Layer::Ip, Side::Receive, whole.buffer_len())
+            .alloc(s, Layer::Ip, Side::Receive, whole.buffer_len())
             .ok()?;
         let emitted = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Ip, Side::Receive, Op::DefragQueue);
             let mut p = ipv4::Packet::new_unchecked(out.data_mut());
             let r = whole.emit(&mut p, Checksum::Skip);
             if r.is_ok() {
@@ -222,7 +230,7 @@ impl Stack {
             r
         };
         if emitted.is_err() {
-            self.free(Layer::Ip, Side::Receive, out);
+            self.free(s, Layer::Ip, Side::Receive, out);
             self.ledger.counters().inc(Counter::IpDropFragMalformed);
             return None;
         }
@@ -259,6 +267,7 @@ impl Stack {
     /// `protocol`, fragmenting it to the MTU unless `dont_frag`.
     pub(crate) fn ip_output(
         &mut self,
+        s: impl Sampling,
         dst: Ipv4Address,
         protocol: IpProtocol,
         mut payload: PacketBuf,
@@ -267,14 +276,14 @@ impl Stack {
     ) -> Result<(), SendError> {
         if payload.total_len() > MAX_PAYLOAD {
             let len = payload.total_len();
-            self.free(Layer::Ip, Side::Send, payload);
+            self.free(s, Layer::Ip, Side::Send, payload);
             return Err(SendError::TooLarge {
                 len,
                 max: MAX_PAYLOAD,
             });
         }
         let route = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::IpProto);
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Send, Op::IpProto);
             if self.is_own_address(dst) {
                 Ok(None)
             } else {
@@ -286,7 +295,7 @@ impl Stack {
         };
         let Ok(route) = route else {
             self.ledger.counters().inc(Counter::IpDropNoRoute);
-            self.free(Layer::Ip, Side::Send, payload);
+            self.free(s, Layer::Ip, Side::Send, payload);
             return Err(SendError::NoRoute);
         };
         let (src, mtu) = match route {
@@ -304,17 +313,17 @@ impl Stack {
         if repr.buffer_len() > mtu && !segmented_by_device {
             if dont_frag {
                 self.ledger.counters().inc(Counter::IpDropNeedFrag);
-                self.free(Layer::Ip, Side::Send, payload);
+                self.free(s, Layer::Ip, Side::Send, payload);
                 return Err(SendError::NeedsFragmentation { mtu });
             }
-            return self.fragment_output(repr, hop, payload, mtu, now);
+            return self.fragment_output(s, repr, hop, payload, mtu, now);
         }
-        if !self.prepend_ip_header(&repr, &mut payload) {
-            self.free(Layer::Ip, Side::Send, payload);
+        if !self.prepend_ip_header(s, &repr, &mut payload) {
+            self.free(s, Layer::Ip, Side::Send, payload);
             return Err(SendError::NoBuffer);
         }
         self.ledger.counters().inc(Counter::IpPacketsOut);
-        self.ip_to_link(hop, payload, now);
+        self.ip_to_link(s, hop, payload, now);
         Ok(())
     }
 
@@ -347,13 +356,19 @@ impl Stack {
     }
 
     /// Hands a finished datagram to the link, or to the loopback queue.
-    fn ip_to_link(&mut self, hop: Option<(usize, Ipv4Address)>, datagram: PacketBuf, now: Instant) {
+    fn ip_to_link(
+        &mut self,
+        s: impl Sampling,
+        hop: Option<(usize, Ipv4Address)>,
+        datagram: PacketBuf,
+        now: Instant,
+    ) {
         match hop {
-            Some((iface, next_hop)) => self.link_output(iface, next_hop, datagram, now),
+            Some((iface, next_hop)) => self.link_output(s, iface, next_hop, datagram, now),
             None => {
                 // Our own input parses one contiguous buffer.
                 let datagram = if datagram.has_frags() {
-                    match self.linearize(datagram) {
+                    match self.linearize(s, datagram) {
                         Ok(d) => d,
                         Err(()) => return,
                     }
@@ -366,8 +381,8 @@ impl Stack {
     }
 
     /// Writes the header into the buffer's headroom and fills its checksum.
-    fn prepend_ip_header(&self, repr: &Ipv4Repr, buf: &mut PacketBuf) -> bool {
-        let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::IpProto);
+    fn prepend_ip_header(&self, s: impl Sampling, repr: &Ipv4Repr, buf: &mut PacketBuf) -> bool {
+        let _p = self.ledger.probe(s, Layer::Ip, Side::Send, Op::IpProto);
         if buf.prepend(repr.header_len()).is_err() {
             return false;
         }
@@ -376,7 +391,7 @@ impl Stack {
         if repr.emit_header(&mut p, Checksum::Skip).is_err() {
             return false;
         }
-        let _c = self.ledger.probe(Layer::Ip, Side::Send, Op::Checksum);
+        let _c = self.ledger.probe(s, Layer::Ip, Side::Send, Op::Checksum);
         if self.tuning.inline_ip_header_checksum {
             p.fill_checksum();
         } else {
@@ -389,6 +404,7 @@ impl Stack {
     /// last a multiple of 8 bytes, each with its own header.
     fn fragment_output(
         &mut self,
+        s: impl Sampling,
         repr: Ipv4Repr,
         hop: Option<(usize, Ipv4Address)>,
         payload: PacketBuf,
@@ -396,7 +412,8 @@ impl Stack {
         now: Instant,
     ) -> Result<(), SendError> {
         let payload = if payload.has_frags() {
-            self.linearize(payload).map_err(|()| SendError::NoBuffer)?
+            self.linearize(s, payload)
+                .map_err(|()| SendError::NoBuffer)?
         } else {
             payload
         };
@@ -406,12 +423,12 @@ impl Stack {
         let mut result = Ok(());
         while offset < total {
             let len = per_fragment.min(total - offset);
-            let Ok(mut frag) = self.alloc(Layer::Ip, Side::Send, len) else {
+            let Ok(mut frag) = self.alloc(s, Layer::Ip, Side::Send, len) else {
                 result = Err(SendError::NoBuffer);
                 break;
             };
             {
-                let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::BufMisc);
+                let _p = self.ledger.probe(s, Layer::Ip, Side::Send, Op::BufMisc);
                 frag.data_mut()
                     .copy_from_slice(&payload.data()[offset..offset + len]);
             }
@@ -421,17 +438,17 @@ impl Stack {
                 payload_len: len,
                 ..repr
             };
-            if !self.prepend_ip_header(&piece, &mut frag) {
-                self.free(Layer::Ip, Side::Send, frag);
+            if !self.prepend_ip_header(s, &piece, &mut frag) {
+                self.free(s, Layer::Ip, Side::Send, frag);
                 result = Err(SendError::NoBuffer);
                 break;
             }
             self.ledger.counters().inc(Counter::IpFragmentsOut);
-            self.ip_to_link(hop, frag, now);
+            self.ip_to_link(s, hop, frag, now);
             offset += len;
         }
         self.ledger.counters().inc(Counter::IpPacketsOut);
-        self.free(Layer::Ip, Side::Send, payload);
+        self.free(s, Layer::Ip, Side::Send, payload);
         result
     }
 }
@@ -496,7 +513,13 @@ mod tests {
         let c = |st: &Stack, k| st.ledger().counters().get(k);
         for (reported, delivered) in [(raw ^ 0x0100, false), (raw, true)] {
             let buf = PacketBuf::from_slice(&bytes, 0).unwrap();
-            st.ip_input(0, buf, RxChecksum::RawSum(reported), Instant::ZERO);
+            st.ip_input(
+                crate::probe::Sampled,
+                0,
+                buf,
+                RxChecksum::RawSum(reported),
+                Instant::ZERO,
+            );
             assert_eq!(st.udp_queued(rx), usize::from(delivered), "{reported:#x}");
         }
         assert_eq!(c(&st, Counter::UdpDropBadChecksum), 1);
@@ -528,7 +551,13 @@ mod tests {
             )
             .unwrap();
             let buf = PacketBuf::from_slice(&bytes, 0).unwrap();
-            st.ip_input(0, buf, RxChecksum::None, Instant::ZERO);
+            st.ip_input(
+                crate::probe::Sampled,
+                0,
+                buf,
+                RxChecksum::None,
+                Instant::ZERO,
+            );
         }
         let held = st.reassembler().datagrams_held() as u64;
         let c = st.ledger().counters();

@@ -22,7 +22,7 @@
 use crate::buf::PacketBuf;
 use crate::driver::RxChecksum;
 use crate::ip::reassembly::FragKey;
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::udp::UdpInputIp;
@@ -81,6 +81,7 @@ impl Stack {
     #[inline]
     pub(crate) fn udp_short_input(
         &mut self,
+        s: impl Sampling,
         ip: ShortUdp,
         mut buf: PacketBuf,
         rx: RxChecksum,
@@ -90,17 +91,17 @@ impl Stack {
         // Never loopback here, so only a NIC's verdict spares the sum.
         if rx != RxChecksum::Verified {
             let ok = {
-                let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::Checksum);
+                let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::Checksum);
                 let header = &buf.data()[..MIN_HEADER_LEN];
                 crate::checksum::verifies(self.ip_header_sum(header))
             };
             if !ok {
                 self.ledger.counters().inc(Counter::IpDropBadChecksum);
-                return self.free(Layer::Ip, Side::Receive, buf);
+                return self.free(s, Layer::Ip, Side::Receive, buf);
             }
         }
         let trimmed = {
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::IpProto);
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             // Link-layer padding past the total length.
             match buf.len().saturating_sub(ip.total_len) {
                 0 => Ok(()),
@@ -109,11 +110,13 @@ impl Stack {
         };
         if trimmed.is_err() {
             self.ledger.counters().inc(Counter::IpDropMalformed);
-            return self.free(Layer::Ip, Side::Receive, buf);
+            return self.free(s, Layer::Ip, Side::Receive, buf);
         }
         if !self.tuning.defrag_check_only_fragments {
             // Paper 001 §7.6: Ultrix searched the defrag queue for every datagram.
-            let _p = self.ledger.probe(Layer::Ip, Side::Receive, Op::DefragQueue);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Ip, Side::Receive, Op::DefragQueue);
             self.ledger.counters().inc(Counter::IpDefragLookups);
             let key = FragKey {
                 src: ip.src,
@@ -130,7 +133,7 @@ impl Stack {
             header_len: MIN_HEADER_LEN,
             repr: None,
         };
-        self.udp_input_from(udp, buf, rx, now);
+        self.udp_input_from(s, udp, buf, rx, now);
     }
 }
 
@@ -301,12 +304,13 @@ mod tests {
                     };
                     let frame = PacketBuf::from_slice(frame, 0).unwrap();
                     let rx = RxFrame { frame, checksum };
-                    h.stack.link_input(0, rx, now);
+                    h.stack.link_input(crate::probe::Sampled, 0, rx, now);
                 }
                 Via::Loopback => {
                     let ip = &frame[ethernet::HEADER_LEN..];
                     let buf = PacketBuf::from_slice(ip, 0).unwrap();
-                    h.stack.ip_input(LOOPBACK, buf, RxChecksum::None, now);
+                    h.stack
+                        .ip_input(crate::probe::Sampled, LOOPBACK, buf, RxChecksum::None, now);
                 }
             }
         }

@@ -12,7 +12,7 @@ pub(crate) mod template;
 use crate::buf::PacketBuf;
 use crate::driver::{DeviceContext, RxFrame, TxMeta};
 use crate::link::arp::Resolution;
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::wire::arp::{self as arp_wire, ArpOperation, ArpRepr};
@@ -21,13 +21,16 @@ use crate::wire::Ipv4Address;
 
 impl Stack {
     /// A frame from interface `iface`'s device.
-    pub(crate) fn link_input(&mut self, iface: usize, rx: RxFrame, now: Instant) {
+    #[inline]
+    pub(crate) fn link_input(&mut self, s: impl Sampling, iface: usize, rx: RxFrame, now: Instant) {
         let RxFrame {
             mut frame,
             checksum,
         } = rx;
         let repr = {
-            let _p = self.ledger.probe(Layer::Link, Side::Receive, Op::LinkProto);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Link, Side::Receive, Op::LinkProto);
             let parsed =
                 ethernet::Frame::new_checked(frame.data()).and_then(|f| EthernetRepr::parse(&f));
             match parsed {
@@ -57,8 +60,8 @@ impl Stack {
             return;
         }
         match repr.ethertype {
-            EtherType::Ipv4 => self.ip_input(iface, frame, checksum, now),
-            EtherType::Arp => self.arp_input(iface, frame, now),
+            EtherType::Ipv4 => self.ip_input(s, iface, frame, checksum, now),
+            EtherType::Arp => self.arp_input(s, iface, frame, now),
             _ => {
                 self.ledger.counters().inc(Counter::LinkDropUnknownType);
                 self.pool.free(frame);
@@ -67,15 +70,15 @@ impl Stack {
     }
 
     /// An ARP packet (RFC 826 "Packet Reception").
-    fn arp_input(&mut self, iface: usize, packet: PacketBuf, now: Instant) {
+    fn arp_input(&mut self, s: impl Sampling, iface: usize, packet: PacketBuf, now: Instant) {
         let (arp, released, reply) = {
-            let _p = self.ledger.probe(Layer::Link, Side::Receive, Op::Arp);
+            let _p = self.ledger.probe(s, Layer::Link, Side::Receive, Op::Arp);
             let parsed =
                 arp_wire::Packet::new_checked(packet.data()).and_then(|p| ArpRepr::parse(&p));
             let Ok(arp) = parsed else {
                 self.ledger.counters().inc(Counter::ArpDropMalformed);
                 drop(_p);
-                return self.free(Layer::Link, Side::Receive, packet);
+                return self.free(s, Layer::Link, Side::Receive, packet);
             };
             let ours = self.ifaces[iface].cidr.address;
             let for_us = arp.target_protocol_addr == ours;
@@ -108,19 +111,25 @@ impl Stack {
                 });
             (arp, released, reply)
         };
-        self.free(Layer::Link, Side::Receive, packet);
+        self.free(s, Layer::Link, Side::Receive, packet);
         for p in released {
-            self.link_send_ipv4(iface, arp.sender_hardware_addr, p, now);
+            self.link_send_ipv4(s, iface, arp.sender_hardware_addr, p, now);
         }
         if let Some(reply) = reply {
-            if self.send_arp(iface, &reply, arp.sender_hardware_addr, now) {
+            if self.send_arp(s, iface, &reply, arp.sender_hardware_addr, now) {
                 self.ledger.counters().inc(Counter::ArpRepliesOut);
             }
         }
     }
 
     /// Asks who has `target` on interface `iface`.
-    pub(crate) fn send_arp_request(&mut self, iface: usize, target: Ipv4Address, now: Instant) {
+    pub(crate) fn send_arp_request(
+        &mut self,
+        s: impl Sampling,
+        iface: usize,
+        target: Ipv4Address,
+        now: Instant,
+    ) {
         let i = &self.ifaces[iface];
         let req = ArpRepr {
             operation: ArpOperation::Request,
@@ -129,30 +138,38 @@ impl Stack {
             target_hardware_addr: EthernetAddress([0; 6]),
             target_protocol_addr: target,
         };
-        if self.send_arp(iface, &req, EthernetAddress::BROADCAST, now) {
+        if self.send_arp(s, iface, &req, EthernetAddress::BROADCAST, now) {
             self.ledger.counters().inc(Counter::ArpRequestsOut);
         }
     }
 
-    fn send_arp(&mut self, iface: usize, arp: &ArpRepr, to: EthernetAddress, now: Instant) -> bool {
-        let Ok(mut buf) = self.alloc(Layer::Link, Side::Send, arp.buffer_len()) else {
+    fn send_arp(
+        &mut self,
+        s: impl Sampling,
+        iface: usize,
+        arp: &ArpRepr,
+        to: EthernetAddress,
+        now: Instant,
+    ) -> bool {
+        let Ok(mut buf) = self.alloc(s, Layer::Link, Side::Send, arp.buffer_len()) else {
             return false;
         };
         let emitted = {
-            let _p = self.ledger.probe(Layer::Link, Side::Send, Op::Arp);
+            let _p = self.ledger.probe(s, Layer::Link, Side::Send, Op::Arp);
             arp.emit(&mut arp_wire::Packet::new_unchecked(buf.data_mut()))
         };
         if emitted.is_err() {
             self.pool.free(buf);
             return false;
         }
-        self.link_send(iface, to, EtherType::Arp, buf, now)
+        self.link_send(s, iface, to, EtherType::Arp, buf, now)
     }
 
     /// Sends an IP datagram to `next_hop` on `iface`: now if its MAC is known, else after
     /// ARP answers.
     pub(crate) fn link_output(
         &mut self,
+        s: impl Sampling,
         iface: usize,
         next_hop: Ipv4Address,
         datagram: PacketBuf,
@@ -160,16 +177,16 @@ impl Stack {
     ) {
         let i = &self.ifaces[iface];
         if next_hop.is_broadcast() || next_hop == i.cidr.broadcast() {
-            self.link_send_ipv4(iface, EthernetAddress::BROADCAST, datagram, now);
+            self.link_send_ipv4(s, iface, EthernetAddress::BROADCAST, datagram, now);
             return;
         }
         let resolution = {
-            let _p = self.ledger.probe(Layer::Link, Side::Send, Op::Arp);
+            let _p = self.ledger.probe(s, Layer::Link, Side::Send, Op::Arp);
             self.ifaces[iface].arp.resolve(next_hop, datagram, now)
         };
         match resolution {
-            Resolution::Resolved(mac, d) => self.link_send_ipv4(iface, mac, d, now),
-            Resolution::QueuedSendRequest => self.send_arp_request(iface, next_hop, now),
+            Resolution::Resolved(mac, d) => self.link_send_ipv4(s, iface, mac, d, now),
+            Resolution::QueuedSendRequest => self.send_arp_request(s, iface, next_hop, now),
             Resolution::Queued => {}
             Resolution::TableFull(p) => {
                 self.ledger.counters().inc(Counter::ArpDropTableFull);
@@ -184,17 +201,19 @@ impl Stack {
 
     pub(crate) fn link_send_ipv4(
         &mut self,
+        s: impl Sampling,
         iface: usize,
         to: EthernetAddress,
         datagram: PacketBuf,
         now: Instant,
     ) {
-        self.link_send(iface, to, EtherType::Ipv4, datagram, now);
+        self.link_send(s, iface, to, EtherType::Ipv4, datagram, now);
     }
 
     /// Prepends the Ethernet header into the buffer's headroom and transmits.
     fn link_send(
         &mut self,
+        s: impl Sampling,
         iface: usize,
         to: EthernetAddress,
         ethertype: EtherType,
@@ -202,7 +221,7 @@ impl Stack {
         now: Instant,
     ) -> bool {
         {
-            let _p = self.ledger.probe(Layer::Link, Side::Send, Op::LinkProto);
+            let _p = self.ledger.probe(s, Layer::Link, Side::Send, Op::LinkProto);
             let repr = EthernetRepr {
                 source: self.ifaces[iface].mac,
                 destination: to,
@@ -218,14 +237,20 @@ impl Stack {
                 return false;
             }
         }
-        self.device_transmit(iface, buf, now)
+        self.device_transmit(s, iface, buf, now)
     }
 
     /// Hands a whole frame to the interface's device. A full transmit queue drops the
     /// frame here, counted, and its buffer goes back to the pool.
-    pub(crate) fn device_transmit(&mut self, iface: usize, frame: PacketBuf, now: Instant) -> bool {
+    pub(crate) fn device_transmit(
+        &mut self,
+        s: impl Sampling,
+        iface: usize,
+        frame: PacketBuf,
+        now: Instant,
+    ) -> bool {
         let frame = if frame.has_frags() && !self.ifaces[iface].caps.scatter_gather {
-            match self.linearize(frame) {
+            match self.linearize(s, frame) {
                 Ok(f) => f,
                 Err(()) => return false,
             }
@@ -235,7 +260,7 @@ impl Stack {
         let refused = {
             let _p = self
                 .ledger
-                .probe(Layer::Driver, Side::Send, Op::DeviceQueue);
+                .probe(s, Layer::Driver, Side::Send, Op::DeviceQueue);
             let cx = DeviceContext {
                 now,
                 ledger: &self.ledger,
@@ -256,7 +281,7 @@ impl Stack {
             Some(kept) => {
                 self.ledger.counters().inc(Counter::StackDropDeviceRefused);
                 if let Some(f) = kept {
-                    self.free(Layer::Driver, Side::Send, f);
+                    self.free(s, Layer::Driver, Side::Send, f);
                 }
                 false
             }
@@ -266,9 +291,15 @@ impl Stack {
     /// The frame with its external fragments copied into its window (the driver's copy
     /// for a device that cannot gather, Linux's `skb_linearize`), charged to the driver:
     /// in place if the tailroom allows, else into a new buffer. Counted.
-    pub(crate) fn linearize(&mut self, mut frame: PacketBuf) -> Result<PacketBuf, ()> {
+    pub(crate) fn linearize(
+        &mut self,
+        s: impl Sampling,
+        mut frame: PacketBuf,
+    ) -> Result<PacketBuf, ()> {
         self.ledger.counters().inc(Counter::DriverTxLinearized);
-        let _p = self.ledger.probe(Layer::Driver, Side::Send, Op::DeviceCopy);
+        let _p = self
+            .ledger
+            .probe(s, Layer::Driver, Side::Send, Op::DeviceCopy);
         if frame.linearize_in_place().is_ok() {
             return Ok(frame);
         }
@@ -285,15 +316,21 @@ impl Stack {
     }
 
     /// Gives a buffer back to the pool, charged to the layer that is done with it.
-    pub(crate) fn free(&mut self, layer: Layer, side: Side, buf: PacketBuf) {
-        let _p = self.ledger.probe(layer, side, Op::BufFree);
+    pub(crate) fn free(&mut self, s: impl Sampling, layer: Layer, side: Side, buf: PacketBuf) {
+        let _p = self.ledger.probe(s, layer, side, Op::BufFree);
         self.pool.free(buf);
     }
 
     /// A packet buffer for `len` bytes with headroom for every header below, charged to
     /// the layer that asks.
-    pub(crate) fn alloc(&mut self, layer: Layer, side: Side, len: usize) -> Result<PacketBuf, ()> {
-        let _p = self.ledger.probe(layer, side, Op::BufAlloc);
+    pub(crate) fn alloc(
+        &mut self,
+        s: impl Sampling,
+        layer: Layer,
+        side: Side,
+        len: usize,
+    ) -> Result<PacketBuf, ()> {
+        let _p = self.ledger.probe(s, layer, side, Op::BufAlloc);
         match self.pool.alloc(len, crate::buf::HEADROOM) {
             Ok(b) => Ok(b),
             Err(_) => {

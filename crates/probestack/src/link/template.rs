@@ -20,7 +20,7 @@
 //! transports' tests capture both and compare).
 
 use crate::checksum;
-use crate::probe::{Layer, Op, Side};
+use crate::probe::{Layer, Op, Sampling, Side};
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::wire::ethernet::{self, EtherType, EthernetRepr};
@@ -117,17 +117,18 @@ impl Stack {
     /// `Tuning::inline_ip_header_checksum` says).
     pub(crate) fn write_link_template(
         &mut self,
+        s: impl Sampling,
         t: &LinkTemplate,
         frame: &mut [u8],
         total_len: u16,
     ) {
         let ident = self.next_ident();
-        let _p = self.ledger.probe(Layer::Ip, Side::Send, Op::IpProto);
+        let _p = self.ledger.probe(s, Layer::Ip, Side::Send, Op::IpProto);
         frame[..HEADERS_LEN].copy_from_slice(&t.bytes);
         let ip = &mut frame[IP_AT..HEADERS_LEN];
         ip[2..4].copy_from_slice(&total_len.to_be_bytes());
         ip[4..6].copy_from_slice(&ident.to_be_bytes());
-        let _c = self.ledger.probe(Layer::Ip, Side::Send, Op::Checksum);
+        let _c = self.ledger.probe(s, Layer::Ip, Side::Send, Op::Checksum);
         if self.tuning.inline_ip_header_checksum {
             let sum = checksum::combine(checksum::combine(t.ip_sum, total_len), ident);
             ip[10..12].copy_from_slice(&checksum::finish(sum).to_be_bytes());

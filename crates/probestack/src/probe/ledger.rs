@@ -126,17 +126,16 @@ struct Recorder {
     clock: ProbeClock,
     sample_every: Cell<u32>,
     rng: Cell<u64>,
-    /// Unprobed messages left before the next probed one.
-    countdown: Cell<u64>,
     bucketing: Cell<Bucketing>,
-    /// Open messages (nested ones join the outermost).
-    message_depth: Cell<u32>,
     message_size: Cell<usize>,
     message_start: Cell<u64>,
     open: RefCell<Vec<Frame>>,
     scratch: RefCell<Vec<(u16, u64)>>,
     buckets: RefCell<BTreeMap<u32, Bucket>>,
-    messages_seen: Cell<u64>,
+    /// Messages seen is this less the countdown (wrapping): each draw adds the message
+    /// drawn and the gap to the next, so an unprobed message counts itself by running
+    /// the countdown down, with no counter of its own to bump.
+    seen_plus_countdown: Cell<u64>,
 }
 
 #[cfg(feature = "probes")]
@@ -146,15 +145,13 @@ impl Recorder {
             clock,
             sample_every: Cell::new(DEFAULT_SAMPLE_EVERY),
             rng: Cell::new(0x9E37_79B9_7F4A_7C15),
-            countdown: Cell::new(0),
             bucketing: Cell::new(Bucketing::Exact),
-            message_depth: Cell::new(0),
             message_size: Cell::new(0),
             message_start: Cell::new(0),
             open: RefCell::new(Vec::with_capacity(32)),
             scratch: RefCell::new(Vec::with_capacity(64)),
             buckets: RefCell::new(BTreeMap::new()),
-            messages_seen: Cell::new(0),
+            seen_plus_countdown: Cell::new(0),
         }
     }
 
@@ -185,34 +182,17 @@ impl Recorder {
             .push((f.cell, elapsed.saturating_sub(f.nested)));
     }
 
-    /// Decides whether the next message is probed: 1 in `sample_every`. Rather than a
-    /// random draw per message, a countdown to the next probed message, drawn from the
-    /// geometric distribution when it runs out: the same independent 1-in-N choice per
-    /// message (so periodic traffic cannot alias with it), but an unprobed message costs a
-    /// decrement, not a random number and a division.
-    #[inline]
-    fn draw(&self) -> bool {
-        match self.sample_every.get() {
-            0 => false,
-            1 => true,
-            n => {
-                let c = self.countdown.get();
-                if c > 0 {
-                    self.countdown.set(c - 1);
-                    false
-                } else {
-                    self.countdown.set(self.gap(n));
-                    true
-                }
-            }
-        }
-    }
-
     /// Messages to skip before the next probed one: geometric with success 1/n, by
-    /// inversion, floor(ln U / ln(1 - 1/n)), U uniform in (0, 1] from a xorshift generator.
+    /// inversion, floor(ln U / ln(1 - 1/n)), U uniform in (0, 1] from a xorshift
+    /// generator; `u64::MAX` (never) for n = 0. Rather than a random draw per message, a
+    /// countdown to the next probed message: the same independent 1-in-N choice per
+    /// message (so periodic traffic cannot alias with it), but an unprobed message costs
+    /// a decrement, not a random number and a division.
     fn gap(&self, n: u32) -> u64 {
-        if n <= 1 {
-            return 0;
+        match n {
+            0 => return u64::MAX,
+            1 => return 0,
+            _ => {}
         }
         let mut x = self.rng.get();
         x ^= x << 13;
@@ -228,45 +208,33 @@ impl Recorder {
         }
     }
 
-    /// `sampled_flag` is the ledger's flag, which this sets for the message (it is false
-    /// between messages: the end of a probed one clears it).
-    #[inline]
-    fn begin_message(&self, size: usize, sampled_flag: &Cell<bool>) {
-        let depth = self.message_depth.get();
-        self.message_depth.set(depth + 1);
-        if depth > 0 {
-            return;
-        }
-        self.messages_seen.set(self.messages_seen.get() + 1);
-        // The common case, in line: the countdown to the next probed message runs on.
-        let c = self.countdown.get();
-        if c > 0 && self.sample_every.get() > 1 {
-            self.countdown.set(c - 1);
-            return;
-        }
-        self.draw_and_begin(size, sampled_flag);
+    /// Starts the countdown afresh (a new rate or seed), keeping the count of messages
+    /// seen.
+    fn restart_countdown(&self, countdown: &Cell<u64>) {
+        let seen = self.seen_plus_countdown.get().wrapping_sub(countdown.get());
+        let g = self.gap(self.sample_every.get());
+        countdown.set(g);
+        self.seen_plus_countdown.set(seen.wrapping_add(g));
     }
 
+    /// An outermost message with the countdown at zero: it is probed (unless sampling is
+    /// off), and the countdown to the next one is drawn.
     #[cold]
     #[inline(never)]
-    fn draw_and_begin(&self, size: usize, sampled_flag: &Cell<bool>) {
-        let sampled = self.draw();
-        sampled_flag.set(sampled);
-        if sampled {
-            self.message_size.set(size);
-            self.scratch.borrow_mut().clear();
-            self.message_start.set(self.clock.now());
-        }
-    }
-
-    #[inline]
-    fn end_message(&self, sampled: &Cell<bool>) {
-        let depth = self.message_depth.get().saturating_sub(1);
-        self.message_depth.set(depth);
-        if depth > 0 || !sampled.get() {
+    fn draw_and_begin(&self, size: usize, sampled: &Cell<bool>, countdown: &Cell<u64>) {
+        let n = self.sample_every.get();
+        let g = self.gap(n);
+        countdown.set(g);
+        let seen = self.seen_plus_countdown.get();
+        self.seen_plus_countdown
+            .set(seen.wrapping_add(1).wrapping_add(g));
+        if n == 0 {
             return;
         }
-        self.record_message(sampled);
+        sampled.set(true);
+        self.message_size.set(size);
+        self.scratch.borrow_mut().clear();
+        self.message_start.set(self.clock.now());
     }
 
     /// The end of a probed message: its probes go into its bucket.
@@ -302,25 +270,68 @@ impl Recorder {
 fn probe_overhead_ticks(clock: ProbeClock) -> f64 {
     static COST: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *COST.get_or_init(|| {
-        let r = Recorder::new(clock);
-        let sampled = Cell::new(false);
-        r.sample_every.set(1);
+        let l = Ledger::with_clock(clock);
+        l.set_sample_every(1);
         let n = 2_000;
         let mut best = f64::INFINITY;
         for _ in 0..5 {
-            r.begin_message(0, &sampled);
+            l.begin_message(0);
             let t0 = clock.now();
             for _ in 0..n {
-                r.open_probe(0);
-                r.close_probe();
+                l.rec.open_probe(0);
+                l.rec.close_probe();
             }
             let outside = clock.now().saturating_sub(t0) as f64;
-            let inside: u64 = r.scratch.borrow().iter().map(|&(_, t)| t).sum();
-            r.end_message(&sampled);
+            let inside: u64 = l.rec.scratch.borrow().iter().map(|&(_, t)| t).sum();
+            l.end_message();
             best = best.min((outside - inside as f64).max(0.0) / n as f64);
         }
         best
     })
+}
+
+/// Whether code runs for a probed message, as a type: a path of the stack generic over it
+/// is compiled twice, and the copy for unprobed messages ([`Unsampled`]) has no probe code
+/// in it at all. Code entering the stack reads [`Ledger::sampled`] once and takes one copy
+/// or the other ([`sampled!`](crate::sampled)), so that an unprobed message pays one
+/// predictable branch per entry, not a test at each of the probes it passes.
+pub trait Sampling: Copy {
+    /// Whether probes in this copy record (never without the `probes` feature).
+    const ON: bool;
+}
+
+/// The copy of a path that runs for a probed message: its probes record.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampled;
+
+impl Sampling for Sampled {
+    const ON: bool = cfg!(feature = "probes");
+}
+
+/// The copy of a path that runs for an unprobed message: its probes are compiled out.
+#[derive(Clone, Copy, Debug)]
+pub struct Unsampled;
+
+impl Sampling for Unsampled {
+    const ON: bool = false;
+}
+
+/// Evaluates `$body` with `$s` bound to [`Sampled`] if `$ledger`'s open message is probed,
+/// else to [`Unsampled`]: the one branch that picks the copy of a path a message runs.
+#[macro_export]
+macro_rules! sampled {
+    ($ledger:expr, $s:ident => $body:expr) => {
+        if $ledger.sampled() {
+            // Probed messages are the rare ones: their copy is kept out of line, so that
+            // the compiler inlines the unprobed copy as it would the only one.
+            ::std::hint::cold_path();
+            let $s = $crate::probe::Sampled;
+            $body
+        } else {
+            let $s = $crate::probe::Unsampled;
+            $body
+        }
+    };
 }
 
 /// The ledger of one stack: probes, sampling, buckets, and the counters beside them.
@@ -331,8 +342,14 @@ pub struct Ledger {
     /// and branches, without following a pointer first.
     #[cfg(feature = "probes")]
     sampled: Cell<bool>,
+    /// Messages open (nested ones join the outermost).
     #[cfg(feature = "probes")]
-    rec: Option<Box<Recorder>>,
+    depth: Cell<u32>,
+    /// Unprobed messages left before the next probed one.
+    #[cfg(feature = "probes")]
+    countdown: Cell<u64>,
+    #[cfg(feature = "probes")]
+    rec: Box<Recorder>,
     counters: Counters,
 }
 
@@ -345,13 +362,25 @@ impl Default for Ledger {
 impl Ledger {
     /// A ledger probing one message in [`DEFAULT_SAMPLE_EVERY`].
     pub fn new() -> Ledger {
+        #[cfg(feature = "probes")]
+        return Ledger::with_clock(*ProbeClock::get());
+        #[cfg(not(feature = "probes"))]
         Ledger {
-            #[cfg(feature = "probes")]
-            sampled: Cell::new(false),
-            #[cfg(feature = "probes")]
-            rec: Some(Box::new(Recorder::new(*ProbeClock::get()))),
             counters: Counters::new(),
         }
+    }
+
+    #[cfg(feature = "probes")]
+    fn with_clock(clock: ProbeClock) -> Ledger {
+        let l = Ledger {
+            sampled: Cell::new(false),
+            depth: Cell::new(0),
+            countdown: Cell::new(0),
+            rec: Box::new(Recorder::new(clock)),
+            counters: Counters::new(),
+        };
+        l.rec.restart_countdown(&l.countdown);
+        l
     }
 
     /// Whether this build records probes (the `probes` cargo feature).
@@ -362,9 +391,9 @@ impl Ledger {
     /// Probe one message in `n`: 1 probes every message, 0 none.
     pub fn set_sample_every(&self, n: u32) {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            r.sample_every.set(n);
-            r.countdown.set(r.gap(n));
+        {
+            self.rec.sample_every.set(n);
+            self.rec.restart_countdown(&self.countdown);
         }
         #[cfg(not(feature = "probes"))]
         let _ = n;
@@ -373,9 +402,9 @@ impl Ledger {
     /// Seeds the sampling draw (for reproducible runs).
     pub fn set_sample_seed(&self, seed: u64) {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            r.rng.set(seed | 1);
-            r.countdown.set(r.gap(r.sample_every.get()));
+        {
+            self.rec.rng.set(seed | 1);
+            self.rec.restart_countdown(&self.countdown);
         }
         #[cfg(not(feature = "probes"))]
         let _ = seed;
@@ -383,9 +412,7 @@ impl Ledger {
 
     pub fn set_bucketing(&self, b: Bucketing) {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            r.bucketing.set(b);
-        }
+        self.rec.bucketing.set(b);
         #[cfg(not(feature = "probes"))]
         let _ = b;
     }
@@ -409,22 +436,38 @@ impl Ledger {
 
     /// Opens a message without a guard, for code that must mutate its owner while the
     /// message is open (the stack): every `begin_message` needs its `end_message`.
-    #[inline]
+    #[inline(always)]
     pub fn begin_message(&self, size: usize) {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            r.begin_message(size, &self.sampled);
+        {
+            let depth = self.depth.get();
+            self.depth.set(depth + 1);
+            if depth == 0 {
+                // The common case, in line: the countdown to the next probed message
+                // runs on.
+                let c = self.countdown.get();
+                if c != 0 {
+                    self.countdown.set(c - 1);
+                } else {
+                    self.rec
+                        .draw_and_begin(size, &self.sampled, &self.countdown);
+                }
+            }
         }
         #[cfg(not(feature = "probes"))]
         let _ = size;
     }
 
     /// Closes the message [`begin_message`](Self::begin_message) opened.
-    #[inline]
+    #[inline(always)]
     pub fn end_message(&self) {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            r.end_message(&self.sampled);
+        {
+            let depth = self.depth.get().saturating_sub(1);
+            self.depth.set(depth);
+            if depth == 0 && self.sampled.get() {
+                self.rec.record_message(&self.sampled);
+            }
         }
     }
 
@@ -432,19 +475,32 @@ impl Ledger {
     #[inline]
     pub fn set_message_size(&self, size: usize) {
         #[cfg(feature = "probes")]
-        if let (true, Some(r)) = (self.sampled.get(), &self.rec) {
-            r.message_size.set(size);
+        if self.sampled.get() {
+            self.rec.message_size.set(size);
         }
         #[cfg(not(feature = "probes"))]
         let _ = size;
     }
 
-    /// Opens a probe charged to (`layer`, `side`, `op`) until the guard drops. Outside a
-    /// sampled message this costs a load and a branch (and one more when the guard drops).
+    /// Whether the open message is being probed (always false without the `probes`
+    /// feature). Code entering the stack reads it once and runs a path compiled for the
+    /// answer ([`sampled!`](crate::sampled)).
     #[inline(always)]
-    pub fn probe(&self, layer: Layer, side: Side, op: Op) -> Probe<'_> {
+    pub fn sampled(&self) -> bool {
         #[cfg(feature = "probes")]
-        if let (true, Some(r)) = (self.sampled.get(), &self.rec) {
+        return self.sampled.get();
+        #[cfg(not(feature = "probes"))]
+        false
+    }
+
+    /// Opens a probe charged to (`layer`, `side`, `op`) until the guard drops. In code
+    /// compiled for an unprobed message (`s` is [`Unsampled`]) this is nothing at all.
+    #[inline(always)]
+    pub fn probe<S: Sampling>(&self, s: S, layer: Layer, side: Side, op: Op) -> Probe<'_> {
+        let _ = s;
+        #[cfg(feature = "probes")]
+        if S::ON && self.sampled.get() {
+            let r = &*self.rec;
             r.open_probe(cell_index(layer, side, op));
             return Probe {
                 rec: Some(r),
@@ -463,9 +519,11 @@ impl Ledger {
     /// real wall time, but the device's, not the host's (paper 004 §3.2), so it is charged
     /// to no layer and is subtracted from the probe around it.
     #[inline(always)]
-    pub fn device_work(&self) -> Probe<'_> {
+    pub fn device_work<S: Sampling>(&self, s: S) -> Probe<'_> {
+        let _ = s;
         #[cfg(feature = "probes")]
-        if let (true, Some(r)) = (self.sampled.get(), &self.rec) {
+        if S::ON && self.sampled.get() {
+            let r = &*self.rec;
             r.open_probe(DEVICE_CELL);
             return Probe {
                 rec: Some(r),
@@ -481,33 +539,44 @@ impl Ledger {
 
     /// Runs `f` inside a probe.
     #[inline(always)]
-    pub fn measure<R>(&self, layer: Layer, side: Side, op: Op, f: impl FnOnce() -> R) -> R {
-        let _p = self.probe(layer, side, op);
+    pub fn measure<S: Sampling, R>(
+        &self,
+        s: S,
+        layer: Layer,
+        side: Side,
+        op: Op,
+        f: impl FnOnce() -> R,
+    ) -> R {
+        let _p = self.probe(s, layer, side, op);
         f()
     }
 
     /// Messages opened so far, sampled or not.
     pub fn messages_seen(&self) -> u64 {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            return r.messages_seen.get();
-        }
+        return self
+            .rec
+            .seen_plus_countdown
+            .get()
+            .wrapping_sub(self.countdown.get());
+        #[cfg(not(feature = "probes"))]
         0
     }
 
     /// Forgets everything recorded (not the settings, not the counters).
     pub fn clear(&self) {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
-            r.buckets.borrow_mut().clear();
-            r.messages_seen.set(0);
+        {
+            self.rec.buckets.borrow_mut().clear();
+            self.rec.seen_plus_countdown.set(self.countdown.get());
         }
     }
 
     /// What the ledger holds now, in nanoseconds, with the counters.
     pub fn snapshot(&self) -> super::Snapshot {
         #[cfg(feature = "probes")]
-        if let Some(r) = &self.rec {
+        {
+            let r = &*self.rec;
             let c = r.clock;
             let each_ns = c.ns_per_tick() * probe_overhead_ticks(c);
             let buckets = r
@@ -536,7 +605,7 @@ impl Ledger {
                         .collect(),
                 })
                 .collect();
-            return Snapshot {
+            Snapshot {
                 probes_enabled: true,
                 clock: match c.source() {
                     super::clock::Source::Tsc => "tsc",
@@ -545,11 +614,12 @@ impl Ledger {
                 ns_per_tick: c.ns_per_tick(),
                 probe_overhead_ns: each_ns,
                 sample_every: r.sample_every.get(),
-                messages_seen: r.messages_seen.get(),
+                messages_seen: self.messages_seen(),
                 buckets,
                 counters: self.counters.snapshot(),
-            };
+            }
         }
+        #[cfg(not(feature = "probes"))]
         super::Snapshot {
             probes_enabled: false,
             clock: "none",

@@ -23,7 +23,9 @@ use std::fmt::Write;
 
 pub use clock::ProbeClock;
 pub use counters::{Counter, Counters};
-pub use ledger::{Bucketing, Ledger, Message, Probe, DEFAULT_SAMPLE_EVERY};
+pub use ledger::{
+    Bucketing, Ledger, Message, Probe, Sampled, Sampling, Unsampled, DEFAULT_SAMPLE_EVERY,
+};
 pub use taxonomy::{CaiCategory, Category, Class000, Layer, Op, Side};
 
 /// Time charged to one (layer, side, op) in one bucket.

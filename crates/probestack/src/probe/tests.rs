@@ -23,16 +23,16 @@ mod with_probes {
         let t = Instant::now();
         {
             let _m = l.message(100);
-            let _s = l.probe(Layer::Socket, Side::Send, Op::UserCopy);
+            let _s = l.probe(Sampled, Layer::Socket, Side::Send, Op::UserCopy);
             spin(Duration::from_micros(1000));
             {
-                let _u = l.probe(Layer::Udp, Side::Send, Op::UdpProto);
+                let _u = l.probe(Sampled, Layer::Udp, Side::Send, Op::UdpProto);
                 spin(Duration::from_micros(1000));
             }
             {
-                let _i = l.probe(Layer::Ip, Side::Send, Op::IpProto);
+                let _i = l.probe(Sampled, Layer::Ip, Side::Send, Op::IpProto);
                 spin(Duration::from_micros(250));
-                let _c = l.probe(Layer::Ip, Side::Send, Op::Checksum);
+                let _c = l.probe(Sampled, Layer::Ip, Side::Send, Op::Checksum);
                 spin(Duration::from_micros(250));
             }
             spin(Duration::from_micros(1000));
@@ -84,7 +84,7 @@ mod with_probes {
         l.set_sample_every(4);
         for _ in 0..4000 {
             let _m = l.message(64);
-            let _p = l.probe(Layer::Udp, Side::Receive, Op::Demux);
+            let _p = l.probe(Sampled, Layer::Udp, Side::Receive, Op::Demux);
         }
         let s = l.snapshot();
         assert_eq!(s.messages_seen, 4000);
@@ -98,14 +98,14 @@ mod with_probes {
         l.set_sample_every(0);
         for _ in 0..100 {
             let _m = l.message(64);
-            let _p = l.probe(Layer::Udp, Side::Receive, Op::Demux);
+            let _p = l.probe(Sampled, Layer::Udp, Side::Receive, Op::Demux);
         }
         assert!(l.snapshot().buckets.is_empty());
 
         l.set_sample_every(1);
         for _ in 0..100 {
             let _m = l.message(64);
-            let _p = l.probe(Layer::Udp, Side::Receive, Op::Demux);
+            let _p = l.probe(Sampled, Layer::Udp, Side::Receive, Op::Demux);
         }
         assert_eq!(l.snapshot().bucket(64).unwrap().messages, 100);
     }
@@ -122,7 +122,7 @@ mod with_probes {
             let before = l.snapshot().buckets.first().map_or(0, |b| b.messages);
             {
                 let _m = l.message(1);
-                let _p = l.probe(Layer::Udp, Side::Send, Op::UdpProto);
+                let _p = l.probe(Sampled, Layer::Udp, Side::Send, Op::UdpProto);
             }
             if l.snapshot().buckets.first().map_or(0, |b| b.messages) > before {
                 probed_at.push(i);
@@ -141,7 +141,7 @@ mod with_probes {
         l.set_sample_every(1);
         {
             let m = l.message(0);
-            let _p = l.probe(Layer::Driver, Side::Receive, Op::DeviceQueue);
+            let _p = l.probe(Sampled, Layer::Driver, Side::Receive, Op::DeviceQueue);
             m.set_size(1000);
         }
         assert!(l.snapshot().bucket(1000).is_some());
@@ -151,7 +151,7 @@ mod with_probes {
             let _m = l.message(1000);
             // A nested message joins the outer one.
             let _n = l.message(7);
-            let _p = l.probe(Layer::Udp, Side::Send, Op::UdpProto);
+            let _p = l.probe(Sampled, Layer::Udp, Side::Send, Op::UdpProto);
         }
         let s = l.snapshot();
         assert_eq!(s.buckets.len(), 1);
@@ -167,9 +167,9 @@ mod with_probes {
             l.set_sample_every(1);
             {
                 let _m = l.message(1);
-                let _d = l.probe(Layer::Driver, Side::Send, Op::DeviceQueue);
+                let _d = l.probe(Sampled, Layer::Driver, Side::Send, Op::DeviceQueue);
                 spin(Duration::from_micros(200));
-                let _nic = l.device_work();
+                let _nic = l.device_work(Sampled);
                 spin(Duration::from_micros(800));
             }
             let s = l.snapshot();
@@ -190,7 +190,7 @@ mod with_probes {
         let l = Ledger::new();
         l.set_sample_every(1);
         {
-            let _p = l.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+            let _p = l.probe(Sampled, Layer::Tcp, Side::Send, Op::TcpProto);
         }
         assert!(l.snapshot().buckets.is_empty());
     }
@@ -202,9 +202,9 @@ mod with_probes {
         for size in [64, 512] {
             for _ in 0..10 {
                 let _m = l.message(size);
-                let _a = l.probe(Layer::Socket, Side::Send, Op::UserCopy);
-                let _b = l.probe(Layer::Udp, Side::Send, Op::Checksum);
-                let _c = l.probe(Layer::Ip, Side::Send, Op::IpProto);
+                let _a = l.probe(Sampled, Layer::Socket, Side::Send, Op::UserCopy);
+                let _b = l.probe(Sampled, Layer::Udp, Side::Send, Op::Checksum);
+                let _c = l.probe(Sampled, Layer::Ip, Side::Send, Op::IpProto);
                 spin(Duration::from_micros(5));
             }
         }
@@ -257,7 +257,7 @@ fn probes_compile_to_nothing() {
     l.set_sample_every(1);
     for _ in 0..10 {
         let _m = l.message(64);
-        let _p = l.probe(Layer::Udp, Side::Send, Op::Checksum);
+        let _p = l.probe(Sampled, Layer::Udp, Side::Send, Op::Checksum);
         spin(Duration::from_micros(1));
     }
     let s = l.snapshot();

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use crate::buf::ExtBuf;
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampled, Sampling, Side};
 use crate::socket::blocking::block_on;
 use crate::stack::Stack;
 use crate::tcp::connection::{ConnError, ConnStats, Connection, State, TcpConfig};
@@ -305,7 +305,7 @@ impl Stack {
     ) -> Result<TcpHandle, TcpError> {
         let _p = self
             .ledger
-            .probe(Layer::Socket, Side::Receive, Op::ArgCheck);
+            .probe(Sampled, Layer::Socket, Side::Receive, Op::ArgCheck);
         if local.1 == 0 {
             return Err(TcpError::InvalidAddress);
         }
@@ -349,7 +349,7 @@ impl Stack {
     pub fn tcp_accept(&mut self, h: TcpHandle) -> Result<TcpHandle, TcpError> {
         let _p = self
             .ledger
-            .probe(Layer::Socket, Side::Receive, Op::SocketBuffer);
+            .probe(Sampled, Layer::Socket, Side::Receive, Op::SocketBuffer);
         let s = self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?;
         let Kind::Listener(l) = &mut s.kind else {
             return Err(TcpError::NotConnected);
@@ -389,7 +389,11 @@ impl Stack {
         no_checksum: bool,
     ) -> Result<TcpHandle, TcpError> {
         let now = self.now;
-        let p = self.ledger.probe(Layer::Socket, Side::Send, Op::ArgCheck);
+        // Connecting is rare: its probes test the ledger's flag where they stand.
+        let s = Sampled;
+        let p = self
+            .ledger
+            .probe(s, Layer::Socket, Side::Send, Op::ArgCheck);
         if remote.0.is_unspecified() || remote.1 == 0 || remote.0.is_broadcast() {
             return Err(TcpError::InvalidAddress);
         }
@@ -417,13 +421,13 @@ impl Stack {
         });
         let port = match local_port {
             Some(p) => {
-                let _c = self.ledger.probe(Layer::Tcp, Side::Send, Op::PcbConnect);
+                let _c = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::PcbConnect);
                 self.tcp_pcbs
                     .insert((local_addr, p), Some(remote), h.index)
                     .map(|id| (p, id))
                     .map_err(|_| TcpError::AddrInUse)
             }
-            None => self.tcp_ephemeral_bind(local_addr, remote, h.index),
+            None => self.tcp_ephemeral_bind(s, local_addr, remote, h.index),
         };
         let (port, id) = match port {
             Ok(x) => x,
@@ -437,12 +441,12 @@ impl Stack {
         let ask = no_checksum || self.checksum_elidable(remote.0);
         let mut conn = Connection::new(local, remote, config, iss, self.tcp_mss_for(remote.0), ask);
         conn.connect();
-        if let Some(s) = self.tcp.get_mut(h) {
-            s.kind = Kind::Stream(Box::new(conn));
-            s.pcb = Some(id);
+        if let Some(sock) = self.tcp.get_mut(h) {
+            sock.kind = Kind::Stream(Box::new(conn));
+            sock.pcb = Some(id);
         }
         self.ledger.counters().inc(Counter::TcpActiveOpens);
-        self.tcp_output(h.index);
+        self.tcp_output(s, h.index);
         Ok(h)
     }
 
@@ -450,11 +454,12 @@ impl Stack {
     /// per destination (RFC 6056).
     fn tcp_ephemeral_bind(
         &mut self,
+        s: impl Sampling,
         local_addr: Ipv4Address,
         remote: (Ipv4Address, u16),
         index: usize,
     ) -> Result<(u16, PcbId), TcpError> {
-        let _c = self.ledger.probe(Layer::Tcp, Side::Send, Op::PcbConnect);
+        let _c = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::PcbConnect);
         self.tcp.port_counter = self.tcp.port_counter.wrapping_add(1);
         let first = crate::tcp::isn::ephemeral_port_offset(
             &self.tcp.port_key,
@@ -502,7 +507,9 @@ impl Stack {
     /// Queues data to send; returns how much was taken (fewer bytes than given when the
     /// send buffer is full; [`TcpError::WouldBlock`] when it has no room at all).
     pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
-        self.tcp_queue(h, data.len(), Op::UserCopy, |c| c.send_slices(data))
+        crate::sampled!(self.ledger, s => {
+            self.tcp_queue(s, h, data.len(), Op::UserCopy, |c| c.send_slices(data))
+        })
     }
 
     /// Zero-copy send (paper 004 §3.1): queues as much of the loaned `data` as the send
@@ -515,13 +522,16 @@ impl Stack {
     /// driver copies the data after all, counted as `driver.tx_linearized`. Errors as
     /// [`tcp_send`](Self::tcp_send).
     pub fn tcp_send_loan(&mut self, h: TcpHandle, data: &ExtBuf) -> Result<usize, TcpError> {
-        self.tcp_queue(h, data.len(), Op::SocketCheck, |c| c.send_loan(data))
+        crate::sampled!(self.ledger, s => {
+            self.tcp_queue(s, h, data.len(), Op::SocketCheck, |c| c.send_loan(data))
+        })
     }
 
     /// The checks both sends share, then `queue` (which takes what fits, charged to
     /// `op`), then output.
     fn tcp_queue(
         &mut self,
+        s: impl Sampling,
         h: TcpHandle,
         len: usize,
         op: Op,
@@ -530,7 +540,7 @@ impl Stack {
         let n = {
             let _p = self
                 .ledger
-                .probe(Layer::Socket, Side::Send, Op::SocketCheck);
+                .probe(s, Layer::Socket, Side::Send, Op::SocketCheck);
             // One lookup of the socket for the checks and the queueing.
             let c = match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
                 Kind::Stream(c) => c,
@@ -548,24 +558,33 @@ impl Stack {
             if len == 0 {
                 return Ok(0);
             }
-            let _c = self.ledger.probe(Layer::Socket, Side::Send, op);
+            let _c = self.ledger.probe(s, Layer::Socket, Side::Send, op);
             queue(c)
         };
         if n == 0 {
             return Err(TcpError::WouldBlock);
         }
         self.ledger.set_message_size(n);
-        self.tcp_output(h.index);
+        self.tcp_output(s, h.index);
         Ok(n)
     }
 
     /// Takes received data; `Ok(0)` is the end of the stream (the peer's FIN, everything
     /// before it read).
     pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, TcpError> {
+        crate::sampled!(self.ledger, s => self.tcp_recv_as(s, h, buf))
+    }
+
+    fn tcp_recv_as(
+        &mut self,
+        s: impl Sampling,
+        h: TcpHandle,
+        buf: &mut [u8],
+    ) -> Result<usize, TcpError> {
         let n = {
             let _p = self
                 .ledger
-                .probe(Layer::Socket, Side::Receive, Op::SocketCheck);
+                .probe(s, Layer::Socket, Side::Receive, Op::SocketCheck);
             let Some(TcpSocket {
                 kind: Kind::Stream(c),
                 ..
@@ -582,7 +601,7 @@ impl Stack {
             }
             let _c = self
                 .ledger
-                .probe(Layer::Socket, Side::Receive, Op::UserCopy);
+                .probe(s, Layer::Socket, Side::Receive, Op::UserCopy);
             let n = c.recv_into(buf);
             if c.zero_copy_rx {
                 self.ledger
@@ -597,7 +616,7 @@ impl Stack {
             }
             n
         };
-        self.tcp_output(h.index);
+        self.tcp_output(s, h.index);
         Ok(n)
     }
 
@@ -623,10 +642,19 @@ impl Stack {
         h: TcpHandle,
         max: usize,
     ) -> Result<Option<ExtBuf>, TcpError> {
+        crate::sampled!(self.ledger, s => self.tcp_recv_zero_copy_as(s, h, max))
+    }
+
+    fn tcp_recv_zero_copy_as(
+        &mut self,
+        s: impl Sampling,
+        h: TcpHandle,
+        max: usize,
+    ) -> Result<Option<ExtBuf>, TcpError> {
         let chunk = {
             let p = self
                 .ledger
-                .probe(Layer::Socket, Side::Receive, Op::SocketCheck);
+                .probe(s, Layer::Socket, Side::Receive, Op::SocketCheck);
             let Some(TcpSocket {
                 kind: Kind::Stream(c),
                 ..
@@ -647,7 +675,7 @@ impl Stack {
             } else {
                 Op::UserCopy
             };
-            let _c = self.ledger.probe(Layer::Socket, Side::Receive, op);
+            let _c = self.ledger.probe(s, Layer::Socket, Side::Receive, op);
             c.take_chunk(max)
         };
         let Some(chunk) = chunk else {
@@ -659,7 +687,7 @@ impl Stack {
             Counter::TcpZeroCopyRxBytes
         };
         self.ledger.counters().add(counter, chunk.data.len() as u64);
-        self.tcp_output(h.index);
+        self.tcp_output(s, h.index);
         Ok(Some(chunk.data))
     }
 
@@ -681,7 +709,7 @@ impl Stack {
     /// Shuts down the sending side: a FIN follows the queued data; receiving goes on.
     pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), TcpError> {
         self.tcp_conn_mut(h)?.shutdown_write();
-        self.tcp_output(h.index);
+        self.tcp_output(Sampled, h.index);
         Ok(())
     }
 
@@ -690,22 +718,23 @@ impl Stack {
     /// instead (RFC 1122 §4.2.2.13). A listener resets the connections it had not handed
     /// out.
     pub fn tcp_close(&mut self, h: TcpHandle) -> Result<(), TcpError> {
-        let s = self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?;
-        match &mut s.kind {
+        let s = Sampled;
+        let sock = self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?;
+        match &mut sock.kind {
             Kind::Stream(c) => {
                 let rst = c.release();
                 if let Some(rst) = rst {
                     let (local, remote) = (c.local, c.remote);
-                    self.tcp_send_rst(local, remote, rst);
+                    self.tcp_send_rst(s, local, remote, rst);
                 }
-                self.tcp_output(h.index);
+                self.tcp_output(s, h.index);
                 self.tcp_reap(h.index);
             }
             Kind::Listener(_) => {
-                let Some(s) = self.tcp_free_slot(h.index) else {
+                let Some(sock) = self.tcp_free_slot(h.index) else {
                     return Err(TcpError::BadHandle);
                 };
-                if let Some(id) = s.pcb {
+                if let Some(id) = sock.pcb {
                     self.tcp_pcbs.remove(id);
                 }
                 // Children still handshaking or never accepted go with it.
@@ -720,7 +749,7 @@ impl Stack {
                         let rst = c.abort();
                         let (local, remote) = (c.local, c.remote);
                         if let Some(rst) = rst {
-                            self.tcp_send_rst(local, remote, rst);
+                            self.tcp_send_rst(s, local, remote, rst);
                         }
                     }
                     self.tcp_reap(i);
@@ -737,7 +766,7 @@ impl Stack {
         let rst = c.abort();
         let (local, remote) = (c.local, c.remote);
         if let Some(rst) = rst {
-            self.tcp_send_rst(local, remote, rst);
+            self.tcp_send_rst(Sampled, local, remote, rst);
         }
         self.tcp_reap(h.index);
         Ok(())

@@ -10,7 +10,8 @@ use std::collections::VecDeque;
 
 use crate::buf::{ExtBuf, PacketBuf};
 use crate::checksum;
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampled, Sampling, Side};
+use crate::stack::in_message;
 use crate::stack::{SendError, Stack};
 use crate::udp::pcb::{PcbError, PcbId};
 use crate::udp::template::HeaderTemplate;
@@ -226,21 +227,29 @@ impl Stack {
     /// Binds to `addr` (0.0.0.0 for any of the host's addresses) and `port` (0 for an
     /// ephemeral one).
     pub fn udp_bind(&mut self, h: UdpHandle, addr: Ipv4Address, port: u16) -> Result<(), UdpError> {
-        let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::ArgCheck);
-        let s = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
-        if s.pcb.is_some() {
+        let _p = self
+            .ledger
+            .probe(Sampled, Layer::Socket, Side::Send, Op::ArgCheck);
+        let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
+        if sock.pcb.is_some() {
             return Err(UdpError::AlreadyBound);
         }
         if !addr.is_unspecified() && !self.is_own_address(addr) {
             return Err(UdpError::AddrNotAvailable);
         }
         drop(_p);
-        self.udp_attach(h, addr, port)
+        self.udp_attach(Sampled, h, addr, port)
     }
 
     /// Inserts the socket's PCB, choosing an ephemeral port for port 0, and reserves its
     /// receive queue limit against the socket memory limit.
-    fn udp_attach(&mut self, h: UdpHandle, addr: Ipv4Address, port: u16) -> Result<(), UdpError> {
+    fn udp_attach(
+        &mut self,
+        s: impl Sampling,
+        h: UdpHandle,
+        addr: Ipv4Address,
+        port: u16,
+    ) -> Result<(), UdpError> {
         let rx_limit = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?.rx_limit;
         let port = if port == 0 {
             self.udp_ephemeral_port(addr)?
@@ -251,7 +260,7 @@ impl Stack {
             return Err(UdpError::NoSocketMemory);
         }
         let inserted = {
-            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+            let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::PcbConnect);
             self.udp_pcbs.insert((addr, port), None, h.index)
         };
         let id = match inserted {
@@ -300,15 +309,17 @@ impl Stack {
         if addr.is_unspecified() || port == 0 {
             return Err(UdpError::NotConnected);
         }
-        let s = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
-        if s.pcb.is_none() {
-            self.udp_attach(h, Ipv4Address::UNSPECIFIED, 0)?;
+        let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
+        if sock.pcb.is_none() {
+            self.udp_attach(Sampled, h, Ipv4Address::UNSPECIFIED, 0)?;
         }
         let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
         let id = s.pcb.ok_or(UdpError::BadHandle)?;
         s.remote = Some((addr, port));
         s.error = None;
-        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+        let _p = self
+            .ledger
+            .probe(Sampled, Layer::Udp, Side::Send, Op::PcbConnect);
         self.udp_pcbs
             .connect(id, (addr, port))
             .map_err(|_| UdpError::AddrInUse)
@@ -320,7 +331,9 @@ impl Stack {
         s.remote = None;
         s.error = None;
         if let Some(id) = s.pcb {
-            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+            let _p = self
+                .ledger
+                .probe(Sampled, Layer::Udp, Side::Send, Op::PcbConnect);
             let _ = self.udp_pcbs.disconnect(id);
         }
         Ok(())
@@ -410,7 +423,7 @@ impl Stack {
         to: Option<(Ipv4Address, u16)>,
     ) -> Result<usize, UdpError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        self.in_message(len, |s| s.udp_sosend(h, parts, len, to))
+        in_message!(self, len, s => self.udp_sosend(s, h, parts, len, to))
     }
 
     /// Zero-copy send (paper 004 §3.1): one datagram of the loaned `data`, to `to` or the
@@ -426,41 +439,61 @@ impl Stack {
         to: Option<(Ipv4Address, u16)>,
     ) -> Result<usize, UdpError> {
         let len = data.len();
-        self.in_message(len, |s| {
-            let (dst, connected, no_checksum) = s.udp_send_target(h, len, to)?;
-            let Ok(mut buf) = s.alloc(Layer::Socket, Side::Send, udp_wire::HEADER_LEN + len) else {
-                return Err(UdpError::NoBuffer);
-            };
-            // Room for the data stays in the tailroom for a device to gather into.
-            if buf.trim_back(len).is_err() {
-                s.free(Layer::Socket, Side::Send, buf);
-                return Err(UdpError::NoBuffer);
-            }
-            buf.push_frag(data.clone());
-            let (elide, offload) =
-                s.udp_checksum_choice(dst.0, no_checksum, udp_wire::HEADER_LEN + len);
-            let plan = if elide {
-                UdpChecksum::Elided
-            } else if offload {
-                UdpChecksum::Offloaded
-            } else {
-                // Read to be summed, never copied.
-                let _p = s.ledger.probe(Layer::Socket, Side::Send, Op::Checksum);
-                let mut acc = checksum::Accumulator::new();
-                acc.add_with(s.tuning.checksum, data);
-                UdpChecksum::PayloadSummed(acc.sum())
-            };
-            s.ledger.counters().inc(Counter::UdpZeroCopyDatagrams);
-            s.udp_output(h, dst, buf, plan, connected).map(|()| len)
-        })
+        in_message!(self, len, s => self.udp_send_loaned(s, h, data, len, to))
+    }
+
+    /// [`udp_send_loan`](Self::udp_send_loan) inside its message.
+    fn udp_send_loaned(
+        &mut self,
+        s: impl Sampling,
+        h: UdpHandle,
+        data: &ExtBuf,
+        len: usize,
+        to: Option<(Ipv4Address, u16)>,
+    ) -> Result<usize, UdpError> {
+        let (dst, connected, no_checksum) = self.udp_send_target(s, h, len, to)?;
+        let Ok(mut buf) = self.alloc(s, Layer::Socket, Side::Send, udp_wire::HEADER_LEN + len)
+        else {
+            return Err(UdpError::NoBuffer);
+        };
+        // Room for the data stays in the tailroom for a device to gather into.
+        if buf.trim_back(len).is_err() {
+            self.free(s, Layer::Socket, Side::Send, buf);
+            return Err(UdpError::NoBuffer);
+        }
+        buf.push_frag(data.clone());
+        let (elide, offload) =
+            self.udp_checksum_choice(s, dst.0, no_checksum, udp_wire::HEADER_LEN + len);
+        let plan = if elide {
+            UdpChecksum::Elided
+        } else if offload {
+            UdpChecksum::Offloaded
+        } else {
+            // Read to be summed, never copied.
+            let _p = self
+                .ledger
+                .probe(s, Layer::Socket, Side::Send, Op::Checksum);
+            let mut acc = checksum::Accumulator::new();
+            acc.add_with(self.tuning.checksum, data);
+            UdpChecksum::PayloadSummed(acc.sum())
+        };
+        self.ledger.counters().inc(Counter::UdpZeroCopyDatagrams);
+        self.udp_output(s, h, dst, buf, plan, connected)
+            .map(|()| len)
     }
 
     /// Who does a datagram's checksum (of `len` bytes, UDP header included): nobody
     /// (paper 000's elision: the socket asks, or the next hop is the destination on a CRC
     /// link and elision is on), the device (`checksum_offload`, a datagram sent whole), or
     /// the host. Returns (elide, offload).
-    fn udp_checksum_choice(&self, dst: Ipv4Address, no_checksum: bool, len: usize) -> (bool, bool) {
-        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
+    fn udp_checksum_choice(
+        &self,
+        s: impl Sampling,
+        dst: Ipv4Address,
+        no_checksum: bool,
+        len: usize,
+    ) -> (bool, bool) {
+        let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::UdpProto);
         let elide = no_checksum || self.checksum_elidable(dst);
         (elide, !elide && self.udp_checksum_offloadable(dst, len))
     }
@@ -471,12 +504,15 @@ impl Stack {
     /// socket sends without checksums.
     fn udp_send_target(
         &mut self,
+        s: impl Sampling,
         h: UdpHandle,
         len: usize,
         to: Option<(Ipv4Address, u16)>,
     ) -> Result<((Ipv4Address, u16), bool, bool), UdpError> {
         let (dst, connected, no_checksum) = {
-            let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::ArgCheck);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Socket, Side::Send, Op::ArgCheck);
             if len > MAX_UDP_PAYLOAD {
                 return Err(UdpError::MessageTooBig {
                     max: MAX_UDP_PAYLOAD,
@@ -497,7 +533,7 @@ impl Stack {
             return Err(UdpError::NotConnected);
         }
         if self.udp_sockets.get(h).is_some_and(|s| s.pcb.is_none()) {
-            self.udp_attach(h, Ipv4Address::UNSPECIFIED, 0)?;
+            self.udp_attach(s, h, Ipv4Address::UNSPECIFIED, 0)?;
         }
         Ok((dst, connected, no_checksum))
     }
@@ -505,33 +541,35 @@ impl Stack {
     /// The socket layer's send: checks, then the copy into a packet buffer (two paths).
     fn udp_sosend(
         &mut self,
+        s: impl Sampling,
         h: UdpHandle,
         parts: &[&[u8]],
         len: usize,
         to: Option<(Ipv4Address, u16)>,
     ) -> Result<usize, UdpError> {
-        let (dst, connected, no_checksum) = self.udp_send_target(h, len, to)?;
+        let (dst, connected, no_checksum) = self.udp_send_target(s, h, len, to)?;
         if self.tuning.udp_header_template && (connected || self.tuning.sendto_without_connect) {
-            if let Some(r) = self.udp_send_templated(h, parts, len, dst, no_checksum) {
+            if let Some(r) = self.udp_send_templated(s, h, parts, len, dst, no_checksum) {
                 return r;
             }
         }
         let Ok(mut buf) = self.alloc(
+            s,
             Layer::Socket,
             Side::Send,
             crate::wire::udp::HEADER_LEN + len,
         ) else {
             return Err(UdpError::NoBuffer);
         };
-        let (elide, offload) = self.udp_checksum_choice(dst.0, no_checksum, buf.len());
+        let (elide, offload) = self.udp_checksum_choice(s, dst.0, no_checksum, buf.len());
         let fused = self.tuning.udp_fast_path && !elide && !offload;
-        let plan = match self.udp_copy_in(&mut buf, parts, fused) {
+        let plan = match self.udp_copy_in(s, &mut buf, parts, fused) {
             _ if elide => UdpChecksum::Elided,
             _ if offload => UdpChecksum::Offloaded,
             Some(sum) => UdpChecksum::PayloadSummed(sum),
             None => UdpChecksum::SecondPass,
         };
-        let r = self.udp_output(h, dst, buf, plan, connected);
+        let r = self.udp_output(s, h, dst, buf, plan, connected);
         r.map(|()| len)
     }
 
@@ -539,11 +577,14 @@ impl Stack {
     /// protocol-specific path, it sums as it copies (paper 002 §7) and returns the sum.
     pub(crate) fn udp_copy_in(
         &self,
+        s: impl Sampling,
         buf: &mut PacketBuf,
         parts: &[&[u8]],
         sum: bool,
     ) -> Option<u16> {
-        let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::UserCopy);
+        let _p = self
+            .ledger
+            .probe(s, Layer::Socket, Side::Send, Op::UserCopy);
         let mut at = crate::wire::udp::HEADER_LEN;
         let mut acc = checksum::Accumulator::new();
         for part in parts {
@@ -596,11 +637,20 @@ impl Stack {
         h: UdpHandle,
         bufs: &mut [&mut [u8]],
     ) -> Result<UdpRecv, UdpError> {
+        crate::sampled!(self.ledger, s => self.udp_recv_msg_as(s, h, bufs))
+    }
+
+    fn udp_recv_msg_as(
+        &mut self,
+        s: impl Sampling,
+        h: UdpHandle,
+        bufs: &mut [&mut [u8]],
+    ) -> Result<UdpRecv, UdpError> {
         loop {
             let q = {
                 let _p = self
                     .ledger
-                    .probe(Layer::Socket, Side::Receive, Op::SocketBuffer);
+                    .probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
                 let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
                 if let Some(e) = s.error.take() {
                     return Err(e);
@@ -616,7 +666,7 @@ impl Stack {
             let (copied, ok) = {
                 let _p = self
                     .ledger
-                    .probe(Layer::Socket, Side::Receive, Op::UserCopy);
+                    .probe(s, Layer::Socket, Side::Receive, Op::UserCopy);
                 let kernel = self.tuning.checksum;
                 // On the protocol-specific path the copy sums as it goes; a truncated read
                 // still verifies the whole datagram.
@@ -637,7 +687,7 @@ impl Stack {
                 (at, acc.is_none_or(|a| checksum::verifies(a.sum())))
             };
             let from = q.from;
-            self.free(Layer::Socket, Side::Receive, q.payload);
+            self.free(s, Layer::Socket, Side::Receive, q.payload);
             if !ok {
                 self.ledger.counters().inc(Counter::UdpDropBadChecksum);
                 continue;

@@ -29,7 +29,7 @@
 //!   "no checksum" and only then do data segments go without one.
 
 use crate::buf::ExtBuf;
-use crate::probe::{Counter, Layer, Ledger, Op, Side};
+use crate::probe::{Counter, Layer, Ledger, Op, Sampling, Side};
 use crate::tcp::assembler::Assembler;
 use crate::tcp::recv_buffer::{Chunk, RecvBuffer};
 use crate::tcp::rtt::{RtoConfig, RttEstimator, RttTimer};
@@ -854,6 +854,7 @@ impl Connection {
     /// due.
     pub fn input(
         &mut self,
+        s: impl Sampling,
         seg: &TcpRepr,
         data_in_rx: bool,
         header_prediction: bool,
@@ -872,15 +873,15 @@ impl Connection {
             _ => {}
         }
         if header_prediction {
-            let _p = ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
-            if self.predicted(seg, data_in_rx, ledger, now) {
+            let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::TcpProto);
+            if self.predicted(s, seg, data_in_rx, ledger, now) {
                 return None;
             }
             self.stats.hp_misses += 1;
             ledger.counters().inc(Counter::TcpPredictionMisses);
         }
-        let _p = ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
-        self.input_synchronized(seg, data_in_rx, ledger, now)
+        let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::TcpProto);
+        self.input_synchronized(s, seg, data_in_rx, ledger, now)
     }
 
     /// Jacobson's header prediction (4.4BSD `tcp_input`): in ESTABLISHED, a segment with
@@ -890,6 +891,7 @@ impl Connection {
     /// the full one. Both paths do exactly what the full path would.
     fn predicted(
         &mut self,
+        s: impl Sampling,
         seg: &TcpRepr,
         data_in_rx: bool,
         ledger: &Ledger,
@@ -951,7 +953,7 @@ impl Connection {
             self.stats.hp_ack_hits += 1;
             ledger.counters().inc(Counter::TcpPredictionAckHits);
         } else {
-            self.accept_in_order(seg.payload, data_in_rx, ledger);
+            self.accept_in_order(s, seg.payload, data_in_rx, ledger);
             self.schedule_ack(now);
             self.stats.hp_data_hits += 1;
             ledger.counters().inc(Counter::TcpPredictionDataHits);
@@ -1056,6 +1058,7 @@ impl Connection {
     /// RFC 9293 §3.10.7.4: every state after SYN-SENT.
     fn input_synchronized(
         &mut self,
+        s: impl Sampling,
         seg: &TcpRepr,
         data_in_rx: bool,
         ledger: &Ledger,
@@ -1263,7 +1266,7 @@ impl Connection {
                 self.clear_timers();
                 return Some(rst);
             } else {
-                self.receive_data(seg, data_in_rx, ledger, now);
+                self.receive_data(s, seg, data_in_rx, ledger, now);
             }
         }
 
@@ -1426,7 +1429,14 @@ impl Connection {
 
     /// Data in the window: in order straight into the receive buffer, out of order into
     /// the out-of-order queue (whose bytes also sit in the receive buffer's free space).
-    fn receive_data(&mut self, seg: &TcpRepr, data_in_rx: bool, ledger: &Ledger, now: Instant) {
+    fn receive_data(
+        &mut self,
+        s: impl Sampling,
+        seg: &TcpRepr,
+        data_in_rx: bool,
+        ledger: &Ledger,
+        now: Instant,
+    ) {
         let mut seq = seg.seq_number;
         let mut data = seg.payload;
         // Trim what was already received.
@@ -1448,12 +1458,12 @@ impl Connection {
             return;
         }
         if offset == 0 && self.ooo.is_empty() {
-            self.accept_in_order(data, data_in_rx, ledger);
+            self.accept_in_order(s, data, data_in_rx, ledger);
             self.schedule_ack(now);
             return;
         }
         // Out of order, or filling a hole.
-        let _p = ledger.probe(Layer::Tcp, Side::Receive, Op::ReorderQueue);
+        let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::ReorderQueue);
         if offset > 0 {
             self.stats.ooo_segments_in += 1;
             ledger.counters().inc(Counter::TcpOutOfOrderSegments);
@@ -1465,7 +1475,7 @@ impl Connection {
             return;
         }
         if !(data_in_rx && offset == 0) {
-            let _c = ledger.probe(Layer::Socket, Side::Receive, Op::SocketCopy);
+            let _c = ledger.probe(s, Layer::Socket, Side::Receive, Op::SocketCopy);
             self.rx.write_unreadable(offset, data);
         }
         let ready = self.ooo.take_front();
@@ -1480,8 +1490,14 @@ impl Connection {
 
     /// In-order data with nothing queued out of order: into the receive buffer.
     #[inline]
-    fn accept_in_order(&mut self, data: &[u8], data_in_rx: bool, ledger: &Ledger) {
-        let _p = ledger.probe(Layer::Socket, Side::Receive, Op::SocketCopy);
+    fn accept_in_order(
+        &mut self,
+        s: impl Sampling,
+        data: &[u8],
+        data_in_rx: bool,
+        ledger: &Ledger,
+    ) {
+        let _p = ledger.probe(s, Layer::Socket, Side::Receive, Op::SocketCopy);
         if !data_in_rx {
             self.rx.write_unreadable(0, data);
         }
@@ -2136,7 +2152,7 @@ mod tests {
                 ..out.repr
             };
             // A RST in reply (to a connection a timeout aborted) is not delivered.
-            let _ = to.input(&seg, false, true, ledger, now);
+            let _ = to.input(crate::probe::Sampled, &seg, false, true, ledger, now);
         }
         sent
     }

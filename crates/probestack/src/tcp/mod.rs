@@ -59,8 +59,9 @@ pub use syn_cookie::SynCookies;
 use crate::buf::{PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
+use crate::stack::in_message;
 use crate::stack::Stack;
 use crate::tcp::connection::{Outgoing, RstReply};
 use crate::tcp::send_buffer::Piece;
@@ -95,6 +96,7 @@ impl Stack {
     /// A TCP segment in `datagram` (the whole IP datagram; `ip` its header).
     pub(crate) fn tcp_input(
         &mut self,
+        s: impl Sampling,
         ip: &Ipv4Repr,
         datagram: PacketBuf,
         rx: RxChecksum,
@@ -109,11 +111,13 @@ impl Stack {
             [payload] => Some(payload),
             _ => {
                 self.ledger.counters().inc(Counter::TcpDropMalformed);
-                return self.free(Layer::Tcp, Side::Receive, datagram);
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
             }
         };
         let mut parsed = {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::TcpProto);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Tcp, Side::Receive, Op::TcpProto);
             tcp_wire::Packet::new_checked(bytes)
                 .and_then(|p| TcpRepr::parse(&p, ip.src, ip.dst, Checksum::Skip))
         };
@@ -121,13 +125,13 @@ impl Stack {
         // the `Result` is a copy of every field).
         let Ok(seg) = &mut parsed else {
             self.ledger.counters().inc(Counter::TcpDropMalformed);
-            return self.free(Layer::Tcp, Side::Receive, datagram);
+            return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
         let header_len = bytes.len() - seg.payload.len();
         if let Some(payload) = split {
             if !seg.payload.is_empty() {
                 self.ledger.counters().inc(Counter::TcpDropMalformed);
-                return self.free(Layer::Tcp, Side::Receive, datagram);
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
             }
             seg.payload = payload.as_slice();
         }
@@ -136,7 +140,7 @@ impl Stack {
         self.ledger.set_message_size(seg.payload.len());
 
         let found = {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Demux);
+            let _p = self.ledger.probe(s, Layer::Tcp, Side::Receive, Op::Demux);
             self.tcp_pcbs
                 .lookup(ip.src, seg.src_port, ip.dst, seg.dst_port)
                 .map(|(_, &mut index)| index)
@@ -156,11 +160,13 @@ impl Stack {
         // A NIC that summed the transport bytes (RawSum) leaves only the pseudo-header to
         // add; the host sums only what no device vouched for.
         if let (RxChecksum::RawSum(raw), false) = (rx, elided) {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
             if !checksum::verifies(checksum::combine(seed, raw)) {
                 drop(_p);
                 self.ledger.counters().inc(Counter::TcpDropBadChecksum);
-                return self.free(Layer::Tcp, Side::Receive, datagram);
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
             }
         }
         let verify = !elided && rx == RxChecksum::None;
@@ -183,7 +189,9 @@ impl Stack {
             let mut acc = Accumulator::with_seed(seed);
             if verify {
                 // The pages are read to be summed, never copied.
-                let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
+                let _p = self
+                    .ledger
+                    .probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
                 acc.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
                 acc.add_with(kernel, paged);
             }
@@ -192,7 +200,7 @@ impl Stack {
                 // `fused_copy_checksum`, else in a pass of its own.
                 let _p = self
                     .ledger
-                    .probe(Layer::Socket, Side::Receive, Op::SocketCopy);
+                    .probe(s, Layer::Socket, Side::Receive, Op::SocketCopy);
                 let (a, b) = c.rx.unreadable_slices_mut(0, odd.len());
                 let (first, rest) = odd.split_at(a.len());
                 if verify && fused {
@@ -204,12 +212,14 @@ impl Stack {
                 }
             }
             if verify && !fused {
-                let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
+                let _p = self
+                    .ledger
+                    .probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
                 acc.add_with(kernel, odd);
             }
             if verify && !checksum::verifies(acc.sum()) {
                 self.ledger.counters().inc(Counter::TcpDropBadChecksum);
-                return self.free(Layer::Tcp, Side::Receive, datagram);
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
             }
             if let Ok(p) = payload.slice(..whole) {
                 c.rx.stage_pages(p);
@@ -229,7 +239,7 @@ impl Stack {
                     // becomes readable only if the segment checks and is accepted.
                     let _p = self
                         .ledger
-                        .probe(Layer::Socket, Side::Receive, Op::SocketCopy);
+                        .probe(s, Layer::Socket, Side::Receive, Op::SocketCopy);
                     let mut acc = Accumulator::with_seed(seed);
                     acc.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
                     let (a, b) = c.rx.unreadable_slices_mut(0, seg.payload.len());
@@ -240,7 +250,9 @@ impl Stack {
                     checksum::verifies(acc.sum())
                 }
                 _ => {
-                    let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Checksum);
+                    let _p = self
+                        .ledger
+                        .probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
                     let mut acc = Accumulator::with_seed(seed);
                     acc.add_with(kernel, bytes);
                     if let Some(payload) = split {
@@ -251,7 +263,7 @@ impl Stack {
             };
             if !ok {
                 self.ledger.counters().inc(Counter::TcpDropBadChecksum);
-                return self.free(Layer::Tcp, Side::Receive, datagram);
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
             }
         }
 
@@ -259,9 +271,9 @@ impl Stack {
         let Some(index) = found else {
             self.ledger.counters().inc(Counter::TcpDropNoSocket);
             if let Some(rst) = RstReply::for_segment(seg) {
-                self.tcp_send_rst((ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
+                self.tcp_send_rst(s, (ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
             }
-            return self.free(Layer::Tcp, Side::Receive, datagram);
+            return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
         let reply = match self.tcp.at_mut(index) {
             Some(TcpSocket {
@@ -270,7 +282,7 @@ impl Stack {
                 ..
             }) => {
                 let was = c.state();
-                let reply = c.input(seg, data_in_rx, hp, &self.ledger, now);
+                let reply = c.input(s, seg, data_in_rx, hp, &self.ledger, now);
                 c.rx.unstage();
                 let is = c.state();
                 let endpoints = (c.local, c.remote);
@@ -285,30 +297,30 @@ impl Stack {
                 let cookie_ack =
                     matches!(seg.control, Control::None | Control::Fin) && seg.ack_number.is_some();
                 if syn {
-                    self.tcp_listener_syn(index, ip, seg, now);
-                } else if cookie_ack && self.tcp_listener_cookie_ack(index, ip, seg, now) {
+                    self.tcp_listener_syn(s, index, ip, seg, now);
+                } else if cookie_ack && self.tcp_listener_cookie_ack(s, index, ip, seg, now) {
                     // A connection made from a cookie, or a cookie ACK dropped for want of
                     // room: either way, nothing more to do for this segment.
                 } else if let Some(rst) = RstReply::for_segment(seg) {
                     // RFC 9293 §3.10.7.2: an ACK to a listener draws a RST; a RST is
                     // ignored; anything else is dropped.
                     if seg.ack_number.is_some() {
-                        self.tcp_send_rst((ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
+                        self.tcp_send_rst(s, (ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
                     }
                 }
                 None
             }
             None => None,
         };
-        self.free(Layer::Tcp, Side::Receive, datagram);
+        self.free(s, Layer::Tcp, Side::Receive, datagram);
         let Some((reply, (local, remote), was, is, parent)) = reply else {
             return;
         };
         if let Some(rst) = reply {
-            self.tcp_send_rst(local, remote, rst);
+            self.tcp_send_rst(s, local, remote, rst);
         }
         if was == State::SynReceived && is != State::SynReceived {
-            self.tcp_handshake_done(index, parent, is);
+            self.tcp_handshake_done(s, index, parent, is);
         }
         if self.tuning.tcp_output_per_batch {
             if !self.tcp.deferred.contains(&index) {
@@ -316,19 +328,19 @@ impl Stack {
             }
             return;
         }
-        self.tcp_output(index);
+        self.tcp_output(s, index);
         self.tcp_reap(index);
     }
 
     /// The end of a receive batch: output for the connections input marked.
     #[inline]
-    pub(crate) fn tcp_flush_deferred(&mut self) {
+    pub(crate) fn tcp_flush_deferred(&mut self, s: impl Sampling) {
         if !self.tcp.deferred.is_empty() {
-            self.tcp_flush_deferred_now();
+            self.tcp_flush_deferred_now(s);
         }
     }
 
-    fn tcp_flush_deferred_now(&mut self) {
+    fn tcp_flush_deferred_now(&mut self, s: impl Sampling) {
         // Output never leads back into input (a datagram to ourselves waits in the
         // loopback queue), so nothing is deferred meanwhile: the list is read in place
         // by index and emptied at the end, keeping its capacity.
@@ -345,7 +357,7 @@ impl Stack {
                 self.ledger.counters().inc(Counter::TcpOutputIdle);
                 continue;
             }
-            self.tcp_output(i);
+            self.tcp_output(s, i);
             self.tcp_reap(i);
         }
         self.tcp.deferred.clear();
@@ -354,7 +366,14 @@ impl Stack {
     /// A SYN for a listener: a new connection in SYN-RECEIVED, if the backlog has room;
     /// a SYN cookie instead when it is full of half-open connections (see the module
     /// documentation).
-    fn tcp_listener_syn(&mut self, index: usize, ip: &Ipv4Repr, syn: &TcpRepr, now: Instant) {
+    fn tcp_listener_syn(
+        &mut self,
+        s: impl Sampling,
+        index: usize,
+        ip: &Ipv4Repr,
+        syn: &TcpRepr,
+        now: Instant,
+    ) {
         let Some(TcpSocket {
             kind: Kind::Listener(l),
             ..
@@ -372,7 +391,7 @@ impl Stack {
         if l.embryonic + l.accept_queue.len() >= l.backlog {
             if config.syn_cookies {
                 l.cookie_sent_at = Some(now);
-                self.tcp_send_syn_cookie(local, remote, syn, &config, now);
+                self.tcp_send_syn_cookie(s, local, remote, syn, &config, now);
             } else {
                 self.ledger.counters().inc(Counter::TcpDropListenOverflow);
             }
@@ -387,7 +406,7 @@ impl Stack {
         let mss = self.tcp_mss_for(remote.0);
         let mut conn = Connection::new(local, remote, config, iss, mss, ask);
         conn.accept_syn(syn, now);
-        let Some(h) = self.tcp_insert_child(index, local, remote, conn, reserved) else {
+        let Some(h) = self.tcp_insert_child(s, index, local, remote, conn, reserved) else {
             return;
         };
         if let Some(TcpSocket {
@@ -397,7 +416,7 @@ impl Stack {
         {
             l.embryonic += 1;
         }
-        self.tcp_output(h);
+        self.tcp_output(s, h);
     }
 
     /// Puts a passively opened connection (holding `reserved` bytes of socket memory) in
@@ -405,6 +424,7 @@ impl Stack {
     /// `None` (the memory given back) if the PCB could not be had.
     fn tcp_insert_child(
         &mut self,
+        s: impl Sampling,
         parent: usize,
         local: (Ipv4Address, u16),
         remote: (Ipv4Address, u16),
@@ -418,7 +438,9 @@ impl Stack {
             reserved,
         });
         let inserted = {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::PcbConnect);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Tcp, Side::Receive, Op::PcbConnect);
             self.tcp_pcbs.insert(local, Some(remote), h.index)
         };
         match inserted {
@@ -440,6 +462,7 @@ impl Stack {
     /// window; no window scaling, timestamps or SACK.
     fn tcp_send_syn_cookie(
         &mut self,
+        s: impl Sampling,
         local: (Ipv4Address, u16),
         remote: (Ipv4Address, u16),
         syn: &TcpRepr,
@@ -461,7 +484,7 @@ impl Stack {
             max_seg_size: Some(mss),
             ..TcpRepr::default()
         };
-        if self.tcp_send_bare(local, remote, &repr) {
+        if self.tcp_send_bare(s, local, remote, &repr) {
             self.ledger.counters().inc(Counter::TcpSynCookiesSent);
         }
     }
@@ -474,6 +497,7 @@ impl Stack {
     /// listener uses cookies.
     fn tcp_listener_cookie_ack(
         &mut self,
+        s: impl Sampling,
         index: usize,
         ip: &Ipv4Repr,
         seg: &TcpRepr,
@@ -525,7 +549,7 @@ impl Stack {
         let mss = self.tcp_mss_for(remote.0);
         let mut conn = Connection::new(local, remote, config, iss, mss, false);
         conn.accept_cookie_ack(seg, iss, peer_mss, now);
-        let Some(child) = self.tcp_insert_child(index, local, remote, conn, reserved) else {
+        let Some(child) = self.tcp_insert_child(s, index, local, remote, conn, reserved) else {
             return true;
         };
         self.ledger.counters().inc(Counter::TcpSynCookiesAccepted);
@@ -540,13 +564,13 @@ impl Stack {
         // The ACK itself, for its data and FIN, through the connection's normal input.
         let hp = self.tuning.header_prediction;
         let reply = match self.tcp.conn_mut(child) {
-            Some(c) => c.input(seg, false, hp, &self.ledger, now),
+            Some(c) => c.input(s, seg, false, hp, &self.ledger, now),
             None => None,
         };
         if let Some(rst) = reply {
-            self.tcp_send_rst(local, remote, rst);
+            self.tcp_send_rst(s, local, remote, rst);
         }
-        self.tcp_output(child);
+        self.tcp_output(s, child);
         self.tcp_reap(child);
         true
     }
@@ -557,7 +581,13 @@ impl Stack {
     /// The accept queue holds at most the backlog: connections that SYN cookies admitted
     /// may have filled it while this one was half open, and then this one is reset and
     /// counted as an overflow (Linux drops the ACK instead and lets the peer retry).
-    fn tcp_handshake_done(&mut self, index: usize, parent: Option<usize>, state: State) {
+    fn tcp_handshake_done(
+        &mut self,
+        s: impl Sampling,
+        index: usize,
+        parent: Option<usize>,
+        state: State,
+    ) {
         let Some(parent) = parent.filter(|_| state != State::Closed) else {
             return;
         };
@@ -578,7 +608,7 @@ impl Stack {
         if let Some(c) = self.tcp.conn_mut(index) {
             let (local, remote) = (c.local, c.remote);
             if let Some(rst) = c.abort() {
-                self.tcp_send_rst(local, remote, rst);
+                self.tcp_send_rst(s, local, remote, rst);
             }
         }
     }
@@ -626,19 +656,19 @@ impl Stack {
     /// a read or after input that only started the delayed-ACK timer) returns at once,
     /// before the route lookup.
     #[inline]
-    pub(crate) fn tcp_output(&mut self, index: usize) {
+    pub(crate) fn tcp_output(&mut self, s: impl Sampling, index: usize) {
         match self.tcp.conn_mut(index) {
             Some(c) if c.output_idle() => {
                 // Nothing to send: no route lookup, no segment decision.
                 self.ledger.counters().inc(Counter::TcpOutputIdle);
             }
-            Some(_) => self.tcp_output_segments(index),
+            Some(_) => self.tcp_output_segments(s, index),
             None => {}
         }
     }
 
     /// [`tcp_output`](Self::tcp_output) for a connection that may have something to send.
-    fn tcp_output_segments(&mut self, index: usize) {
+    fn tcp_output_segments(&mut self, s: impl Sampling, index: usize) {
         let now = self.now;
         let Some(remote) = self.tcp.conn_mut(index).map(|c| c.remote.0) else {
             return;
@@ -662,7 +692,7 @@ impl Stack {
                 let Some(c) = self.tcp.conn_mut(index) else {
                     return;
                 };
-                let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+                let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
                 c.next_segment(now, tso_max)
             };
             // Used where `next_segment` left it, not moved out of the `Option`.
@@ -710,14 +740,14 @@ impl Stack {
     ) -> Result<(), ()> {
         let header_len = out.repr.header_len();
         let total = header_len + out.data_len;
-        self.ledger.begin_message(out.data_len);
-        let result = self.tcp_build_and_send(index, out, header_len, total, csum_offload);
-        self.ledger.end_message();
-        result
+        in_message!(self, out.data_len, s => {
+            self.tcp_build_and_send(s, index, out, header_len, total, csum_offload)
+        })
     }
 
     fn tcp_build_and_send(
         &mut self,
+        s: impl Sampling,
         index: usize,
         out: &Outgoing,
         header_len: usize,
@@ -733,25 +763,25 @@ impl Stack {
             Some(c) => c.tx.copied_part(out.data_offset, out.data_len),
             None => return Err(()),
         };
-        let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, total) else {
+        let Ok(mut buf) = self.alloc(s, Layer::Tcp, Side::Send, total) else {
             return Err(());
         };
         if buf.trim_back(out.data_len - copied).is_err() {
-            self.free(Layer::Tcp, Side::Send, buf);
+            self.free(s, Layer::Tcp, Side::Send, buf);
             return Err(());
         }
         let Some(c) = self.tcp.conn_mut(index) else {
-            self.free(Layer::Tcp, Side::Send, buf);
+            self.free(s, Layer::Tcp, Side::Send, buf);
             return Err(());
         };
         let (src, dst) = (c.local.0, c.remote.0);
         let emitted = {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+            let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
             let mut p = tcp_wire::Packet::new_unchecked(&mut buf.data_mut()[..header_len]);
             out.repr.emit(&mut p, src, dst, Checksum::Skip)
         };
         if emitted.is_err() {
-            self.free(Layer::Tcp, Side::Send, buf);
+            self.free(s, Layer::Tcp, Side::Send, buf);
             self.ledger.counters().inc(Counter::TcpDropMalformed);
             return Err(());
         }
@@ -764,7 +794,9 @@ impl Stack {
         let fused = self.tuning.fused_copy_checksum && !offload && !out.no_checksum;
         let mut payload_sum = fused.then(Accumulator::new);
         {
-            let _p = self.ledger.probe(Layer::Socket, Side::Send, Op::SocketCopy);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Socket, Side::Send, Op::SocketCopy);
             let (_, mut data) = buf.data_mut().split_at_mut(header_len);
             let mut frags = Vec::new();
             c.tx.for_each_piece(out.data_offset, out.data_len, |piece| match piece {
@@ -790,7 +822,7 @@ impl Stack {
         if offload {
             // CHECKSUM_PARTIAL (tap-offload.md §1.4): the pseudo-header sum over the
             // whole segment's length, not complemented, for the device to sum on from.
-            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Checksum);
+            let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::Checksum);
             let seed = checksum::pseudo_header_v4(src.0, dst.0, tcp_wire::PROTOCOL, total as u16);
             tcp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(seed);
             buf.set_tx_offload(TxOffload {
@@ -798,7 +830,7 @@ impl Stack {
                 gso_size: out.gso_size,
             });
         } else if !out.no_checksum {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Checksum);
+            let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::Checksum);
             let seed = checksum::pseudo_header_v4(src.0, dst.0, tcp_wire::PROTOCOL, total as u16);
             let mut acc = Accumulator::with_seed(seed);
             let segment = buf.data();
@@ -822,20 +854,21 @@ impl Stack {
                 .inc(Counter::TcpRetransmittedSegments);
         }
         let buf = if self.tuning.tcp_header_template {
-            match self.tcp_send_templated(index, buf) {
+            match self.tcp_send_templated(s, index, buf) {
                 Ok(()) => return Ok(()),
                 Err(buf) => buf,
             }
         } else {
             buf
         };
-        self.ip_output(dst, IpProtocol::Tcp, buf, true, self.now)
+        self.ip_output(s, dst, IpProtocol::Tcp, buf, true, self.now)
             .map_err(|_| ())
     }
 
     /// Sends a RST from `local` to `remote` outside any connection (RFC 9293 §3.10.7.1).
     pub(crate) fn tcp_send_rst(
         &mut self,
+        s: impl Sampling,
         local: (Ipv4Address, u16),
         remote: (Ipv4Address, u16),
         rst: RstReply,
@@ -848,7 +881,7 @@ impl Stack {
             ack_number: rst.ack,
             ..TcpRepr::default()
         };
-        if self.tcp_send_bare(local, remote, &repr) {
+        if self.tcp_send_bare(s, local, remote, &repr) {
             self.ledger.counters().inc(Counter::TcpResetsOut);
         }
     }
@@ -857,6 +890,7 @@ impl Stack {
     /// checksum and no data; whether it went down to IP.
     fn tcp_send_bare(
         &mut self,
+        s: impl Sampling,
         local: (Ipv4Address, u16),
         remote: (Ipv4Address, u16),
         repr: &TcpRepr,
@@ -864,20 +898,20 @@ impl Stack {
         if remote.0.is_broadcast() || remote.0.is_unspecified() {
             return false;
         }
-        let Ok(mut buf) = self.alloc(Layer::Tcp, Side::Send, repr.buffer_len()) else {
+        let Ok(mut buf) = self.alloc(s, Layer::Tcp, Side::Send, repr.buffer_len()) else {
             return false;
         };
         let emitted = {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+            let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
             let mut p = tcp_wire::Packet::new_unchecked(buf.data_mut());
             repr.emit(&mut p, local.0, remote.0, Checksum::Check)
         };
         if emitted.is_err() {
-            self.free(Layer::Tcp, Side::Send, buf);
+            self.free(s, Layer::Tcp, Side::Send, buf);
             return false;
         }
         self.ledger.counters().inc(Counter::TcpSegmentsOut);
-        let _ = self.ip_output(remote.0, IpProtocol::Tcp, buf, true, self.now);
+        let _ = self.ip_output(s, remote.0, IpProtocol::Tcp, buf, true, self.now);
         true
     }
 
@@ -888,6 +922,7 @@ impl Stack {
     /// outlast, counted here.
     pub(crate) fn tcp_icmp_unreachable(
         &mut self,
+        s: impl Sampling,
         quoted: &Ipv4Repr,
         transport: &[u8],
         frag_needed: bool,
@@ -906,7 +941,7 @@ impl Stack {
             transport[7],
         ]));
         let found = {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Receive, Op::Demux);
+            let _p = self.ledger.probe(s, Layer::Tcp, Side::Receive, Op::Demux);
             self.tcp_pcbs
                 .lookup(quoted.dst, dport, quoted.src, sport)
                 .map(|(_, &mut index)| index)
@@ -933,21 +968,21 @@ impl Stack {
             return ignored(self);
         }
         self.ledger.counters().inc(Counter::TcpPathMtuReductions);
-        self.tcp_output(index);
+        self.tcp_output(s, index);
     }
 
     /// Output for the connections that found their device full.
-    pub(crate) fn tcp_unblock(&mut self) {
+    pub(crate) fn tcp_unblock(&mut self, s: impl Sampling) {
         let blocked = std::mem::take(&mut self.tcp.blocked);
         for i in blocked {
-            self.tcp_output(i);
+            self.tcp_output(s, i);
         }
     }
 
     /// Runs the connections' timers that are due, then their output; returns the
     /// earliest timer of any connection afterwards (what `TcpSockets::next_deadline`
     /// then returns), found on the same walk, for the poll's deadline.
-    pub(crate) fn tcp_timers(&mut self, now: Instant) -> Option<Instant> {
+    pub(crate) fn tcp_timers(&mut self, s: impl Sampling, now: Instant) -> Option<Instant> {
         // Usually no timer is due: a pass that only reads says so and finds the earliest,
         // and the walk below, which looks each slot up again, is left out.
         let (due, earliest) = self.tcp.timers_due(now);
@@ -975,14 +1010,14 @@ impl Stack {
                 }
             }
             let rst = {
-                let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::Timer);
+                let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::Timer);
                 c.on_timers(now, &self.ledger)
             };
             let (local, remote) = (c.local, c.remote);
             if let Some(rst) = rst {
-                self.tcp_send_rst(local, remote, rst);
+                self.tcp_send_rst(s, local, remote, rst);
             }
-            self.tcp_output(i);
+            self.tcp_output(s, i);
             self.tcp_reap(i);
             note(self.tcp.conn_mut(i).and_then(|c| c.next_deadline()));
         }

@@ -12,7 +12,7 @@
 
 use crate::buf::PacketBuf;
 use crate::link::template::{LinkTemplate, HEADERS_LEN};
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
 use crate::stack::Stack;
 use crate::wire::ipv4::{self, IpProtocol};
@@ -20,7 +20,7 @@ use crate::wire::ipv4::{self, IpProtocol};
 impl Stack {
     /// The connection at `index`'s template, built if it has none or a stale one; `None`
     /// when its segments must go through the layers.
-    fn tcp_link_template(&mut self, index: usize) -> Option<LinkTemplate> {
+    fn tcp_link_template(&mut self, s: impl Sampling, index: usize) -> Option<LinkTemplate> {
         // Checked where the connection holds it, and copied out only when it holds.
         let (held, remote) = match self.tcp.at(index) {
             Some(TcpSocket {
@@ -33,7 +33,7 @@ impl Stack {
             return Some(*t);
         }
         let t = {
-            let _p = self.ledger.probe(Layer::Tcp, Side::Send, Op::TcpProto);
+            let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
             // TCP sizes its segments itself: Don't Fragment.
             self.link_template(remote, None, IpProtocol::Tcp, true)
         };
@@ -51,10 +51,11 @@ impl Stack {
     /// when the segment must go through the layers instead.
     pub(crate) fn tcp_send_templated(
         &mut self,
+        s: impl Sampling,
         index: usize,
         mut segment: PacketBuf,
     ) -> Result<(), PacketBuf> {
-        let Some(t) = self.tcp_link_template(index) else {
+        let Some(t) = self.tcp_link_template(s, index) else {
             return Err(segment);
         };
         let total_len = ipv4::MIN_HEADER_LEN + segment.total_len();
@@ -66,12 +67,12 @@ impl Stack {
         if segment.prepend(HEADERS_LEN).is_err() {
             return Err(segment);
         }
-        self.write_link_template(&t, segment.data_mut(), total_len as u16);
+        self.write_link_template(s, &t, segment.data_mut(), total_len as u16);
         let counters = self.ledger.counters();
         counters.inc(Counter::IpPacketsOut);
         counters.inc(Counter::TcpTemplateSent);
         let now = self.now;
-        self.device_transmit(t.iface, segment, now);
+        self.device_transmit(s, t.iface, segment, now);
         Ok(())
     }
 }

@@ -18,7 +18,7 @@ pub(crate) mod template;
 use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum;
 use crate::driver::RxChecksum;
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::udp::{Queued, UdpError, UdpHandle};
 use crate::stack::Stack;
 use crate::time::Instant;
@@ -82,6 +82,7 @@ impl Stack {
     #[inline]
     pub(crate) fn udp_input(
         &mut self,
+        s: impl Sampling,
         repr: &Ipv4Repr,
         datagram: PacketBuf,
         rx: RxChecksum,
@@ -93,7 +94,7 @@ impl Stack {
             header_len: repr.header_len(),
             repr: Some(repr),
         };
-        self.udp_input_from(ip, datagram, rx, now);
+        self.udp_input_from(s, ip, datagram, rx, now);
     }
 
     /// UDP input proper, given what it needs of the IP header: the general path's
@@ -101,6 +102,7 @@ impl Stack {
     #[inline]
     pub(crate) fn udp_input_from(
         &mut self,
+        s: impl Sampling,
         ip: UdpInputIp<'_>,
         mut datagram: PacketBuf,
         rx: RxChecksum,
@@ -113,7 +115,9 @@ impl Stack {
             repr,
         } = ip;
         let parsed = {
-            let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::UdpProto);
+            let _p = self
+                .ledger
+                .probe(s, Layer::Udp, Side::Receive, Op::UdpProto);
             // `parse` checks the lengths itself (`Packet::check_len`).
             let p = udp_wire::Packet::new_unchecked(&datagram.data()[hl..]);
             UdpRepr::parse(&p, src, dst, Checksum::Skip)
@@ -121,7 +125,7 @@ impl Stack {
         };
         let Ok((udp, udp_len, field)) = parsed else {
             self.ledger.counters().inc(Counter::UdpDropMalformed);
-            return self.free(Layer::Udp, Side::Receive, datagram);
+            return self.free(s, Layer::Udp, Side::Receive, datagram);
         };
         self.ledger.counters().inc(Counter::UdpDatagramsIn);
         self.ledger.set_message_size(udp_len - udp_wire::HEADER_LEN);
@@ -131,21 +135,25 @@ impl Stack {
         if let (RxChecksum::RawSum(raw), true) = (rx, field != 0) {
             // The NIC summed the datagram; only the pseudo-header is left to add.
             let ok = {
-                let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
+                let _p = self
+                    .ledger
+                    .probe(s, Layer::Udp, Side::Receive, Op::Checksum);
                 let seed =
                     checksum::pseudo_header_v4(src.0, dst.0, udp_wire::PROTOCOL, udp_len as u16);
                 checksum::verifies(checksum::combine(seed, raw))
             };
             if !ok {
                 self.ledger.counters().inc(Counter::UdpDropBadChecksum);
-                return self.free(Layer::Udp, Side::Receive, datagram);
+                return self.free(s, Layer::Udp, Side::Receive, datagram);
             }
         } else if field != 0 && rx != RxChecksum::Verified {
             let message = &datagram.data()[hl..hl + udp_len];
             if self.tuning.udp_fast_path {
                 // Paper 002 §7.1: sum only the header now; the data is summed as it is
                 // copied out to the application.
-                let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
+                let _p = self
+                    .ledger
+                    .probe(s, Layer::Udp, Side::Receive, Op::Checksum);
                 let seed =
                     checksum::pseudo_header_v4(src.0, dst.0, udp_wire::PROTOCOL, udp_len as u16);
                 verify_on_copy = Some(checksum::combine(
@@ -154,12 +162,14 @@ impl Stack {
                 ));
             } else {
                 let ok = {
-                    let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Checksum);
+                    let _p = self
+                        .ledger
+                        .probe(s, Layer::Udp, Side::Receive, Op::Checksum);
                     checksum::verifies(self.udp_full_sum(src, dst, message))
                 };
                 if !ok {
                     self.ledger.counters().inc(Counter::UdpDropBadChecksum);
-                    return self.free(Layer::Udp, Side::Receive, datagram);
+                    return self.free(s, Layer::Udp, Side::Receive, datagram);
                 }
             }
         } else if field == 0 {
@@ -167,7 +177,7 @@ impl Stack {
         }
 
         let found = {
-            let _p = self.ledger.probe(Layer::Udp, Side::Receive, Op::Demux);
+            let _p = self.ledger.probe(s, Layer::Udp, Side::Receive, Op::Demux);
             self.udp_pcbs
                 .lookup(src, udp.src_port, dst, udp.dst_port)
                 .map(|(_, &mut index)| index)
@@ -178,7 +188,7 @@ impl Stack {
                 self.ledger
                     .counters()
                     .inc(Counter::UdpDropNoSocketBroadcast);
-                return self.free(Layer::Udp, Side::Receive, datagram);
+                return self.free(s, Layer::Udp, Side::Receive, datagram);
             }
             self.ledger.counters().inc(Counter::UdpDropNoSocket);
             // RFC 1122 §4.1.3.1: port unreachable. The short path built no header
@@ -192,10 +202,15 @@ impl Stack {
                 ),
             };
             match parsed {
-                Ok(r) => {
-                    self.icmp_dst_unreachable(DstUnreachable::PortUnreachable, 0, &r, datagram, now)
-                }
-                Err(_) => self.free(Layer::Udp, Side::Receive, datagram),
+                Ok(r) => self.icmp_dst_unreachable(
+                    s,
+                    DstUnreachable::PortUnreachable,
+                    0,
+                    &r,
+                    datagram,
+                    now,
+                ),
+                Err(_) => self.free(s, Layer::Udp, Side::Receive, datagram),
             }
             return;
         };
@@ -206,22 +221,22 @@ impl Stack {
             .and_then(|()| datagram.trim_back(datagram.len() - payload_len));
         if trimmed.is_err() {
             self.ledger.counters().inc(Counter::UdpDropMalformed);
-            return self.free(Layer::Udp, Side::Receive, datagram);
+            return self.free(s, Layer::Udp, Side::Receive, datagram);
         }
         let _p = self
             .ledger
-            .probe(Layer::Socket, Side::Receive, Op::SocketBuffer);
-        let Some(s) = self.udp_sockets.get_mut(handle) else {
+            .probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
+        let Some(sock) = self.udp_sockets.get_mut(handle) else {
             drop(_p);
-            return self.free(Layer::Udp, Side::Receive, datagram);
+            return self.free(s, Layer::Udp, Side::Receive, datagram);
         };
-        if s.rx_bytes + payload_len > s.rx_limit {
+        if sock.rx_bytes + payload_len > sock.rx_limit {
             self.ledger.counters().inc(Counter::UdpDropFullSocket);
             drop(_p);
-            return self.free(Layer::Socket, Side::Receive, datagram);
+            return self.free(s, Layer::Socket, Side::Receive, datagram);
         }
-        s.rx_bytes += payload_len;
-        s.rx.push_back(Queued {
+        sock.rx_bytes += payload_len;
+        sock.rx.push_back(Queued {
             from: (src, udp.src_port),
             payload: datagram,
             verify_on_copy,
@@ -232,28 +247,29 @@ impl Stack {
     /// header and the payload after it; `plan` says how the checksum is done.
     pub(crate) fn udp_output(
         &mut self,
+        s: impl Sampling,
         h: UdpHandle,
         dst: (Ipv4Address, u16),
         mut buf: PacketBuf,
         plan: UdpChecksum,
         connected: bool,
     ) -> Result<(), UdpError> {
-        let Some(s) = self.udp_sockets.get(h) else {
-            self.free(Layer::Udp, Side::Send, buf);
+        let Some(sock) = self.udp_sockets.get(h) else {
+            self.free(s, Layer::Udp, Side::Send, buf);
             return Err(UdpError::BadHandle);
         };
-        let (Some(id), Some(local)) = (s.pcb, s.local) else {
-            self.free(Layer::Udp, Side::Send, buf);
+        let (Some(id), Some(local)) = (sock.pcb, sock.local) else {
+            self.free(s, Layer::Udp, Side::Send, buf);
             return Err(UdpError::BadHandle);
         };
         // 4.3BSD's sendto connected the PCB for the one datagram and disconnected it after
         // (paper 002 §6.2); `sendto_without_connect` sends to the address given.
         let pseudo_connect = !connected && !self.tuning.sendto_without_connect;
         if pseudo_connect {
-            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+            let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::PcbConnect);
             if self.udp_pcbs.connect(id, dst).is_err() {
                 drop(_p);
-                self.free(Layer::Udp, Side::Send, buf);
+                self.free(s, Layer::Udp, Side::Send, buf);
                 return Err(UdpError::AddrInUse);
             }
         }
@@ -264,7 +280,7 @@ impl Stack {
         };
         let result = match src {
             None => {
-                self.free(Layer::Udp, Side::Send, buf);
+                self.free(s, Layer::Udp, Side::Send, buf);
                 self.ledger.counters().inc(Counter::IpDropNoRoute);
                 Err(UdpError::NoRoute)
             }
@@ -272,7 +288,7 @@ impl Stack {
                 // The payload may go on in the buffer's fragments (a zero-copy send).
                 let payload_len = buf.total_len() - udp_wire::HEADER_LEN;
                 let emitted = {
-                    let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
+                    let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::UdpProto);
                     let repr = UdpRepr {
                         src_port: local.1,
                         dst_port: dst.1,
@@ -283,13 +299,13 @@ impl Stack {
                     )
                 };
                 if emitted.is_err() {
-                    self.free(Layer::Udp, Side::Send, buf);
+                    self.free(s, Layer::Udp, Side::Send, buf);
                     Err(UdpError::MessageTooBig {
                         max: crate::socket::udp::MAX_UDP_PAYLOAD,
                     })
                 } else {
                     if plan == UdpChecksum::Offloaded {
-                        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::Checksum);
+                        let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::Checksum);
                         let seed = checksum::pseudo_header_v4(
                             src.0,
                             dst.0 .0,
@@ -302,7 +318,7 @@ impl Stack {
                             gso_size: 0,
                         });
                     } else if plan != UdpChecksum::Elided {
-                        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::Checksum);
+                        let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::Checksum);
                         let field = match plan {
                             // Header and pseudo-header now; the payload was summed while copied.
                             UdpChecksum::PayloadSummed(p) => template::udp_checksum_field(
@@ -322,13 +338,13 @@ impl Stack {
                         udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
                     }
                     self.ledger.counters().inc(Counter::UdpDatagramsOut);
-                    self.ip_output(dst.0, IpProtocol::Udp, buf, false, self.now)
+                    self.ip_output(s, dst.0, IpProtocol::Udp, buf, false, self.now)
                         .map_err(UdpError::from)
                 }
             }
         };
         if pseudo_connect {
-            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::PcbConnect);
+            let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::PcbConnect);
             let _ = self.udp_pcbs.disconnect(id);
         }
         self.udp_pcbs.note_sent(id);

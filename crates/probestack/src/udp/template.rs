@@ -14,7 +14,7 @@
 
 use crate::checksum;
 use crate::link::template::{LinkTemplate, HEADERS_LEN};
-use crate::probe::{Counter, Layer, Op, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::udp::{UdpError, UdpHandle};
 use crate::stack::Stack;
 use crate::wire::ipv4::{self, IpProtocol};
@@ -37,25 +37,26 @@ impl Stack {
     /// one; `None` when this datagram must go through the layers.
     fn udp_template(
         &mut self,
+        s: impl Sampling,
         h: UdpHandle,
         dst: (Ipv4Address, u16),
         no_checksum: bool,
     ) -> Option<HeaderTemplate> {
-        let s = self.udp_sockets.get(h)?;
-        let local = s.local?;
+        let sock = self.udp_sockets.get(h)?;
+        let local = sock.local?;
         let holds = |t: &HeaderTemplate| {
             t.dst == dst
                 && t.local == local
                 && t.no_checksum == no_checksum
                 && self.link_template_holds(&t.link)
         };
-        if let Some(t) = s.template.filter(holds) {
+        if let Some(t) = sock.template.filter(holds) {
             return Some(t);
         }
-        let t = self.udp_build_template(local, dst, no_checksum)?;
+        let t = self.udp_build_template(s, local, dst, no_checksum)?;
         self.ledger.counters().inc(Counter::UdpTemplateBuilt);
-        if let Some(s) = self.udp_sockets.get_mut(h) {
-            s.template = Some(t);
+        if let Some(sock) = self.udp_sockets.get_mut(h) {
+            sock.template = Some(t);
         }
         Some(t)
     }
@@ -63,11 +64,12 @@ impl Stack {
     /// Builds the template for `dst`, or `None` where the layers must decide per datagram.
     fn udp_build_template(
         &self,
+        s: impl Sampling,
         local: (Ipv4Address, u16),
         dst: (Ipv4Address, u16),
         no_checksum: bool,
     ) -> Option<HeaderTemplate> {
-        let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
+        let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::UdpProto);
         let src = (!local.0.is_unspecified()).then_some(local.0);
         let link = self.link_template(dst.0, src, IpProtocol::Udp, false)?;
         let elide = no_checksum || self.checksum_elidable(dst.0);
@@ -90,24 +92,25 @@ impl Stack {
     /// through the layers instead.
     pub(crate) fn udp_send_templated(
         &mut self,
+        s: impl Sampling,
         h: UdpHandle,
         parts: &[&[u8]],
         len: usize,
         dst: (Ipv4Address, u16),
         no_checksum: bool,
     ) -> Option<Result<usize, UdpError>> {
-        let t = self.udp_template(h, dst, no_checksum)?;
+        let t = self.udp_template(s, h, dst, no_checksum)?;
         let udp_len = udp_wire::HEADER_LEN + len;
         if ipv4::MIN_HEADER_LEN + udp_len > t.link.mtu {
             return None;
         }
         let pcb = self.udp_sockets.get(h)?.pcb?;
-        let Ok(mut buf) = self.alloc(Layer::Socket, Side::Send, udp_len) else {
+        let Ok(mut buf) = self.alloc(s, Layer::Socket, Side::Send, udp_len) else {
             return Some(Err(UdpError::NoBuffer));
         };
-        let payload_sum = self.udp_copy_in(&mut buf, parts, !t.elide);
+        let payload_sum = self.udp_copy_in(s, &mut buf, parts, !t.elide);
         let emitted = {
-            let _p = self.ledger.probe(Layer::Udp, Side::Send, Op::UdpProto);
+            let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::UdpProto);
             let mut udp = udp_wire::Packet::new_unchecked(buf.data_mut());
             let repr = UdpRepr {
                 src_port: t.local.1,
@@ -131,17 +134,17 @@ impl Stack {
             buf.prepend(HEADERS_LEN).err().map(|_| UdpError::NoBuffer)
         };
         if let Some(e) = refused {
-            self.free(Layer::Udp, Side::Send, buf);
+            self.free(s, Layer::Udp, Side::Send, buf);
             return Some(Err(e));
         }
         let total_len = (ipv4::MIN_HEADER_LEN + udp_len) as u16;
-        self.write_link_template(&t.link, buf.data_mut(), total_len);
+        self.write_link_template(s, &t.link, buf.data_mut(), total_len);
         let counters = self.ledger.counters();
         counters.inc(Counter::UdpDatagramsOut);
         counters.inc(Counter::IpPacketsOut);
         counters.inc(Counter::UdpTemplateSent);
         let now = self.now;
-        self.device_transmit(t.link.iface, buf, now);
+        self.device_transmit(s, t.link.iface, buf, now);
         self.udp_pcbs.note_sent(pcb);
         Some(Ok(len))
     }
