@@ -561,9 +561,11 @@ impl Stack {
 macro_rules! in_message {
     ($stack:expr, $size:expr, $s:ident => $body:expr) => {{
         $stack.ledger.begin_message($size);
-        let r = $crate::sampled!($stack.ledger, $s => $body);
-        $stack.ledger.end_message();
-        r
+        $crate::sampled!($stack.ledger, $s => {
+            let r = $body;
+            $stack.ledger.end_message_in($s);
+            r
+        })
     }};
 }
 pub(crate) use in_message;

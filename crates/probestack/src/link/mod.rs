@@ -21,7 +21,7 @@ use crate::wire::Ipv4Address;
 
 impl Stack {
     /// A frame from interface `iface`'s device.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn link_input(&mut self, s: impl Sampling, iface: usize, rx: RxFrame, now: Instant) {
         let RxFrame {
             mut frame,
