@@ -17,7 +17,7 @@ use crate::driver::{Device, DeviceCaps, DeviceContext, RxFrame};
 use crate::ip::reassembly::{Reassembler, ReassemblyConfig};
 use crate::ip::route::{Ipv4Cidr, NextHop, Route, RouteTable};
 use crate::link::arp::{ArpCache, ArpConfig};
-use crate::probe::{Counter, Layer, Ledger, Op, Sampled, Sampling, Side};
+use crate::probe::{Counter, Layer, Ledger, Op, Sampling, Side, TESTED};
 use crate::rng::Rng;
 use crate::socket::tcp::TcpSockets;
 use crate::socket::udp::UdpSockets;
@@ -326,7 +326,7 @@ impl Stack {
         let released = i.arp.insert_static(ip, mac);
         let now = self.now;
         for p in released {
-            self.link_send_ipv4(Sampled, iface, mac, p, now);
+            self.link_send_ipv4(TESTED, iface, mac, p, now);
         }
     }
 
@@ -401,7 +401,7 @@ impl Stack {
     /// Moves frames and runs timers; returns when the stack next needs a poll (`None`:
     /// only when a device notifies).
     pub fn poll(&mut self, now: Instant) -> Option<Instant> {
-        crate::sampled!(self.ledger, s => self.poll_as(s, now))
+        crate::probe::ledger::sampled!(self.ledger, s => self.poll_as(s, now))
     }
 
     fn poll_as(&mut self, s: impl Sampling, now: Instant) -> Option<Instant> {
@@ -556,12 +556,12 @@ impl Stack {
 
 /// Runs `$body` as one message of `$stack`'s ledger (a frame received, a datagram sent),
 /// with `$s` bound to the copy of the path the message takes once the ledger has drawn
-/// whether to probe it ([`sampled!`](crate::sampled)). `$body` must not return from the
+/// whether to probe it (`probe::ledger::sampled!`). `$body` must not return from the
 /// function around it, or the message would stay open.
 macro_rules! in_message {
     ($stack:expr, $size:expr, $s:ident => $body:expr) => {{
         $stack.ledger.begin_message($size);
-        $crate::sampled!($stack.ledger, $s => {
+        $crate::probe::ledger::sampled!($stack.ledger, $s => {
             let r = $body;
             $stack.ledger.end_message_in($s);
             r

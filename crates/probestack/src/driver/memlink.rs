@@ -1248,7 +1248,7 @@ impl Device for MemoryNic {
         meta: TxMeta,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
-        crate::sampled!(cx.ledger, s => self.transmit_as(s, frame, meta, cx))
+        crate::probe::ledger::sampled!(cx.ledger, s => self.transmit_as(s, frame, meta, cx))
     }
 
     fn buffer_depot(&self) -> Option<Depot> {
@@ -1260,11 +1260,11 @@ impl Device for MemoryNic {
     }
 
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
-        crate::sampled!(cx.ledger, s => self.take_notification_as(s, cx))
+        crate::probe::ledger::sampled!(cx.ledger, s => self.take_notification_as(s, cx))
     }
 
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
-        crate::sampled!(cx.ledger, s => self.receive_as(s, cx))
+        crate::probe::ledger::sampled!(cx.ledger, s => self.receive_as(s, cx))
     }
 
     fn next_deadline(&self) -> Option<Instant> {

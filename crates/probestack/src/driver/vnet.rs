@@ -51,7 +51,7 @@ use super::{
     ChecksumOffload, CopyMode, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame, TxMeta,
 };
 use crate::buf::{PacketBuf, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE};
-use crate::probe::{Counter, Layer, Op, Sampled, Sampling, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 
 /// The length of the legacy `struct virtio_net_hdr`, which both devices use.
 pub const VNET_HDR_LEN: usize = 10;
@@ -352,7 +352,7 @@ pub(crate) fn transmit(
 ) -> Result<(), DeviceError> {
     // A TAP write is a system call: one test of the ledger's flag per probe is nothing
     // beside it.
-    let s = Sampled;
+    let s = TESTED;
     let len = frame.len();
     let max = if meta.gso_size != 0 && csum_offload {
         ETHERNET_HEADER_LEN + MAX_SUPER_FRAME
@@ -456,7 +456,7 @@ pub(crate) fn receive(
     mut read: impl FnMut(&mut [u8; VNET_HDR_LEN], &mut [u8]) -> io::Result<Read>,
 ) -> Option<RxFrame> {
     // As in `transmit`: a read is a system call.
-    let s = Sampled;
+    let s = TESTED;
     loop {
         let block = {
             let _alloc = cx

@@ -514,7 +514,7 @@ mod tests {
         for (reported, delivered) in [(raw ^ 0x0100, false), (raw, true)] {
             let buf = PacketBuf::from_slice(&bytes, 0).unwrap();
             st.ip_input(
-                crate::probe::Sampled,
+                crate::probe::TESTED,
                 0,
                 buf,
                 RxChecksum::RawSum(reported),
@@ -552,7 +552,7 @@ mod tests {
             .unwrap();
             let buf = PacketBuf::from_slice(&bytes, 0).unwrap();
             st.ip_input(
-                crate::probe::Sampled,
+                crate::probe::TESTED,
                 0,
                 buf,
                 RxChecksum::None,

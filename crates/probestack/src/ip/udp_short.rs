@@ -304,13 +304,13 @@ mod tests {
                     };
                     let frame = PacketBuf::from_slice(frame, 0).unwrap();
                     let rx = RxFrame { frame, checksum };
-                    h.stack.link_input(crate::probe::Sampled, 0, rx, now);
+                    h.stack.link_input(crate::probe::TESTED, 0, rx, now);
                 }
                 Via::Loopback => {
                     let ip = &frame[ethernet::HEADER_LEN..];
                     let buf = PacketBuf::from_slice(ip, 0).unwrap();
                     h.stack
-                        .ip_input(crate::probe::Sampled, LOOPBACK, buf, RxChecksum::None, now);
+                        .ip_input(crate::probe::TESTED, LOOPBACK, buf, RxChecksum::None, now);
                 }
             }
         }

@@ -15,7 +15,7 @@
 //! An unprobed message runs code with no probes in it: the stack's paths are generic over
 //! [`Sampling`], compiled once with probes ([`Sampled`]) and once without
 //! ([`Unsampled`]), and each entry into the stack picks one copy with a single branch on
-//! the sampled flag ([`sampled!`](crate::sampled)). A sampled
+//! the sampled flag (`probe::ledger::sampled!`). A sampled
 //! message's probes go to a small scratch list and are added to the bucket of the message's
 //! size when it closes, so a receive path can learn the size late ([`Message::set_size`]).
 //! The message's own wall time is kept too, so the part no probe covered is reported as
@@ -301,7 +301,7 @@ fn probe_overhead_ticks(clock: ProbeClock) -> f64 {
 /// Whether code runs for a probed message, as a type: a path of the stack generic over it
 /// is compiled twice, and the copy for unprobed messages ([`Unsampled`]) has no probe code
 /// in it at all. Code entering the stack reads [`Ledger::sampled`] once and takes one copy
-/// or the other ([`sampled!`](crate::sampled)), so that an unprobed message pays one
+/// or the other (the `sampled!` macro), so that an unprobed message pays one
 /// predictable branch per entry, not a test at each of the probes it passes.
 pub trait Sampling: Copy {
     /// Whether probes in this copy record (never without the `probes` feature).
@@ -324,6 +324,16 @@ impl Sampling for Unsampled {
     const ON: bool = false;
 }
 
+/// The copy for rarely run code that picks none (bind, connect, close, a TAP device's
+/// system calls): with probes, [`Sampled`], whose probes test the sampled flag where they
+/// stand; without, [`Unsampled`], so that the probe-free build has one copy of everything
+/// and the compiler inlines it as it would the only one.
+#[cfg(feature = "probes")]
+pub const TESTED: Sampled = Sampled;
+/// See the `probes` build's [`TESTED`].
+#[cfg(not(feature = "probes"))]
+pub const TESTED: Unsampled = Unsampled;
+
 /// Marks the branch that calls it as rarely taken (what `std::hint::cold_path` does from
 /// Rust 1.95, on the toolchains this crate supports): a call to a cold function.
 #[doc(hidden)]
@@ -333,10 +343,13 @@ pub fn cold_path() {}
 
 /// Evaluates `$body` with `$s` bound to [`Sampled`] if `$ledger`'s open message is probed,
 /// else to [`Unsampled`]: the one branch that picks the copy of a path a message runs.
-#[macro_export]
+/// Without the `probes` feature only the [`Unsampled`] copy exists, and no branch: the
+/// probe-free build compiles the stack exactly once, as if there were no choice. (For
+/// code in this crate only: the feature tested is this crate's.)
 macro_rules! sampled {
-    ($ledger:expr, $s:ident => $body:expr) => {
-        if $ledger.sampled() {
+    ($ledger:expr, $s:ident => $body:expr) => {{
+        #[cfg(feature = "probes")]
+        let r = if $ledger.sampled() {
             // Probed messages are the rare ones: their copy is kept out of line, so that
             // the compiler inlines the unprobed copy as it would the only one.
             $crate::probe::ledger::cold_path();
@@ -345,9 +358,16 @@ macro_rules! sampled {
         } else {
             let $s = $crate::probe::Unsampled;
             $body
-        }
-    };
+        };
+        #[cfg(not(feature = "probes"))]
+        let r = {
+            let $s = $crate::probe::Unsampled;
+            $body
+        };
+        r
+    }};
 }
+pub(crate) use sampled;
 
 /// The ledger of one stack: probes, sampling, buckets, and the counters beside them.
 #[derive(Debug)]
@@ -513,7 +533,7 @@ impl Ledger {
 
     /// Whether the open message is being probed (always false without the `probes`
     /// feature). Code entering the stack reads it once and runs a path compiled for the
-    /// answer ([`sampled!`](crate::sampled)).
+    /// answer (the `sampled!` macro).
     #[inline(always)]
     pub fn sampled(&self) -> bool {
         #[cfg(feature = "probes")]

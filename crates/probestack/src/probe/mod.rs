@@ -24,7 +24,7 @@ use std::fmt::Write;
 pub use clock::ProbeClock;
 pub use counters::{Counter, Counters};
 pub use ledger::{
-    Bucketing, Ledger, Message, Probe, Sampled, Sampling, Unsampled, DEFAULT_SAMPLE_EVERY,
+    Bucketing, Ledger, Message, Probe, Sampled, Sampling, Unsampled, DEFAULT_SAMPLE_EVERY, TESTED,
 };
 pub use taxonomy::{CaiCategory, Category, Class000, Layer, Op, Side};
 

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use crate::buf::ExtBuf;
-use crate::probe::{Counter, Layer, Op, Sampled, Sampling, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 use crate::socket::blocking::block_on;
 use crate::stack::Stack;
 use crate::tcp::connection::{ConnError, ConnStats, Connection, State, TcpConfig};
@@ -305,7 +305,7 @@ impl Stack {
     ) -> Result<TcpHandle, TcpError> {
         let _p = self
             .ledger
-            .probe(Sampled, Layer::Socket, Side::Receive, Op::ArgCheck);
+            .probe(TESTED, Layer::Socket, Side::Receive, Op::ArgCheck);
         if local.1 == 0 {
             return Err(TcpError::InvalidAddress);
         }
@@ -349,7 +349,7 @@ impl Stack {
     pub fn tcp_accept(&mut self, h: TcpHandle) -> Result<TcpHandle, TcpError> {
         let _p = self
             .ledger
-            .probe(Sampled, Layer::Socket, Side::Receive, Op::SocketBuffer);
+            .probe(TESTED, Layer::Socket, Side::Receive, Op::SocketBuffer);
         let s = self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?;
         let Kind::Listener(l) = &mut s.kind else {
             return Err(TcpError::NotConnected);
@@ -390,7 +390,7 @@ impl Stack {
     ) -> Result<TcpHandle, TcpError> {
         let now = self.now;
         // Connecting is rare: its probes test the ledger's flag where they stand.
-        let s = Sampled;
+        let s = TESTED;
         let p = self
             .ledger
             .probe(s, Layer::Socket, Side::Send, Op::ArgCheck);
@@ -507,7 +507,7 @@ impl Stack {
     /// Queues data to send; returns how much was taken (fewer bytes than given when the
     /// send buffer is full; [`TcpError::WouldBlock`] when it has no room at all).
     pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
-        crate::sampled!(self.ledger, s => {
+        crate::probe::ledger::sampled!(self.ledger, s => {
             self.tcp_queue(s, h, data.len(), Op::UserCopy, |c| c.send_slices(data))
         })
     }
@@ -522,7 +522,7 @@ impl Stack {
     /// driver copies the data after all, counted as `driver.tx_linearized`. Errors as
     /// [`tcp_send`](Self::tcp_send).
     pub fn tcp_send_loan(&mut self, h: TcpHandle, data: &ExtBuf) -> Result<usize, TcpError> {
-        crate::sampled!(self.ledger, s => {
+        crate::probe::ledger::sampled!(self.ledger, s => {
             self.tcp_queue(s, h, data.len(), Op::SocketCheck, |c| c.send_loan(data))
         })
     }
@@ -572,7 +572,7 @@ impl Stack {
     /// Takes received data; `Ok(0)` is the end of the stream (the peer's FIN, everything
     /// before it read).
     pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, TcpError> {
-        crate::sampled!(self.ledger, s => self.tcp_recv_as(s, h, buf))
+        crate::probe::ledger::sampled!(self.ledger, s => self.tcp_recv_as(s, h, buf))
     }
 
     fn tcp_recv_as(
@@ -642,7 +642,7 @@ impl Stack {
         h: TcpHandle,
         max: usize,
     ) -> Result<Option<ExtBuf>, TcpError> {
-        crate::sampled!(self.ledger, s => self.tcp_recv_zero_copy_as(s, h, max))
+        crate::probe::ledger::sampled!(self.ledger, s => self.tcp_recv_zero_copy_as(s, h, max))
     }
 
     fn tcp_recv_zero_copy_as(
@@ -709,7 +709,7 @@ impl Stack {
     /// Shuts down the sending side: a FIN follows the queued data; receiving goes on.
     pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), TcpError> {
         self.tcp_conn_mut(h)?.shutdown_write();
-        self.tcp_output(Sampled, h.index);
+        self.tcp_output(TESTED, h.index);
         Ok(())
     }
 
@@ -718,7 +718,7 @@ impl Stack {
     /// instead (RFC 1122 §4.2.2.13). A listener resets the connections it had not handed
     /// out.
     pub fn tcp_close(&mut self, h: TcpHandle) -> Result<(), TcpError> {
-        let s = Sampled;
+        let s = TESTED;
         let sock = self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?;
         match &mut sock.kind {
             Kind::Stream(c) => {
@@ -766,7 +766,7 @@ impl Stack {
         let rst = c.abort();
         let (local, remote) = (c.local, c.remote);
         if let Some(rst) = rst {
-            self.tcp_send_rst(Sampled, local, remote, rst);
+            self.tcp_send_rst(TESTED, local, remote, rst);
         }
         self.tcp_reap(h.index);
         Ok(())

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use crate::buf::{ExtBuf, PacketBuf};
 use crate::checksum;
-use crate::probe::{Counter, Layer, Op, Sampled, Sampling, Side};
+use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 use crate::stack::in_message;
 use crate::stack::{SendError, Stack};
 use crate::udp::pcb::{PcbError, PcbId};
@@ -229,7 +229,7 @@ impl Stack {
     pub fn udp_bind(&mut self, h: UdpHandle, addr: Ipv4Address, port: u16) -> Result<(), UdpError> {
         let _p = self
             .ledger
-            .probe(Sampled, Layer::Socket, Side::Send, Op::ArgCheck);
+            .probe(TESTED, Layer::Socket, Side::Send, Op::ArgCheck);
         let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
         if sock.pcb.is_some() {
             return Err(UdpError::AlreadyBound);
@@ -238,7 +238,7 @@ impl Stack {
             return Err(UdpError::AddrNotAvailable);
         }
         drop(_p);
-        self.udp_attach(Sampled, h, addr, port)
+        self.udp_attach(TESTED, h, addr, port)
     }
 
     /// Inserts the socket's PCB, choosing an ephemeral port for port 0, and reserves its
@@ -311,7 +311,7 @@ impl Stack {
         }
         let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
         if sock.pcb.is_none() {
-            self.udp_attach(Sampled, h, Ipv4Address::UNSPECIFIED, 0)?;
+            self.udp_attach(TESTED, h, Ipv4Address::UNSPECIFIED, 0)?;
         }
         let s = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
         let id = s.pcb.ok_or(UdpError::BadHandle)?;
@@ -319,7 +319,7 @@ impl Stack {
         s.error = None;
         let _p = self
             .ledger
-            .probe(Sampled, Layer::Udp, Side::Send, Op::PcbConnect);
+            .probe(TESTED, Layer::Udp, Side::Send, Op::PcbConnect);
         self.udp_pcbs
             .connect(id, (addr, port))
             .map_err(|_| UdpError::AddrInUse)
@@ -333,7 +333,7 @@ impl Stack {
         if let Some(id) = s.pcb {
             let _p = self
                 .ledger
-                .probe(Sampled, Layer::Udp, Side::Send, Op::PcbConnect);
+                .probe(TESTED, Layer::Udp, Side::Send, Op::PcbConnect);
             let _ = self.udp_pcbs.disconnect(id);
         }
         Ok(())
@@ -637,7 +637,7 @@ impl Stack {
         h: UdpHandle,
         bufs: &mut [&mut [u8]],
     ) -> Result<UdpRecv, UdpError> {
-        crate::sampled!(self.ledger, s => self.udp_recv_msg_as(s, h, bufs))
+        crate::probe::ledger::sampled!(self.ledger, s => self.udp_recv_msg_as(s, h, bufs))
     }
 
     fn udp_recv_msg_as(

@@ -2152,7 +2152,7 @@ mod tests {
                 ..out.repr
             };
             // A RST in reply (to a connection a timeout aborted) is not delivered.
-            let _ = to.input(crate::probe::Sampled, &seg, false, true, ledger, now);
+            let _ = to.input(crate::probe::TESTED, &seg, false, true, ledger, now);
         }
         sent
     }
