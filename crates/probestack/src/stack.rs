@@ -584,6 +584,47 @@ fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 mod tests {
     use super::*;
 
+    /// A message that begins in code running the unprobed copy (a delayed ACK sent from
+    /// the timers, in a poll outside any message) and is drawn for probing runs the probed
+    /// copy: `in_message!` picks the copy after the draw, not before. Were it to go on in
+    /// the caller's copy, the message would be recorded with its wall time and no probes.
+    #[cfg(feature = "probes")]
+    #[test]
+    fn a_message_begun_in_unprobed_code_runs_the_probed_copy() {
+        use crate::sim::{HostConfig, Pair, ADDR_B};
+        let mut p = Pair::new(HostConfig::with_mtu(1500), HostConfig::with_mtu(1500)).unwrap();
+        p.a.ledger().set_sample_every(0);
+        p.b.ledger().set_sample_every(0);
+        let l = p.b.tcp_listen((ADDR_B, 7), 8).unwrap();
+        let c = p.a.tcp_connect((ADDR_B, 7)).unwrap();
+        let mut accepted = None;
+        assert!(p.run_until(Duration::from_secs(1), |p| {
+            accepted = accepted.or(p.b.tcp_accept(l).ok());
+            accepted.is_some() && p.a.tcp_state(c) == Ok(crate::tcp::State::Established)
+        }));
+        p.run_for(Duration::from_secs(1));
+        // One small segment: B delays its ACK (RFC 1122 §4.2.3.2) to its timer.
+        assert_eq!(p.a.tcp_send(c, &[1u8; 100]), Ok(100));
+        p.settle();
+        assert_eq!(p.a.tcp_send_queued(c), Ok(100), "the ACK is not delayed");
+        p.b.ledger().set_sample_every(1);
+        p.b.ledger().clear();
+        p.run_for(Duration::from_millis(500));
+        assert_eq!(p.a.tcp_send_queued(c), Ok(0));
+        let snap = p.b.ledger().snapshot();
+        let ack = snap.merged();
+        assert!(ack.messages >= 1, "no message probed");
+        for layer in [Layer::Tcp, Layer::Ip, Layer::Driver] {
+            assert!(
+                ack.cells
+                    .iter()
+                    .any(|x| x.layer == layer && x.side == Side::Send),
+                "no {layer:?} send probe in the ACK's message: {:?}",
+                ack.cells
+            );
+        }
+    }
+
     #[test]
     fn socket_memory_refuses_past_the_limit_and_gives_back() {
         let mut m = SocketMemory::new(100);

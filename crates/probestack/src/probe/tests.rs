@@ -185,6 +185,63 @@ mod with_probes {
         panic!("device work was not kept apart in five attempts");
     }
 
+    /// The copy of a path compiled for unprobed messages records nothing even inside a
+    /// probed message; the probed copy records, and tests the flag where it stands.
+    #[test]
+    fn only_the_sampled_copy_records() {
+        let l = Ledger::new();
+        l.set_sample_every(1);
+        {
+            let _m = l.message(10);
+            assert!(l.sampled());
+            let _u = l.probe(Unsampled, Layer::Udp, Side::Send, Op::UdpProto);
+            let _d = l.device_work(Unsampled);
+        }
+        let b = l
+            .snapshot()
+            .bucket(10)
+            .cloned()
+            .expect("the message was probed");
+        assert!(b.cells.is_empty() && b.probes == 0, "{b:?}");
+        l.clear();
+        {
+            let _m = l.message(10);
+            let _s = l.probe(Sampled, Layer::Udp, Side::Send, Op::UdpProto);
+        }
+        assert_eq!(l.snapshot().bucket(10).unwrap().cells.len(), 1);
+        assert!(!l.sampled(), "the flag outlived its message");
+        l.clear();
+        l.set_sample_every(0);
+        {
+            let _m = l.message(10);
+            assert!(!l.sampled());
+            let _s = l.probe(Sampled, Layer::Udp, Side::Send, Op::UdpProto);
+        }
+        assert!(l.snapshot().buckets.is_empty());
+    }
+
+    /// The count of messages seen, kept by the countdown, through changes of rate and
+    /// seed, nested messages (one message with its outermost) and a clear.
+    #[test]
+    fn messages_seen_counts_outermost_messages_at_every_rate() {
+        let l = Ledger::new();
+        let mut want = 0;
+        for (n, seed) in [(1024, 1), (1, 2), (0, 3), (3, 4), (64, 5)] {
+            l.set_sample_every(n);
+            l.set_sample_seed(seed);
+            for _ in 0..500 {
+                let _m = l.message(1);
+                let _inner = l.message(1);
+                want += 1;
+            }
+            assert_eq!(l.messages_seen(), want, "1 in {n}");
+        }
+        l.clear();
+        assert_eq!(l.messages_seen(), 0);
+        let _m = l.message(1);
+        assert_eq!(l.messages_seen(), 1);
+    }
+
     #[test]
     fn probes_outside_a_message_record_nothing() {
         let l = Ledger::new();
