@@ -1,13 +1,15 @@
 //! `probestack lab overhead`: what the ledger's probes cost, measured in one run.
 //!
-//! The same workload runs in four builds and settings, round-robin, each figure the median
-//! of several rounds after a warm-up round:
+//! The same workload runs in four builds and settings, and a control, round-robin, each
+//! figure the median of several rounds after a warm-up round:
 //!
 //! - **probe-free**: a second copy of this tool built with `--no-default-features`, so
 //!   every probe compiles to nothing (the driver builds it into `target/noprobes`);
-//! - **never sampled**: probes compiled in, sampling off (the cost of the branch alone);
+//! - **never sampled**: probes compiled in, sampling off (the cost of the probes build's
+//!   own code: the entries' branches, the messages' bookkeeping, the second copy);
 //! - **sampled**: the default, one message in [`DEFAULT_SAMPLE_EVERY`] probed;
-//! - **every message**: N = 1.
+//! - **every message**: N = 1;
+//! - **control**: the probe-free build again, whose ratio to itself is the run's noise.
 //!
 //! Every variant runs as a worker process (this tool or the probe-free copy, with
 //! `--worker`), which times only the workload, not its own start-up.
@@ -195,6 +197,10 @@ pub struct WorkloadRow {
     pub every_message_ratio: f64,
     /// Throughput with probes compiled in but never sampled / without.
     pub never_sampled_ratio: f64,
+    /// The control: the probe-free build measured again in each round, over its first
+    /// measurement. The same program against itself, so its distance from 1 is the run's
+    /// noise: the other ratios mean nothing closer to 1 than this.
+    pub control_ratio: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -273,7 +279,7 @@ pub fn run(rounds: usize, millis: u64, mut progress: impl FnMut(&str)) -> Result
     let probed = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
     let mut rows = Vec::new();
     for w in WORKLOADS {
-        let mut rates: [Vec<f64>; 4] = Default::default();
+        let mut rates: [Vec<f64>; 5] = Default::default();
         for round in 0..=rounds {
             progress(&format!("{w}: round {round} of {rounds}"));
             let r = [
@@ -281,6 +287,7 @@ pub fn run(rounds: usize, millis: u64, mut progress: impl FnMut(&str)) -> Result
                 worker_rate(&probed, w, 0, millis)?,
                 worker_rate(&probed, w, DEFAULT_SAMPLE_EVERY, millis)?,
                 worker_rate(&probed, w, 1, millis)?,
+                worker_rate(&free, w, 0, millis)?,
             ];
             if round > 0 {
                 for (v, x) in rates.iter_mut().zip(r) {
@@ -288,7 +295,7 @@ pub fn run(rounds: usize, millis: u64, mut progress: impl FnMut(&str)) -> Result
                 }
             }
         }
-        let [free_r, never, sampled, every] = rates.map(|mut v| median(&mut v));
+        let [free_r, never, sampled, every, free_again] = rates.map(|mut v| median(&mut v));
         rows.push(WorkloadRow {
             workload: w.to_string(),
             probe_free_rate: free_r,
@@ -298,6 +305,7 @@ pub fn run(rounds: usize, millis: u64, mut progress: impl FnMut(&str)) -> Result
             sampled_ratio: sampled / free_r,
             every_message_ratio: every / free_r,
             never_sampled_ratio: never / free_r,
+            control_ratio: free_again / free_r,
         });
     }
     Ok(Results {
@@ -317,6 +325,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
             "never sampled",
             &format!("1 in {}", r.sample_every_default),
             "every message",
+            "control",
         ],
     );
     for w in &r.workloads {
@@ -326,12 +335,16 @@ pub fn tables(r: &Results) -> Vec<Table> {
             format!("{:.3}", w.never_sampled_ratio),
             format!("{:.3}", w.sampled_ratio),
             format!("{:.3}", w.every_message_ratio),
+            format!("{:.3}", w.control_ratio),
         ]);
     }
     t.note(format!(
         "medians of {} rounds after a warm-up round, variants measured round-robin; 1.000 = no cost",
         r.rounds
     ));
+    t.note(
+        "control: the probe-free build measured again, over itself: the run's noise, below which the other ratios say nothing",
+    );
     vec![t]
 }
 
