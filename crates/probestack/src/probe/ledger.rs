@@ -308,7 +308,8 @@ pub trait Sampling: Copy {
     const ON: bool;
 }
 
-/// The copy of a path that runs for a probed message: its probes record.
+/// The copy of a path that runs for a probed message, or for code that cannot tell: each
+/// of its probes tests the sampled flag where it stands and records when it is set.
 #[derive(Clone, Copy, Debug)]
 pub struct Sampled;
 
