@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::packet::{PacketBuf, NO_POOL};
+use super::packet::{Block, PacketBuf, NO_POOL};
 use super::{BufChain, BufError, Segment};
 
 /// The headroom the stack reserves in a buffer it will send: a virtio-net header (12),
@@ -233,9 +233,9 @@ impl PoolStats {
 struct ClassState {
     size: usize,
     /// The one-behind cache: the block freed last.
-    cache: Option<Box<[u8]>>,
+    cache: Option<Block>,
     /// Blocks freed before it, last freed on top.
-    free: Vec<Box<[u8]>>,
+    free: Vec<Block>,
     /// The most blocks `free` may hold.
     max_free: usize,
     /// Blocks beyond `max_free`, gathered into a magazine for the depot.
@@ -258,9 +258,9 @@ impl ClassState {
 
     /// A block from the global allocator, zeroed (its first use).
     #[inline]
-    fn fresh(&mut self) -> Box<[u8]> {
+    fn fresh(&mut self) -> Block {
         self.c.global_allocs += 1;
-        vec![0u8; self.size].into_boxed_slice()
+        Block::fresh(self.size)
     }
 
     /// Drops every block the class keeps.
@@ -293,7 +293,7 @@ const KEEP_WITH_DEPOT: usize = 4 * MAGAZINE;
 pub struct Depot(Arc<DepotInner>);
 
 /// A magazine: up to [`MAGAZINE`] free blocks of one class.
-type Magazine = Vec<Box<[u8]>>;
+type Magazine = Vec<Block>;
 
 struct DepotInner {
     /// Full magazines, per class.
@@ -452,7 +452,7 @@ impl Pool {
         if self.bytes > self.peak {
             self.peak = self.bytes;
         }
-        Ok(PacketBuf::from_block(
+        Ok(PacketBuf::from_recycled(
             block,
             headroom,
             headroom + len,
@@ -470,8 +470,8 @@ impl Pool {
     #[inline]
     pub fn free(&mut self, buf: PacketBuf) {
         let own = buf.origin() == self.id;
-        let (block, _, _) = buf.into_parts();
-        let Some(class) = Class::of_capacity(block.len()) else {
+        let block = buf.into_recycled();
+        let Some(class) = Class::of_capacity(block.capacity()) else {
             // Only a foreign block can be here: every block this pool hands out has the
             // size of a class.
             self.rejected += 1;
