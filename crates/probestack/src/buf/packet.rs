@@ -45,9 +45,10 @@ pub(super) struct Inner {
     /// (memory the application loaned), as the page fragments of Linux's `sk_buff` follow
     /// its linear part. The window holds the headers the layers prepend; the fragments
     /// are never copied by the stack. `None` for almost every buffer, and never an empty
-    /// list: boxed, so that a buffer without fragments, which every layer moves several
-    /// times per packet, carries one word for them rather than a `Vec`'s three.
-    // The box is the point (one word in every buffer; the extra allocation is paid only
+    /// list: boxed, so that a header without fragments carries one word for them rather
+    /// than a `Vec`'s three (the header was moved by value before it went behind a
+    /// pointer; it is still read on every access).
+    // The box is the point (one word in every header; the extra allocation is paid only
     // by the rare buffer with fragments), not an accident.
     #[allow(clippy::box_collection)]
     frags: Option<Box<Vec<ExtBuf>>>,
