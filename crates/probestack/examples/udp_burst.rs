@@ -17,10 +17,7 @@ fn main() {
     let bursts: usize = harness::arg(2, 20_000);
     let tuning = harness::tuning(harness::word(3).as_deref());
     let mut pair = harness::pair_with(1500, tuning);
-    if let Some(n) = harness::word(4).and_then(|w| w.parse().ok()) {
-        pair.a.ledger().set_sample_every(n);
-        pair.b.ledger().set_sample_every(n);
-    }
+    harness::sampling_arg(&pair, 4);
     let b = pair.b.udp_open();
     pair.b
         .udp_bind(b, Ipv4Address::UNSPECIFIED, 9)

@@ -41,6 +41,15 @@ pub fn pair_with(mtu: usize, tuning: Tuning) -> Pair {
     pair(host)
 }
 
+/// Sets both ledgers' sampling from argument `i` when given (probe one message in N; 0
+/// never, 1 every); otherwise the ledgers keep their default.
+pub fn sampling_arg(pair: &Pair, i: usize) {
+    if let Some(n) = word(i).and_then(|w| w.parse().ok()) {
+        pair.a.ledger().set_sample_every(n);
+        pair.b.ledger().set_sample_every(n);
+    }
+}
+
 /// A TCP connection from A to B's port 5001, both stacks polled until it is established.
 pub fn connect(pair: &mut Pair, clock: &RealClock) -> (TcpHandle, TcpHandle) {
     let listener = pair.b.tcp_listen((ADDR_B, 5001), 1).expect("listen");

@@ -357,9 +357,9 @@ impl WireFrame {
 ///
 /// When header split will take the frame's payload and the receive checksum offload is on,
 /// `rx.checksum` says nothing yet: the split checks the checksums as it copies the payload,
-/// in one pass ([`MemoryNic::checks_on_split`]). (Not a flag here: a byte beside the
-/// checksum made the queue's 72-byte entry a store the CPU could not forward, the hottest
-/// instruction of the receive path in `perf`.)
+/// in one pass, and its result says whether it took the payload. (Not a flag here: a byte
+/// stored beside the checksum and then copied with the entry was a load the CPU could not
+/// forward from the store, the hottest instruction of the receive path in `perf`.)
 struct Arrived {
     rx: RxFrame,
     at: Instant,
@@ -659,9 +659,10 @@ impl MemoryNic {
             self.reclaim(frame);
             return;
         }
-        let offload = self.config.checksum_offload;
         let bytes = &frame.data()[..len - FCS_LEN];
-        let checksum = if (offload.ipv4_rx || offload.l4_rx) && !self.checks_on_split(bytes) {
+        // A frame header split will take has its checksums checked as the split copies
+        // its payload, in one pass over the bytes; the others' are checked now.
+        let checksum = if self.checks_received() && self.split_offset(bytes).is_none() {
             self.check_received(bytes, None)
         } else {
             RxChecksum::None
@@ -680,12 +681,10 @@ impl MemoryNic {
         }
     }
 
-    /// Whether the receive checksum offload runs when header split takes the frame's
-    /// payload (and not as the frame arrives): its checksums are checked as the split
-    /// copies the payload, in one pass over the bytes.
-    fn checks_on_split(&self, frame: &[u8]) -> bool {
+    /// Whether the NIC checks received frames' checksums (the receive offload).
+    fn checks_received(&self) -> bool {
         let offload = self.config.checksum_offload;
-        (offload.ipv4_rx || offload.l4_rx) && self.split_offset(frame).is_some()
+        offload.ipv4_rx || offload.l4_rx
     }
 
     /// The receive checksum offload on a frame (with `moved`, the length and sum of the
@@ -1195,9 +1194,9 @@ impl MemoryNic {
             match self.config.copy_mode {
                 CopyMode::Dma if self.config.header_split => {
                     let _device = cx.ledger.device_work(s);
-                    let check_on_split = self.checks_on_split(rx.frame.data());
+                    // A payload moved means `mac_receive` left the check to this pass.
                     let (frame, moved) = self.split(rx.frame);
-                    let checksum = if check_on_split {
+                    let checksum = if moved.is_some() && self.checks_received() {
                         self.check_received(frame.data(), moved)
                     } else {
                         rx.checksum

@@ -59,12 +59,12 @@ impl Bucketing {
     }
 }
 
-/// The default sampling rate: one message in 1,024 is probed. A probed message costs about
-/// twice an unprobed one when its messages are short (two TSC reads per probe; `lab
-/// overhead`, every message: 0.46 of the probe-free throughput for 64-byte datagrams), so
-/// 1 in 1,024 keeps the probed ones' share of the time near 0.1-0.2%, inside issue 3's 1%
-/// with the unprobed messages' own cost, and still gives a ledger thousands of probed
-/// messages a second at the rates these stacks run.
+/// The default sampling rate: one message in 1,024 is probed. A probed message costs two
+/// to three times an unprobed one when messages are short (two TSC reads per probe; `lab
+/// overhead`, every message probed: 0.32-0.46 of the probe-free throughput for 64-byte
+/// datagrams), so 1 in 1,024 keeps the probed ones' share of the time near 0.1-0.2%, and
+/// still gives a ledger thousands of probed messages a second at the rates these stacks
+/// run.
 pub const DEFAULT_SAMPLE_EVERY: u32 = 1024;
 
 #[cfg(feature = "probes")]
@@ -337,10 +337,10 @@ pub const TESTED: Unsampled = Unsampled;
 
 /// Marks the branch that calls it as rarely taken (what `std::hint::cold_path` does from
 /// Rust 1.95, on the toolchains this crate supports): a call to a cold function.
-#[doc(hidden)]
+#[cfg(feature = "probes")]
 #[cold]
 #[inline(never)]
-pub fn cold_path() {}
+pub(crate) fn cold_path() {}
 
 /// Evaluates `$body` with `$s` bound to [`Sampled`] if `$ledger`'s open message is probed,
 /// else to [`Unsampled`]: the one branch that picks the copy of a path a message runs.
