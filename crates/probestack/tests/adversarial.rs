@@ -395,7 +395,7 @@ fn to_port(replies: &[Reply], port: u16) -> Vec<&Reply> {
 
 #[test]
 fn adversarial_packets_are_dropped_counted_and_survived() {
-    skip_unless_able!("/dev/net/tun");
+    skip_unless_able!("/dev/net/tun", "ping");
     if let Some(why) = python_module_missing(PYTHON, "scapy") {
         eprintln!("skipping: {why} (Debian: apt-get install python3-scapy)");
         return;

@@ -107,7 +107,7 @@ fn no_drops(st: &PacketStats) {
 
 #[test]
 fn linux_pings_the_stack() {
-    skip_unless_able!();
+    skip_unless_able!("ping");
     let Some((ns, mut stack, stats)) = with_linux(1, OFF) else {
         return;
     };

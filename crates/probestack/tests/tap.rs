@@ -68,7 +68,7 @@ fn setup(n: u32, config: TapConfig) -> Option<Setup> {
 
 #[test]
 fn linux_pings_the_stack() {
-    skip_unless_able!("/dev/net/tun");
+    skip_unless_able!("/dev/net/tun", "ping");
     let Some(Setup {
         ns,
         mut stack,

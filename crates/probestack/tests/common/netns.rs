@@ -30,15 +30,20 @@ use probestack::wire::ipv4::IpProtocol;
 use probestack::wire::Ipv4Address;
 
 /// Why these tests cannot run here, if they cannot: they need root, the `ip` command and
-/// each of `paths` (such as `/dev/net/tun`).
-pub fn cannot_run(paths: &[&str]) -> Option<String> {
+/// each of `needs`: a path (such as `/dev/net/tun`) or a command on the `PATH` (such as
+/// `ping`, which a fresh machine may lack; CI installs it).
+pub fn cannot_run(needs: &[&str]) -> Option<String> {
     // SAFETY: geteuid has no arguments and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root".into());
     }
-    for p in paths {
-        if !std::path::Path::new(p).exists() {
-            return Some(format!("no {p}"));
+    for n in needs {
+        if n.starts_with('/') {
+            if !std::path::Path::new(n).exists() {
+                return Some(format!("no {n}"));
+            }
+        } else if !on_path(n) {
+            return Some(format!("no `{n}` command"));
         }
     }
     match Command::new("ip").arg("-V").output() {
@@ -47,8 +52,19 @@ pub fn cannot_run(paths: &[&str]) -> Option<String> {
     }
 }
 
+/// Whether an executable file named `command` is in a directory of `PATH`.
+fn on_path(command: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(command))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
 /// Returns from the test, saying why, unless it can run here ([`cannot_run`] with the
-/// paths given).
+/// paths and commands given).
 macro_rules! skip_unless_able {
     ($($path:expr),* $(,)?) => {
         if let Some(why) = $crate::common::netns::cannot_run(&[$($path),*]) {
