@@ -414,7 +414,7 @@ impl Stack {
         }
         while let Some(p) = self.loopback.pop_front() {
             let rx = crate::driver::RxChecksum::None;
-            in_message!(self, p.len(), s => self.ip_input(s, crate::ip::LOOPBACK, p, rx, now));
+            in_message!(self, from s, p.len(), s => self.ip_input(s, crate::ip::LOOPBACK, p, rx, now));
         }
         self.tcp_flush_deferred(s);
         if !self.tcp.blocked.is_empty() {
@@ -457,7 +457,7 @@ impl Stack {
         }
         if !batch.is_empty() {
             for rx in batch.drain(..) {
-                in_message!(self, rx.frame.len(), s => self.link_input(s, i, rx, now));
+                in_message!(self, from s, rx.frame.len(), s => self.link_input(s, i, rx, now));
             }
         }
         self.rx_batch = Some(batch);
@@ -561,16 +561,71 @@ impl Stack {
 
 /// Runs `$body` as one message of `$stack`'s ledger (a frame received, a datagram sent),
 /// with `$s` bound to the copy of the path the message takes once the ledger has drawn
-/// whether to probe it (`probe::ledger::sampled!`). `$body` must not return from the
-/// function around it, or the message would stay open.
+/// whether to probe it. `$body` must not return from the function around it, or the
+/// message would stay open.
+///
+/// The common case, a new message not probed, runs the unprobed copy knowing it without a
+/// second look at the ledger, and its end is one store. Each copy of `$body` appears once,
+/// so that what it calls has one caller in each copy and is inlined there as in the
+/// probe-free build. A message opened inside another joins it, and the copy it runs
+/// depends on where it is opened:
+///
+/// - `from $caller` (code of the stack, `$caller` the copy it runs): code in the unprobed
+///   copy runs inside no message or inside an unprobed one, so the message it opens runs
+///   the probed copy only if the ledger draws it; code in the probed copy goes on in it
+///   (its probes test the flag, so it serves a nested message of either kind);
+/// - without (an entry the application calls): inside a message of the application's
+///   own, the probed copy (`lab echo` and `lab cpu` open those).
 macro_rules! in_message {
+    ($stack:expr, from $caller:expr, $size:expr, $s:ident => $body:expr) => {{
+        #[cfg(feature = "probes")]
+        let r = {
+            let e = $stack.ledger.enter_message($size);
+            if $crate::probe::Sampling::on($caller) || e.drawn() {
+                $crate::probe::ledger::cold_path();
+                let $s = $crate::probe::Sampled;
+                let r = $body;
+                $stack.ledger.leave_message(e);
+                r
+            } else {
+                let $s = $crate::probe::Unsampled;
+                let r = $body;
+                $stack.ledger.leave_undrawn(e);
+                r
+            }
+        };
+        #[cfg(not(feature = "probes"))]
+        let r = {
+            let _ = ($caller, $size);
+            let $s = $crate::probe::Unsampled;
+            $body
+        };
+        r
+    }};
     ($stack:expr, $size:expr, $s:ident => $body:expr) => {{
-        $stack.ledger.begin_message($size);
-        $crate::probe::ledger::sampled!($stack.ledger, $s => {
-            let r = $body;
-            $stack.ledger.end_message_in($s);
-            r
-        })
+        #[cfg(feature = "probes")]
+        let r = {
+            let e = $stack.ledger.enter_message($size);
+            if e.new_unprobed() {
+                let $s = $crate::probe::Unsampled;
+                let r = $body;
+                $stack.ledger.leave_undrawn(e);
+                r
+            } else {
+                $crate::probe::ledger::cold_path();
+                let $s = $crate::probe::Sampled;
+                let r = $body;
+                $stack.ledger.leave_message(e);
+                r
+            }
+        };
+        #[cfg(not(feature = "probes"))]
+        let r = {
+            let _ = $size;
+            let $s = $crate::probe::Unsampled;
+            $body
+        };
+        r
     }};
 }
 pub(crate) use in_message;

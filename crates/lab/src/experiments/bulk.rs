@@ -765,9 +765,7 @@ fn receiver(
             // With the CPU measured, B reads only when data waits, and each read is a
             // message of its ledger, as is each turn of work below.
             let idle = plan.measure_cpu && stack.tcp_recv_queued(h).is_ok_and(|n| n == 0);
-            if plan.measure_cpu && !idle {
-                stack.ledger().begin_message(0);
-            }
+            let m = (plan.measure_cpu && !idle).then(|| stack.ledger().begin_message(0));
             let read = if idle {
                 Err(TcpError::WouldBlock)
             } else if plan.zero_copy {
@@ -790,8 +788,8 @@ fn receiver(
                     }
                 })
             };
-            if plan.measure_cpu && !idle {
-                stack.ledger().end_message();
+            if let Some(m) = m {
+                stack.ledger().end_message(m);
             }
             match read {
                 Ok(0) => return Err(fail(&stack, run, got, "end of stream".into())),
@@ -807,9 +805,9 @@ fn receiver(
                         // Work is due (a frame arrived, a timer expired): the CPU's turn,
                         // as an interrupt would start it; otherwise B is idle, as a
                         // halted CPU would be.
-                        stack.ledger().begin_message(0);
+                        let m = stack.ledger().begin_message(0);
                         stack.poll(now);
-                        stack.ledger().end_message();
+                        stack.ledger().end_message(m);
                     }
                     if let Err(e) = watchdog.tick(got, &plan) {
                         return Err(fail(&stack, run, got, e));

@@ -138,7 +138,7 @@ fn run_tuning(
             p.a.udp_send(client, &msg).map_err(|e| e.to_string())?;
             p.a.poll(clock.now());
             // B: one ledger message for the whole echo.
-            p.b.ledger().begin_message(size);
+            let m = p.b.ledger().begin_message(size);
             let mut echoed = false;
             for _ in 0..1000 {
                 p.b.poll(clock.now());
@@ -149,7 +149,7 @@ fn run_tuning(
                 }
                 p.a.poll(clock.now());
             }
-            p.b.ledger().end_message();
+            p.b.ledger().end_message(m);
             if !echoed {
                 return Err(format!("{name}: size {size}: B never got the message"));
             }

@@ -15,7 +15,8 @@
 //! An unprobed message runs code with no probes in it: the stack's paths are generic over
 //! [`Sampling`], compiled once with probes ([`Sampled`]) and once without
 //! ([`Unsampled`]), and each entry into the stack picks one copy with a single branch on
-//! the sampled flag (`probe::ledger::sampled!`). A sampled
+//! the ledger's state (`probe::ledger::sampled!`; a message's start draws and picks its
+//! copy at once, `in_message!` in `stack.rs`). A sampled
 //! message's probes go to a small scratch list and are added to the bucket of the message's
 //! size when it closes, so a receive path can learn the size late ([`Message::set_size`]).
 //! The message's own wall time is kept too, so the part no probe covered is reported as
@@ -226,10 +227,10 @@ impl Recorder {
     }
 
     /// An outermost message with the countdown at zero: it is probed (unless sampling is
-    /// off), and the countdown to the next one is drawn.
+    /// off), and the countdown to the next one is drawn. Says whether it is probed.
     #[cold]
     #[inline(never)]
-    fn draw_and_begin(&self, size: usize, sampled: &Cell<bool>, countdown: &Cell<u64>) {
+    fn draw_and_begin(&self, size: usize, state: &Cell<State>, countdown: &Cell<u64>) -> bool {
         let n = self.sample_every.get();
         let g = self.gap(n);
         countdown.set(g);
@@ -237,20 +238,22 @@ impl Recorder {
         self.seen_plus_countdown
             .set(seen.wrapping_add(1).wrapping_add(g));
         if n == 0 {
-            return;
+            state.set(State::Unprobed);
+            return false;
         }
-        sampled.set(true);
+        state.set(State::Probed);
         self.message_size.set(size);
         self.scratch.borrow_mut().clear();
         self.message_start.set(self.clock.now());
+        true
     }
 
     /// The end of a probed message: its probes go into its bucket.
     #[cold]
     #[inline(never)]
-    fn record_message(&self, sampled: &Cell<bool>) {
+    fn record_message(&self, state: &Cell<State>) {
         let wall = self.clock.now().saturating_sub(self.message_start.get());
-        sampled.set(false);
+        state.set(State::Outside);
         // Probes still open (a guard leaked out of its message) are abandoned.
         self.open.borrow_mut().clear();
         let key = self.bucketing.get().bucket(self.message_size.get());
@@ -283,7 +286,7 @@ fn probe_overhead_ticks(clock: ProbeClock) -> f64 {
         let n = 2_000;
         let mut best = f64::INFINITY;
         for _ in 0..5 {
-            l.begin_message(0);
+            let m = l.begin_message(0);
             let t0 = clock.now();
             for _ in 0..n {
                 l.rec.open_probe(0);
@@ -291,7 +294,7 @@ fn probe_overhead_ticks(clock: ProbeClock) -> f64 {
             }
             let outside = clock.now().saturating_sub(t0) as f64;
             let inside: u64 = l.rec.scratch.borrow().iter().map(|&(_, t)| t).sum();
-            l.end_message();
+            l.end_message(m);
             best = best.min((outside - inside as f64).max(0.0) / n as f64);
         }
         best
@@ -306,6 +309,13 @@ fn probe_overhead_ticks(clock: ProbeClock) -> f64 {
 pub trait Sampling: Copy {
     /// Whether probes in this copy record (never without the `probes` feature).
     const ON: bool;
+
+    /// [`ON`](Self::ON), for code that has a value of a type it cannot name (an `impl
+    /// Sampling` argument).
+    #[inline(always)]
+    fn on(self) -> bool {
+        Self::ON
+    }
 }
 
 /// The copy of a path that runs for a probed message, or for code that cannot tell: each
@@ -370,23 +380,69 @@ macro_rules! sampled {
 }
 pub(crate) use sampled;
 
+/// Where the ledger stands between and within messages.
+#[cfg(feature = "probes")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// No message is open.
+    Outside,
+    /// A message is open and not probed.
+    Unprobed,
+    /// A message is open and probed.
+    Probed,
+}
+
+/// A message [`Ledger::enter_message`] opened or joined: the state to restore when it
+/// closes, and whether the ledger drew it for probing (a new outermost message).
+#[cfg(feature = "probes")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entered {
+    before: State,
+    drawn: bool,
+}
+
+#[cfg(feature = "probes")]
+impl Entered {
+    /// A new outermost message, not probed: the common case, which runs the unprobed copy.
+    #[inline(always)]
+    pub(crate) fn new_unprobed(self) -> bool {
+        self.before == State::Outside && !self.drawn
+    }
+
+    /// A new outermost message drawn for probing.
+    #[inline(always)]
+    pub(crate) fn drawn(self) -> bool {
+        self.drawn
+    }
+}
+
 /// The ledger of one stack: probes, sampling, buckets, and the counters beside them.
 #[derive(Debug)]
 pub struct Ledger {
-    /// Whether the open message is being probed. Here rather than in the recorder, so
-    /// that a probe in an unprobed message reads one flag beside the stack's other fields
-    /// and branches, without following a pointer first.
+    /// Whether a message is open, and if so whether it is probed. Here rather than in the
+    /// recorder, so that a probe in an unprobed message reads one byte beside the stack's
+    /// other fields and branches, without following a pointer first. Nested messages
+    /// join the outermost and need no count of their own: whoever found the ledger
+    /// [`Outside`](State::Outside) closes the message (the stack's `in_message!` knows it
+    /// where it stands; a [`Message`] or an [`OpenMessage`] carries it).
     #[cfg(feature = "probes")]
-    sampled: Cell<bool>,
-    /// Messages open (nested ones join the outermost).
-    #[cfg(feature = "probes")]
-    depth: Cell<u32>,
+    state: Cell<State>,
     /// Unprobed messages left before the next probed one.
     #[cfg(feature = "probes")]
     countdown: Cell<u64>,
     #[cfg(feature = "probes")]
     rec: Box<Recorder>,
     counters: Counters,
+}
+
+/// A message opened by [`Ledger::begin_message`], to be passed to
+/// [`Ledger::end_message`]: it knows whether it is the outermost, and so whether its end
+/// closes the message.
+#[must_use = "every begin_message needs its end_message"]
+#[derive(Debug)]
+pub struct OpenMessage {
+    #[cfg(feature = "probes")]
+    outermost: bool,
 }
 
 impl Default for Ledger {
@@ -409,8 +465,7 @@ impl Ledger {
     #[cfg(feature = "probes")]
     fn with_clock(clock: ProbeClock) -> Ledger {
         let l = Ledger {
-            sampled: Cell::new(false),
-            depth: Cell::new(0),
+            state: Cell::new(State::Outside),
             countdown: Cell::new(0),
             rec: Box::new(Recorder::new(clock)),
             counters: Counters::new(),
@@ -462,70 +517,103 @@ impl Ledger {
     /// an open message are part of it.
     #[inline]
     pub fn message(&self, size: usize) -> Message<'_> {
-        self.begin_message(size);
+        let open = self.begin_message(size);
+        #[cfg(not(feature = "probes"))]
+        let _ = open;
         Message {
             #[cfg(feature = "probes")]
+            open,
             ledger: self,
-            _ledger: PhantomData,
         }
     }
 
     /// Opens a message without a guard, for code that must mutate its owner while the
-    /// message is open (the stack): every `begin_message` needs its `end_message`.
-    #[inline(always)]
-    pub fn begin_message(&self, size: usize) {
+    /// message is open: every `begin_message` needs its `end_message`, given what this
+    /// returned.
+    #[inline]
+    pub fn begin_message(&self, size: usize) -> OpenMessage {
         #[cfg(feature = "probes")]
-        {
-            let depth = self.depth.get();
-            self.depth.set(depth + 1);
-            if depth == 0 {
-                // The common case, in line: the countdown to the next probed message
-                // runs on.
-                let c = self.countdown.get();
-                if c != 0 {
-                    self.countdown.set(c - 1);
-                } else {
-                    self.rec
-                        .draw_and_begin(size, &self.sampled, &self.countdown);
-                }
-            }
-        }
+        return OpenMessage {
+            outermost: self.enter_message(size).before == State::Outside,
+        };
         #[cfg(not(feature = "probes"))]
-        let _ = size;
+        {
+            let _ = size;
+            OpenMessage {}
+        }
     }
 
     /// Closes the message [`begin_message`](Self::begin_message) opened.
-    #[inline(always)]
-    pub fn end_message(&self) {
+    #[inline]
+    pub fn end_message(&self, m: OpenMessage) {
         #[cfg(feature = "probes")]
-        {
-            let depth = self.depth.get().saturating_sub(1);
-            self.depth.set(depth);
-            if depth == 0 && self.sampled.get() {
-                self.rec.record_message(&self.sampled);
-            }
+        if m.outermost {
+            self.leave_probed();
         }
+        #[cfg(not(feature = "probes"))]
+        let _ = m;
     }
 
-    /// Closes a message the stack opened in code compiled for `s`: in the copy for
-    /// unprobed messages the message was not probed (nothing inside an open message
-    /// draws), so closing it is a decrement.
+    /// Opens a message of `size` bytes, or joins the one open. The common case, an
+    /// outermost message not drawn for probing, is a test of the state and a decrement of
+    /// the countdown, in line; the caller knows from the answer which copy of its path to
+    /// run and how to close the message, with nothing more to read.
+    #[cfg(feature = "probes")]
     #[inline(always)]
-    pub(crate) fn end_message_in<S: Sampling>(&self, s: S) {
-        let _ = s;
-        #[cfg(feature = "probes")]
-        if !S::ON {
-            self.depth.set(self.depth.get().wrapping_sub(1));
-            return;
+    pub(crate) fn enter_message(&self, size: usize) -> Entered {
+        let before = self.state.get();
+        if before != State::Outside {
+            return Entered {
+                before,
+                drawn: false,
+            };
         }
-        self.end_message();
+        let c = self.countdown.get();
+        let drawn = if c != 0 {
+            self.countdown.set(c - 1);
+            self.state.set(State::Unprobed);
+            false
+        } else {
+            self.rec.draw_and_begin(size, &self.state, &self.countdown)
+        };
+        Entered { before, drawn }
+    }
+
+    /// Closes a message that was not drawn for probing: the state goes back to what it
+    /// was (outside, or the unprobed message this one joined). One store.
+    #[cfg(feature = "probes")]
+    #[inline(always)]
+    pub(crate) fn leave_undrawn(&self, e: Entered) {
+        self.state.set(e.before);
+    }
+
+    /// Closes the message [`enter_message`](Self::enter_message) opened, recording it if
+    /// it was drawn for probing.
+    #[cfg(feature = "probes")]
+    #[inline(always)]
+    pub(crate) fn leave_message(&self, e: Entered) {
+        if e.drawn {
+            self.rec.record_message(&self.state);
+        }
+        self.state.set(e.before);
+    }
+
+    /// Closes an outermost message that may have been probed, recording it if it was.
+    #[cfg(feature = "probes")]
+    #[inline(always)]
+    fn leave_probed(&self) {
+        if self.state.get() == State::Probed {
+            self.rec.record_message(&self.state);
+        } else {
+            self.state.set(State::Outside);
+        }
     }
 
     /// Sets the open message's size (the receive path learns it late).
     #[inline]
     pub fn set_message_size(&self, size: usize) {
         #[cfg(feature = "probes")]
-        if self.sampled.get() {
+        if self.state.get() == State::Probed {
             self.rec.message_size.set(size);
         }
         #[cfg(not(feature = "probes"))]
@@ -538,7 +626,7 @@ impl Ledger {
     #[inline(always)]
     pub fn sampled(&self) -> bool {
         #[cfg(feature = "probes")]
-        return self.sampled.get();
+        return self.state.get() == State::Probed;
         #[cfg(not(feature = "probes"))]
         false
     }
@@ -549,7 +637,7 @@ impl Ledger {
     pub fn probe<S: Sampling>(&self, s: S, layer: Layer, side: Side, op: Op) -> Probe<'_> {
         let _ = s;
         #[cfg(feature = "probes")]
-        if S::ON && self.sampled.get() {
+        if S::ON && self.state.get() == State::Probed {
             let r = &*self.rec;
             r.open_probe(cell_index(layer, side, op));
             return Probe {
@@ -572,7 +660,7 @@ impl Ledger {
     pub fn device_work<S: Sampling>(&self, s: S) -> Probe<'_> {
         let _ = s;
         #[cfg(feature = "probes")]
-        if S::ON && self.sampled.get() {
+        if S::ON && self.state.get() == State::Probed {
             let r = &*self.rec;
             r.open_probe(DEVICE_CELL);
             return Probe {
@@ -686,19 +774,16 @@ impl Ledger {
 /// An open message; it closes when dropped.
 #[must_use = "a message closes when this guard drops"]
 pub struct Message<'a> {
-    #[cfg(feature = "probes")]
     ledger: &'a Ledger,
-    _ledger: PhantomData<&'a Ledger>,
+    #[cfg(feature = "probes")]
+    open: OpenMessage,
 }
 
 impl Message<'_> {
     /// Sets the size that decides the message's bucket (the receive path learns it late).
     #[inline]
     pub fn set_size(&self, size: usize) {
-        #[cfg(feature = "probes")]
         self.ledger.set_message_size(size);
-        #[cfg(not(feature = "probes"))]
-        let _ = size;
     }
 }
 
@@ -706,7 +791,9 @@ impl Drop for Message<'_> {
     #[inline]
     fn drop(&mut self) {
         #[cfg(feature = "probes")]
-        self.ledger.end_message();
+        if self.open.outermost {
+            self.ledger.leave_probed();
+        }
     }
 }
 

@@ -699,7 +699,7 @@ impl Stack {
             let Some(out) = &out else {
                 return;
             };
-            if self.tcp_send_segment(index, out, csum_offload).is_err() {
+            if self.tcp_send_segment(s, index, out, csum_offload).is_err() {
                 return;
             }
             // Usually the segment just sent was all there was: stop without asking the
@@ -734,13 +734,14 @@ impl Stack {
     /// don't-fragment set (TCP sizes its segments itself).
     fn tcp_send_segment(
         &mut self,
+        caller: impl Sampling,
         index: usize,
         out: &Outgoing,
         csum_offload: bool,
     ) -> Result<(), ()> {
         let header_len = out.repr.header_len();
         let total = header_len + out.data_len;
-        in_message!(self, out.data_len, s => {
+        in_message!(self, from caller, out.data_len, s => {
             self.tcp_build_and_send(s, index, out, header_len, total, csum_offload)
         })
     }
