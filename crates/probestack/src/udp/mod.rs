@@ -236,11 +236,8 @@ impl Stack {
             return self.free(s, Layer::Socket, Side::Receive, datagram);
         }
         sock.rx_bytes += payload_len;
-        sock.rx.push_back(Queued {
-            from: (src, udp.src_port),
-            payload: datagram,
-            verify_on_copy,
-        });
+        sock.rx
+            .push_back(Queued::new((src, udp.src_port), datagram, verify_on_copy));
     }
 
     /// UDP output: the header, the checksum, and down to IP. `buf` holds room for the
