@@ -1,7 +1,9 @@
 //! `probestack lab overhead`: what the ledger's probes cost, measured in one run.
 //!
-//! The same workload runs in four builds and settings, and a control, round-robin, each
-//! figure the median of several rounds after a warm-up round:
+//! The same workload runs in four builds and settings, and a control, round-robin (in a
+//! rotated order each round), each rate the median of several rounds after a warm-up
+//! round, each ratio the median of the rounds' ratios (a variant over the probe-free build
+//! of the same round):
 //!
 //! - **probe-free**: a second copy of this tool built with `--no-default-features`, so
 //!   every probe compiles to nothing (the driver builds it into `target/noprobes`);
@@ -280,32 +282,44 @@ pub fn run(rounds: usize, millis: u64, mut progress: impl FnMut(&str)) -> Result
     let mut rows = Vec::new();
     for w in WORKLOADS {
         let mut rates: [Vec<f64>; 5] = Default::default();
+        let mut ratios: [Vec<f64>; 5] = Default::default();
         for round in 0..=rounds {
             progress(&format!("{w}: round {round} of {rounds}"));
-            let r = [
-                worker_rate(&free, w, 0, millis)?,
-                worker_rate(&probed, w, 0, millis)?,
-                worker_rate(&probed, w, DEFAULT_SAMPLE_EVERY, millis)?,
-                worker_rate(&probed, w, 1, millis)?,
-                worker_rate(&free, w, 0, millis)?,
-            ];
+            // The variants in a different order each round (a rotation), so that none
+            // always runs first or right after another.
+            let mut r = [0.0; 5];
+            for k in 0..5 {
+                let v = (round + k) % 5;
+                r[v] = match v {
+                    0 | 4 => worker_rate(&free, w, 0, millis)?,
+                    1 => worker_rate(&probed, w, 0, millis)?,
+                    2 => worker_rate(&probed, w, DEFAULT_SAMPLE_EVERY, millis)?,
+                    _ => worker_rate(&probed, w, 1, millis)?,
+                };
+            }
             if round > 0 {
-                for (v, x) in rates.iter_mut().zip(r) {
-                    v.push(x);
+                for v in 0..5 {
+                    rates[v].push(r[v]);
+                    // Each round's ratio to the probe-free build of the same round: the
+                    // pair ran within seconds, so a drift of the machine's speed over the
+                    // run cancels.
+                    ratios[v].push(r[v] / r[0]);
                 }
             }
         }
-        let [free_r, never, sampled, every, free_again] = rates.map(|mut v| median(&mut v));
+        let [free_r, never, sampled, every, _] = rates.map(|mut v| median(&mut v));
+        let [_, never_ratio, sampled_ratio, every_ratio, control_ratio] =
+            ratios.map(|mut v| median(&mut v));
         rows.push(WorkloadRow {
             workload: w.to_string(),
             probe_free_rate: free_r,
             never_sampled_rate: never,
             sampled_rate: sampled,
             every_message_rate: every,
-            sampled_ratio: sampled / free_r,
-            every_message_ratio: every / free_r,
-            never_sampled_ratio: never / free_r,
-            control_ratio: free_again / free_r,
+            sampled_ratio,
+            every_message_ratio: every_ratio,
+            never_sampled_ratio: never_ratio,
+            control_ratio,
         });
     }
     Ok(Results {
@@ -339,7 +353,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
         ]);
     }
     t.note(format!(
-        "medians of {} rounds after a warm-up round, variants measured round-robin; 1.000 = no cost",
+        "ratios: medians over {} rounds after a warm-up round of each round's ratio to the probe-free build, variants measured round-robin in a rotated order; 1.000 = no cost",
         r.rounds
     ));
     t.note(
