@@ -337,7 +337,7 @@ pub struct NicStats {
 }
 
 /// An entry in the transmit ring: the bytes of a frame with their FCS, and when they were
-/// sent; for a super-frame, its first segment, the others behind it in `more` (empty for
+/// sent; for a super-frame, its first segment, the others behind it in `more` (none for
 /// an ordinary frame, which then allocates nothing).
 struct WireFrame {
     frame: PacketBuf,

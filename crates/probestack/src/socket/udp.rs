@@ -752,3 +752,29 @@ impl From<SendError> for UdpError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The queue entry's one word gives back the address, port and partial sum it was
+    /// made with, at their extremes; a zero sum, the other zero of one's complement,
+    /// comes back as 0xFFFF and still means "verify", never "verified".
+    #[test]
+    fn a_queued_datagram_keeps_its_sender_and_partial_sum() {
+        let mut pool = crate::buf::Pool::with_cache(true);
+        for (addr, port, sum) in [
+            ([198, 18, 0, 1], 7, Some(0x1234)),
+            ([255, 255, 255, 255], u16::MAX, Some(u16::MAX)),
+            ([0, 0, 0, 0], 0, None),
+            ([198, 19, 255, 254], 53, Some(0)),
+        ] {
+            let buf = pool.alloc(10, 0).unwrap();
+            let q = Queued::new((Ipv4Address(addr), port), buf, sum);
+            assert_eq!(q.from(), (Ipv4Address(addr), port));
+            assert_eq!(q.verify_on_copy(), sum.map(|s| if s == 0 { 0xFFFF } else { s }));
+            assert_eq!(q.payload.len(), 10);
+            pool.free(q.payload);
+        }
+    }
+}
