@@ -772,7 +772,10 @@ mod tests {
             let buf = pool.alloc(10, 0).unwrap();
             let q = Queued::new((Ipv4Address(addr), port), buf, sum);
             assert_eq!(q.from(), (Ipv4Address(addr), port));
-            assert_eq!(q.verify_on_copy(), sum.map(|s| if s == 0 { 0xFFFF } else { s }));
+            assert_eq!(
+                q.verify_on_copy(),
+                sum.map(|s| if s == 0 { 0xFFFF } else { s })
+            );
             assert_eq!(q.payload.len(), 10);
             pool.free(q.payload);
         }
