@@ -4,7 +4,7 @@
 # different lengths (so setup and warm-up cancel). Needs valgrind.
 #
 #   scripts/instructions_per_packet.sh            # the probe-free build (the stack's own cost)
-#   scripts/instructions_per_packet.sh --probes   # with the ledger's probes, 1 message in 64
+#   scripts/instructions_per_packet.sh --probes   # with the ledger's probes at the default sampling (1 message in 1,024)
 set -eu
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--probes" ]; then
