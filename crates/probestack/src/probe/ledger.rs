@@ -522,8 +522,10 @@ impl Ledger {
         let _ = open;
         Message {
             #[cfg(feature = "probes")]
-            open,
             ledger: self,
+            #[cfg(feature = "probes")]
+            open,
+            _ledger: PhantomData,
         }
     }
 
@@ -774,16 +776,21 @@ impl Ledger {
 /// An open message; it closes when dropped.
 #[must_use = "a message closes when this guard drops"]
 pub struct Message<'a> {
+    #[cfg(feature = "probes")]
     ledger: &'a Ledger,
     #[cfg(feature = "probes")]
     open: OpenMessage,
+    _ledger: PhantomData<&'a Ledger>,
 }
 
 impl Message<'_> {
     /// Sets the size that decides the message's bucket (the receive path learns it late).
     #[inline]
     pub fn set_size(&self, size: usize) {
+        #[cfg(feature = "probes")]
         self.ledger.set_message_size(size);
+        #[cfg(not(feature = "probes"))]
+        let _ = size;
     }
 }
 
