@@ -578,44 +578,29 @@ impl Stack {
 ///   own, the probed copy (`lab echo` and `lab cpu` open those).
 macro_rules! in_message {
     ($stack:expr, from $caller:expr, $size:expr, $s:ident => $body:expr) => {{
-        #[cfg(feature = "probes")]
-        let r = {
-            let e = $stack.ledger.enter_message($size);
-            if $crate::probe::Sampling::on($caller) || e.drawn() {
-                $crate::probe::ledger::cold_path();
-                let $s = $crate::probe::Sampled;
-                let r = $body;
-                $stack.ledger.leave_message(e);
-                r
-            } else {
-                let $s = $crate::probe::Unsampled;
-                let r = $body;
-                $stack.ledger.leave_undrawn(e);
-                r
-            }
-        };
-        #[cfg(not(feature = "probes"))]
-        let r = {
-            let _ = ($caller, $size);
-            let $s = $crate::probe::Unsampled;
-            $body
-        };
-        r
+        let caller = $caller;
+        let _ = caller; // (only the probes build asks it)
+        $crate::stack::in_message!(@run $stack, $size,
+            e => $crate::probe::Sampling::on(caller) || e.drawn(), $s => $body)
     }};
-    ($stack:expr, $size:expr, $s:ident => $body:expr) => {{
+    ($stack:expr, $size:expr, $s:ident => $body:expr) => {
+        $crate::stack::in_message!(@run $stack, $size, e => !e.new_unprobed(), $s => $body)
+    };
+    // `$probed`, given what the ledger said (`$e`), picks the probed copy.
+    (@run $stack:expr, $size:expr, $e:ident => $probed:expr, $s:ident => $body:expr) => {{
         #[cfg(feature = "probes")]
         let r = {
-            let e = $stack.ledger.enter_message($size);
-            if e.new_unprobed() {
-                let $s = $crate::probe::Unsampled;
-                let r = $body;
-                $stack.ledger.leave_undrawn(e);
-                r
-            } else {
+            let $e = $stack.ledger.enter_message($size);
+            if $probed {
                 $crate::probe::ledger::cold_path();
                 let $s = $crate::probe::Sampled;
                 let r = $body;
-                $stack.ledger.leave_message(e);
+                $stack.ledger.leave_message($e);
+                r
+            } else {
+                let $s = $crate::probe::Unsampled;
+                let r = $body;
+                $stack.ledger.leave_undrawn($e);
                 r
             }
         };

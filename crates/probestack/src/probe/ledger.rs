@@ -422,9 +422,9 @@ pub struct Ledger {
     /// Whether a message is open, and if so whether it is probed. Here rather than in the
     /// recorder, so that a probe in an unprobed message reads one byte beside the stack's
     /// other fields and branches, without following a pointer first. Nested messages
-    /// join the outermost and need no count of their own: whoever found the ledger
-    /// [`Outside`](State::Outside) closes the message (the stack's `in_message!` knows it
-    /// where it stands; a [`Message`] or an [`OpenMessage`] carries it).
+    /// join the outermost and need no count of their own: each restores the state it found
+    /// ([`Entered`]; the stack's `in_message!` keeps it where it stands, a [`Message`] or
+    /// an [`OpenMessage`] carries it), so the one that found the ledger outside closes it.
     #[cfg(feature = "probes")]
     state: Cell<State>,
     /// Unprobed messages left before the next probed one.
@@ -436,13 +436,13 @@ pub struct Ledger {
 }
 
 /// A message opened by [`Ledger::begin_message`], to be passed to
-/// [`Ledger::end_message`]: it knows whether it is the outermost, and so whether its end
-/// closes the message.
+/// [`Ledger::end_message`]: what the ledger said when it opened (whether it was the
+/// outermost, whether it was drawn), and so what its end has to do.
 #[must_use = "every begin_message needs its end_message"]
 #[derive(Debug)]
 pub struct OpenMessage {
     #[cfg(feature = "probes")]
-    outermost: bool,
+    entered: Entered,
 }
 
 impl Default for Ledger {
@@ -536,7 +536,7 @@ impl Ledger {
     pub fn begin_message(&self, size: usize) -> OpenMessage {
         #[cfg(feature = "probes")]
         return OpenMessage {
-            outermost: self.enter_message(size).before == State::Outside,
+            entered: self.enter_message(size),
         };
         #[cfg(not(feature = "probes"))]
         {
@@ -549,9 +549,7 @@ impl Ledger {
     #[inline]
     pub fn end_message(&self, m: OpenMessage) {
         #[cfg(feature = "probes")]
-        if m.outermost {
-            self.leave_probed();
-        }
+        self.leave_message(m.entered);
         #[cfg(not(feature = "probes"))]
         let _ = m;
     }
@@ -598,17 +596,6 @@ impl Ledger {
             self.rec.record_message(&self.state);
         }
         self.state.set(e.before);
-    }
-
-    /// Closes an outermost message that may have been probed, recording it if it was.
-    #[cfg(feature = "probes")]
-    #[inline(always)]
-    fn leave_probed(&self) {
-        if self.state.get() == State::Probed {
-            self.rec.record_message(&self.state);
-        } else {
-            self.state.set(State::Outside);
-        }
     }
 
     /// Sets the open message's size (the receive path learns it late).
@@ -798,9 +785,7 @@ impl Drop for Message<'_> {
     #[inline]
     fn drop(&mut self) {
         #[cfg(feature = "probes")]
-        if self.open.outermost {
-            self.ledger.leave_probed();
-        }
+        self.ledger.leave_message(self.open.entered);
     }
 }
 
