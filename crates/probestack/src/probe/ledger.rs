@@ -346,8 +346,9 @@ pub const TESTED: Sampled = Sampled;
 pub const TESTED: Unsampled = Unsampled;
 
 /// Marks the branch that calls it as rarely taken (what `std::hint::cold_path` does from
-/// Rust 1.95, on the toolchains this crate supports): a call to a cold function.
-#[cfg(feature = "probes")]
+/// Rust 1.95, on the toolchains this crate supports): a call to a cold function. Also on
+/// the error exits of hot paths, so that the code after them keeps its weight in the
+/// optimizer's estimate (see `tcp_build_and_send`).
 #[cold]
 #[inline(never)]
 pub(crate) fn cold_path() {}
