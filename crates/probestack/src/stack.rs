@@ -447,7 +447,12 @@ impl Stack {
             let notified = iface.device.take_notification(&cx);
             if notified || iface.rx_more {
                 while batch.len() < budget {
-                    match iface.device.receive(&cx) {
+                    let frame = if s.on() {
+                        iface.device.receive(&cx)
+                    } else {
+                        iface.device.receive_unprobed(&cx)
+                    };
+                    match frame {
                         Some(f) => batch.push(f),
                         None => break,
                     }

@@ -214,6 +214,25 @@ pub trait Device {
     /// its batch budget.
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame>;
 
+    /// [`transmit`](Self::transmit), called from the stack's copy for unprobed messages
+    /// ([`crate::probe::Unsampled`]), where no probe records: a device that probes its own
+    /// work runs its unprobed copy without asking the ledger which to run. The default
+    /// asks (calls `transmit`).
+    fn transmit_unprobed(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        self.transmit(frame, meta, cx)
+    }
+
+    /// [`receive`](Self::receive), called from the stack's copy for unprobed messages; see
+    /// [`transmit_unprobed`](Self::transmit_unprobed).
+    fn receive_unprobed(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        self.receive(cx)
+    }
+
     /// When the device next needs a poll (a coalescing timer, a delayed frame).
     fn next_deadline(&self) -> Option<Instant>;
 
@@ -260,6 +279,17 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
         (**self).receive(cx)
+    }
+    fn transmit_unprobed(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        (**self).transmit_unprobed(frame, meta, cx)
+    }
+    fn receive_unprobed(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        (**self).receive_unprobed(cx)
     }
     fn next_deadline(&self) -> Option<Instant> {
         (**self).next_deadline()

@@ -271,7 +271,12 @@ impl Stack {
                 // the stack at the other end of a memory link, frees it).
                 let frame = self.pool.detach(frame);
                 let meta = TxMeta::for_frame(frame.data(), frame.tx_offload());
-                dev.transmit(frame, meta, &cx).err().map(|_| None)
+                let sent = if s.on() {
+                    dev.transmit(frame, meta, &cx)
+                } else {
+                    dev.transmit_unprobed(frame, meta, &cx)
+                };
+                sent.err().map(|_| None)
             } else {
                 Some(Some(frame))
             }
