@@ -47,7 +47,7 @@ impl Stack {
                 data,
             } => {
                 self.ledger.counters().inc(Counter::IcmpEchoRequestsIn);
-                self.ledger.set_message_size(data.len());
+                self.ledger.set_message_size(s, data.len());
                 // RFC 1122 §3.2.2.6: an echo to a broadcast address may be ignored; it is.
                 if !repr.dst.is_broadcast()
                     && (iface == super::LOOPBACK || self.is_own_address(repr.dst))
@@ -66,7 +66,7 @@ impl Stack {
                 data,
             } => {
                 self.ledger.counters().inc(Counter::IcmpEchoRepliesIn);
-                self.ledger.set_message_size(data.len());
+                self.ledger.set_message_size(s, data.len());
                 let _p = self
                     .ledger
                     .probe(s, Layer::Ip, Side::Receive, Op::SocketBuffer);

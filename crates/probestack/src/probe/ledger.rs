@@ -217,43 +217,52 @@ impl Recorder {
         }
     }
 
+    /// The gap to the next probed message, as the mark holds it: at most [`COUNTDOWN`]
+    /// (about 1.07e9 messages; a longer draw, for N near that or sampling off, is cut to
+    /// it, and a countdown that runs out with sampling off draws again).
+    fn countdown(&self) -> u32 {
+        self.gap(self.sample_every.get()).min(COUNTDOWN as u64) as u32
+    }
+
     /// Starts the countdown afresh (a new rate or seed), keeping the count of messages
-    /// seen.
-    fn restart_countdown(&self, countdown: &Cell<u64>) {
-        let seen = self.seen_plus_countdown.get().wrapping_sub(countdown.get());
-        let g = self.gap(self.sample_every.get());
-        countdown.set(g);
-        self.seen_plus_countdown.set(seen.wrapping_add(g));
+    /// seen and whether a message is open.
+    fn restart_countdown(&self, mark: &Cell<u32>) {
+        let m = mark.get();
+        let seen = self
+            .seen_plus_countdown
+            .get()
+            .wrapping_sub((m & COUNTDOWN) as u64);
+        let g = self.countdown();
+        mark.set((m & !COUNTDOWN) | g);
+        self.seen_plus_countdown.set(seen.wrapping_add(g as u64));
     }
 
     /// An outermost message with the countdown at zero: it is probed (unless sampling is
-    /// off), and the countdown to the next one is drawn. Says whether it is probed.
+    /// off), and the countdown to the next one is drawn. Returns the bit it set in the
+    /// mark (see [`Entered`]).
     #[cold]
     #[inline(never)]
-    fn draw_and_begin(&self, size: usize, state: &Cell<State>, countdown: &Cell<u64>) -> bool {
-        let n = self.sample_every.get();
-        let g = self.gap(n);
-        countdown.set(g);
+    fn draw_and_begin(&self, size: usize, mark: &Cell<u32>) -> u32 {
+        let g = self.countdown();
         let seen = self.seen_plus_countdown.get();
         self.seen_plus_countdown
-            .set(seen.wrapping_add(1).wrapping_add(g));
-        if n == 0 {
-            state.set(State::Unprobed);
-            return false;
+            .set(seen.wrapping_add(1).wrapping_add(g as u64));
+        if self.sample_every.get() == 0 {
+            mark.set(g | UNPROBED);
+            return UNPROBED;
         }
-        state.set(State::Probed);
+        mark.set(g | PROBED);
         self.message_size.set(size);
         self.scratch.borrow_mut().clear();
         self.message_start.set(self.clock.now());
-        true
+        PROBED
     }
 
     /// The end of a probed message: its probes go into its bucket.
     #[cold]
     #[inline(never)]
-    fn record_message(&self, state: &Cell<State>) {
+    fn record_message(&self) {
         let wall = self.clock.now().saturating_sub(self.message_start.get());
-        state.set(State::Outside);
         // Probes still open (a guard leaked out of its message) are abandoned.
         self.open.borrow_mut().clear();
         let key = self.bucketing.get().bucket(self.message_size.get());
@@ -381,25 +390,29 @@ macro_rules! sampled {
 }
 pub(crate) use sampled;
 
-/// Where the ledger stands between and within messages.
+// Where the ledger stands, in one word (the ledger's `mark`): the countdown of unprobed
+// messages left before the next probed one in the low 30 bits, and above them whether a
+// message is open: `UNPROBED` while an unprobed message is, `PROBED` while a probed one is.
+// Outside any message the mark is the countdown alone, so the common start of a message
+// (outside, countdown not at zero) is one range test on one load, and one add and store
+// open it (the countdown taken down, the flag set).
+/// The flag of an open unprobed message in the ledger's mark.
 #[cfg(feature = "probes")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    /// No message is open.
-    Outside,
-    /// A message is open and not probed.
-    Unprobed,
-    /// A message is open and probed.
-    Probed,
-}
+const UNPROBED: u32 = 1 << 30;
+/// The flag of an open probed message.
+#[cfg(feature = "probes")]
+const PROBED: u32 = 1 << 31;
+/// The countdown's bits in the mark, and so the longest gap between probed messages.
+#[cfg(feature = "probes")]
+const COUNTDOWN: u32 = UNPROBED - 1;
 
-/// A message [`Ledger::enter_message`] opened or joined: the state to restore when it
-/// closes, and whether the ledger drew it for probing (a new outermost message).
+/// A message [`Ledger::enter_message`] opened or joined: the flag it set in the mark
+/// ([`UNPROBED`] or [`PROBED`] for a new outermost message, 0 for one that joined an open
+/// message), which is what its end takes off again.
 #[cfg(feature = "probes")]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entered {
-    before: State,
-    drawn: bool,
+    flag: u32,
 }
 
 #[cfg(feature = "probes")]
@@ -407,30 +420,28 @@ impl Entered {
     /// A new outermost message, not probed: the common case, which runs the unprobed copy.
     #[inline(always)]
     pub(crate) fn new_unprobed(self) -> bool {
-        self.before == State::Outside && !self.drawn
+        self.flag == UNPROBED
     }
 
     /// A new outermost message drawn for probing.
     #[inline(always)]
     pub(crate) fn drawn(self) -> bool {
-        self.drawn
+        self.flag == PROBED
     }
 }
 
 /// The ledger of one stack: probes, sampling, buckets, and the counters beside them.
 #[derive(Debug)]
 pub struct Ledger {
-    /// Whether a message is open, and if so whether it is probed. Here rather than in the
-    /// recorder, so that a probe in an unprobed message reads one byte beside the stack's
-    /// other fields and branches, without following a pointer first. Nested messages
-    /// join the outermost and need no count of their own: each restores the state it found
-    /// ([`Entered`]; the stack's `in_message!` keeps it where it stands, a [`Message`] or
-    /// an [`OpenMessage`] carries it), so the one that found the ledger outside closes it.
+    /// Unprobed messages left before the next probed one, and whether a message is open
+    /// and probed ([`UNPROBED`], [`PROBED`]). Here rather than in the recorder, so that an
+    /// entry reads one word beside the stack's other fields, without following a pointer
+    /// first. Nested messages join the outermost and need no count of their own: the one
+    /// that found the ledger outside set the flag and takes it off ([`Entered`]; the
+    /// stack's `in_message!` keeps it where it stands, a [`Message`] or an
+    /// [`OpenMessage`] carries it).
     #[cfg(feature = "probes")]
-    state: Cell<State>,
-    /// Unprobed messages left before the next probed one.
-    #[cfg(feature = "probes")]
-    countdown: Cell<u64>,
+    mark: Cell<u32>,
     #[cfg(feature = "probes")]
     rec: Box<Recorder>,
     counters: Counters,
@@ -466,12 +477,11 @@ impl Ledger {
     #[cfg(feature = "probes")]
     fn with_clock(clock: ProbeClock) -> Ledger {
         let l = Ledger {
-            state: Cell::new(State::Outside),
-            countdown: Cell::new(0),
+            mark: Cell::new(0),
             rec: Box::new(Recorder::new(clock)),
             counters: Counters::new(),
         };
-        l.rec.restart_countdown(&l.countdown);
+        l.rec.restart_countdown(&l.mark);
         l
     }
 
@@ -485,7 +495,7 @@ impl Ledger {
         #[cfg(feature = "probes")]
         {
             self.rec.sample_every.set(n);
-            self.rec.restart_countdown(&self.countdown);
+            self.rec.restart_countdown(&self.mark);
         }
         #[cfg(not(feature = "probes"))]
         let _ = n;
@@ -496,7 +506,7 @@ impl Ledger {
         #[cfg(feature = "probes")]
         {
             self.rec.rng.set(seed | 1);
-            self.rec.restart_countdown(&self.countdown);
+            self.rec.restart_countdown(&self.mark);
         }
         #[cfg(not(feature = "probes"))]
         let _ = seed;
@@ -556,36 +566,33 @@ impl Ledger {
     }
 
     /// Opens a message of `size` bytes, or joins the one open. The common case, an
-    /// outermost message not drawn for probing, is a test of the state and a decrement of
-    /// the countdown, in line; the caller knows from the answer which copy of its path to
+    /// outermost message not drawn for probing, is a range test of the mark, and the
+    /// countdown taken down and the flag set in one add and store, in line; the caller knows from the answer which copy of its path to
     /// run and how to close the message, with nothing more to read.
     #[cfg(feature = "probes")]
     #[inline(always)]
     pub(crate) fn enter_message(&self, size: usize) -> Entered {
-        let before = self.state.get();
-        if before != State::Outside {
-            return Entered {
-                before,
-                drawn: false,
-            };
+        let m = self.mark.get();
+        // Outside, with a countdown of 1 or more.
+        if m.wrapping_sub(1) < COUNTDOWN {
+            self.mark.set(m - 1 + UNPROBED);
+            return Entered { flag: UNPROBED };
         }
-        let c = self.countdown.get();
-        let drawn = if c != 0 {
-            self.countdown.set(c - 1);
-            self.state.set(State::Unprobed);
-            false
+        let flag = if m > COUNTDOWN {
+            0
         } else {
-            self.rec.draw_and_begin(size, &self.state, &self.countdown)
+            self.rec.draw_and_begin(size, &self.mark)
         };
-        Entered { before, drawn }
+        Entered { flag }
     }
 
-    /// Closes a message that was not drawn for probing: the state goes back to what it
-    /// was (outside, or the unprobed message this one joined). One store.
+    /// Closes a message that was not drawn for probing: the mark goes back to what it was
+    /// (outside, or the unprobed message this one joined) with whatever the countdown
+    /// says now.
     #[cfg(feature = "probes")]
     #[inline(always)]
     pub(crate) fn leave_undrawn(&self, e: Entered) {
-        self.state.set(e.before);
+        self.mark.set(self.mark.get() - e.flag);
     }
 
     /// Closes the message [`enter_message`](Self::enter_message) opened, recording it if
@@ -593,21 +600,28 @@ impl Ledger {
     #[cfg(feature = "probes")]
     #[inline(always)]
     pub(crate) fn leave_message(&self, e: Entered) {
-        if e.drawn {
-            self.rec.record_message(&self.state);
+        if e.drawn() {
+            self.rec.record_message();
         }
-        self.state.set(e.before);
+        self.leave_undrawn(e);
     }
 
     /// Sets the open message's size (the receive path learns it late).
     #[inline]
-    pub fn set_message_size(&self, size: usize) {
+    pub fn set_message_size(&self, s: impl Sampling, size: usize) {
         #[cfg(feature = "probes")]
-        if self.state.get() == State::Probed {
+        if s.on() && self.probed() {
             self.rec.message_size.set(size);
         }
         #[cfg(not(feature = "probes"))]
-        let _ = size;
+        let _ = (s, size);
+    }
+
+    /// Whether a probed message is open (the mark's top bit).
+    #[cfg(feature = "probes")]
+    #[inline(always)]
+    fn probed(&self) -> bool {
+        self.mark.get() & PROBED != 0
     }
 
     /// Whether the open message is being probed (always false without the `probes`
@@ -616,7 +630,7 @@ impl Ledger {
     #[inline(always)]
     pub fn sampled(&self) -> bool {
         #[cfg(feature = "probes")]
-        return self.state.get() == State::Probed;
+        return self.probed();
         #[cfg(not(feature = "probes"))]
         false
     }
@@ -627,7 +641,7 @@ impl Ledger {
     pub fn probe<S: Sampling>(&self, s: S, layer: Layer, side: Side, op: Op) -> Probe<'_> {
         let _ = s;
         #[cfg(feature = "probes")]
-        if S::ON && self.state.get() == State::Probed {
+        if S::ON && self.probed() {
             let r = &*self.rec;
             r.open_probe(cell_index(layer, side, op));
             return Probe {
@@ -650,7 +664,7 @@ impl Ledger {
     pub fn device_work<S: Sampling>(&self, s: S) -> Probe<'_> {
         let _ = s;
         #[cfg(feature = "probes")]
-        if S::ON && self.state.get() == State::Probed {
+        if S::ON && self.probed() {
             let r = &*self.rec;
             r.open_probe(DEVICE_CELL);
             return Probe {
@@ -686,7 +700,7 @@ impl Ledger {
             .rec
             .seen_plus_countdown
             .get()
-            .wrapping_sub(self.countdown.get());
+            .wrapping_sub((self.mark.get() & COUNTDOWN) as u64);
         #[cfg(not(feature = "probes"))]
         0
     }
@@ -696,7 +710,9 @@ impl Ledger {
         #[cfg(feature = "probes")]
         {
             self.rec.buckets.borrow_mut().clear();
-            self.rec.seen_plus_countdown.set(self.countdown.get());
+            self.rec
+                .seen_plus_countdown
+                .set((self.mark.get() & COUNTDOWN) as u64);
         }
     }
 
@@ -776,7 +792,7 @@ impl Message<'_> {
     #[inline]
     pub fn set_size(&self, size: usize) {
         #[cfg(feature = "probes")]
-        self.ledger.set_message_size(size);
+        self.ledger.set_message_size(TESTED, size);
         #[cfg(not(feature = "probes"))]
         let _ = size;
     }

@@ -242,6 +242,35 @@ mod with_probes {
         assert_eq!(l.messages_seen(), 1);
     }
 
+    /// The countdown and the open message share one word: a new rate set while a
+    /// message is open changes the countdown and leaves the message as it was, probed or
+    /// not, to be closed by its end.
+    #[test]
+    fn a_rate_set_inside_a_message_leaves_it_open() {
+        let l = Ledger::new();
+        l.set_sample_every(1);
+        {
+            let _m = l.message(10);
+            l.set_sample_every(0);
+            assert!(l.sampled(), "the probed message stays probed");
+            let _s = l.probe(Sampled, Layer::Udp, Side::Send, Op::UdpProto);
+        }
+        assert!(!l.sampled());
+        assert_eq!(l.snapshot().bucket(10).unwrap().messages, 1);
+        {
+            let _m = l.message(20);
+            l.set_sample_every(1);
+            assert!(!l.sampled(), "the unprobed message stays unprobed");
+        }
+        {
+            let _m = l.message(30);
+            assert!(l.sampled(), "the next message follows the new rate");
+        }
+        assert!(!l.sampled());
+        assert_eq!(l.messages_seen(), 3);
+        assert!(l.snapshot().bucket(20).is_none());
+    }
+
     #[test]
     fn probes_outside_a_message_record_nothing() {
         let l = Ledger::new();

@@ -564,7 +564,7 @@ impl Stack {
         if n == 0 {
             return Err(TcpError::WouldBlock);
         }
-        self.ledger.set_message_size(n);
+        self.ledger.set_message_size(s, n);
         self.tcp_output(s, h.index);
         Ok(n)
     }

@@ -138,7 +138,7 @@ impl Stack {
         }
         let tcp_len = header_len + seg.payload.len();
         self.ledger.counters().inc(Counter::TcpSegmentsIn);
-        self.ledger.set_message_size(seg.payload.len());
+        self.ledger.set_message_size(s, seg.payload.len());
 
         let found = {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Receive, Op::Demux);

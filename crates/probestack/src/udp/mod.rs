@@ -128,7 +128,8 @@ impl Stack {
             return self.free(s, Layer::Udp, Side::Receive, datagram);
         };
         self.ledger.counters().inc(Counter::UdpDatagramsIn);
-        self.ledger.set_message_size(udp_len - udp_wire::HEADER_LEN);
+        self.ledger
+            .set_message_size(s, udp_len - udp_wire::HEADER_LEN);
 
         // RFC 768: a zero field means the sender computed no checksum.
         let mut verify_on_copy = None;
