@@ -2,8 +2,8 @@
 //!
 //! The same workload runs in four builds and settings, and a control, round-robin (in a
 //! rotated order each round), each rate the median of several rounds after a warm-up
-//! round, each ratio the median of the rounds' ratios (a variant over the probe-free build
-//! of the same round):
+//! round, each ratio the median of the rounds' ratios (a variant over the mean of the
+//! probe-free build's two runs in the same round):
 //!
 //! - **probe-free**: a second copy of this tool built with `--no-default-features`, so
 //!   every probe compiles to nothing (the driver builds it into `target/noprobes`);
@@ -298,12 +298,19 @@ pub fn run(rounds: usize, millis: u64, mut progress: impl FnMut(&str)) -> Result
                 };
             }
             if round > 0 {
+                // Each round's ratios to the probe-free build in the same round, so that a
+                // drift of the machine's speed over the run cancels: to the mean of its
+                // two runs there (the first and the control), which halves the reference's
+                // own noise; the control's ratio is to the first alone, the noise of one
+                // run against another.
+                let reference = (r[0] + r[4]) / 2.0;
                 for v in 0..5 {
                     rates[v].push(r[v]);
-                    // Each round's ratio to the probe-free build of the same round: the
-                    // pair ran within seconds, so a drift of the machine's speed over the
-                    // run cancels.
-                    ratios[v].push(r[v] / r[0]);
+                    ratios[v].push(if v == 4 {
+                        r[4] / r[0]
+                    } else {
+                        r[v] / reference
+                    });
                 }
             }
         }
@@ -353,7 +360,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
         ]);
     }
     t.note(format!(
-        "ratios: medians over {} rounds after a warm-up round of each round's ratio to the probe-free build, variants measured round-robin in a rotated order; 1.000 = no cost",
+        "ratios: medians over {} rounds after a warm-up round of each round's ratio to the mean of the probe-free build's two runs in that round (the control's: to the first), variants measured round-robin in a rotated order; 1.000 = no cost",
         r.rounds
     ));
     t.note(
