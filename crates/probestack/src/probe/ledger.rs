@@ -490,7 +490,9 @@ impl Ledger {
         cfg!(feature = "probes")
     }
 
-    /// Probe one message in `n`: 1 probes every message, 0 none.
+    /// Probe one message in `n`: 1 probes every message, 0 none. The gap between probed
+    /// messages is at most about 1.07e9 (the countdown's 30 bits), so an `n` near that or
+    /// above probes a little more often than one in `n`.
     pub fn set_sample_every(&self, n: u32) {
         #[cfg(feature = "probes")]
         {
