@@ -1565,8 +1565,15 @@ pub const NOTE: &str = "probestack and smoltcp run both hosts in this process on
     a CRC-32 per frame and moves frames through a ring, a wire and a receive queue, the \
     smoltcp link (two frame queues) does not: the row \"smoltcp 0.14, memory NIC\" runs \
     smoltcp on probestack's memory NICs, configured as probestack's, so that probestack \
-    fast against it compares the two stacks alone on the same device; probestack's ledger \
-    samples 1 message in 64 (its default).";
+    fast against it compares the two stacks alone on the same device.";
+
+/// The last sentence of [`NOTE`]: how often probestack's ledger probes here.
+fn sampling_note() -> String {
+    format!(
+        "probestack's ledger samples 1 message in {} (its default).",
+        probestack::probe::DEFAULT_SAMPLE_EVERY
+    )
+}
 
 pub const TCP_NOTE: &str = "TCP: every run opens a fresh connection and moves 4 MiB (bulk) \
     or 200 transactions (request/response) before the clock starts; after a bulk run's \
@@ -1908,7 +1915,11 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         millis_per_run: millis,
         burst: BURST,
         tcp_write: TCP_WRITE,
-        note: format!("{NOTE} {TCP_NOTE} {}", kernel::VETH_NOTE),
+        note: format!(
+            "{NOTE} {} {TCP_NOTE} {}",
+            sampling_note(),
+            kernel::VETH_NOTE
+        ),
         skipped,
         rows,
         devices,
@@ -2033,6 +2044,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
     ));
     skip_notes(&mut t, r, &[wm.as_str(), wp.as_str()]);
     t.note(NOTE);
+    t.note(sampling_note());
     t.note(kernel::VETH_NOTE);
     out.push(t);
 
