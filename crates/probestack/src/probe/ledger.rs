@@ -238,7 +238,7 @@ impl Recorder {
     }
 
     /// An outermost message with the countdown at zero: it is probed (unless sampling is
-    /// off), and the countdown to the next one is drawn. Returns the bit it set in the
+    /// off), and the countdown to the next one is drawn. Returns the flag it set in the
     /// mark (see [`Entered`]).
     #[cold]
     #[inline(never)]
@@ -569,8 +569,9 @@ impl Ledger {
 
     /// Opens a message of `size` bytes, or joins the one open. The common case, an
     /// outermost message not drawn for probing, is a range test of the mark, and the
-    /// countdown taken down and the flag set in one add and store, in line; the caller knows from the answer which copy of its path to
-    /// run and how to close the message, with nothing more to read.
+    /// countdown taken down and the flag set in one add and store, in line; the caller
+    /// knows from the answer which copy of its path to run and how to close the message,
+    /// with nothing more to read.
     #[cfg(feature = "probes")]
     #[inline(always)]
     pub(crate) fn enter_message(&self, size: usize) -> Entered {
