@@ -571,10 +571,11 @@ fn adversarial_packets_are_dropped_counted_and_survived() {
                 .iter()
                 .filter(|r| r.dport == Some(u64::from(port)))
                 .collect();
-            let wanted = match case {
-                "tcp_out_of_window" => 2,
-                _ => 1,
-            };
+            // One ACK at least: the two segments of `tcp_out_of_window` each draw one when
+            // they arrive in different polls, and share one when the stack takes both in
+            // one receive batch (it answers a batch with one ACK), which depends on how
+            // busy the machine is; its counter checks that both were dropped.
+            let wanted = 1;
             let exact = acks
                 .iter()
                 .filter(|r| {
