@@ -1,9 +1,12 @@
-//! A deterministic simulation of two hosts: two stacks joined by a memory link, driven by
-//! one thread on a virtual clock (DESIGN.md §9). Time moves only when both stacks are idle,
-//! straight to the earliest deadline either has, so a seeded run replays exactly and a
-//! 30-second reassembly timeout takes no wall time at all.
+//! A deterministic simulation of two hosts: two stacks joined by a memory link (or a frame
+//! queue, [`Pair::on_frame_queue`]), driven by one thread on a virtual clock (DESIGN.md
+//! §9). Time moves only when both stacks are idle, straight to the earliest deadline either
+//! has, so a seeded run replays exactly and a 30-second reassembly timeout takes no wall
+//! time at all.
 
-use crate::driver::{ConfigError, Device, MemoryLink, MemoryNic, NicConfig};
+use crate::driver::{
+    ConfigError, Device, FrameQueue, MemoryLink, MemoryNic, NicConfig, QueueConfigError,
+};
 use crate::ip::route::Ipv4Cidr;
 use crate::stack::{InterfaceConfig, Stack, StackConfig};
 use crate::time::{Clock, Duration, Instant, VirtualClock};
@@ -55,35 +58,47 @@ impl Pair {
         wrap_b: impl FnOnce(MemoryNic) -> Box<dyn Device + Send>,
     ) -> Result<Pair, ConfigError> {
         let (nic_a, nic_b) = MemoryLink::pair(a.nic, b.nic)?;
-        let cidr = |addr| Ipv4Cidr {
-            address: addr,
-            prefix_len: 15,
-        };
-        let mut sa = Stack::new(a.stack);
-        sa.add_interface(
-            wrap_a(nic_a),
-            InterfaceConfig {
-                mac: MAC_A,
-                cidr: cidr(ADDR_A),
-            },
-        );
-        let mut sb = Stack::new(b.stack);
-        sb.add_interface(
-            wrap_b(nic_b),
-            InterfaceConfig {
-                mac: MAC_B,
-                cidr: cidr(ADDR_B),
-            },
-        );
-        Ok(Pair {
-            a: sa,
-            b: sb,
-            clock: VirtualClock::new(),
-        })
+        Ok(Pair::over(a.stack, b.stack, wrap_a(nic_a), wrap_b(nic_b)))
     }
 
     pub fn new(a: HostConfig, b: HostConfig) -> Result<Pair, ConfigError> {
         Pair::with_devices(a, b, |n| Box::new(n), |n| Box::new(n))
+    }
+
+    /// The pair on a [`FrameQueue`] instead of the memory link: no NIC model under the
+    /// stacks (no CRC, no wire, no notification delay), at A's MTU and transmit queue
+    /// depth (`a.nic`'s; the rest of both NIC configurations does not apply).
+    pub fn on_frame_queue(a: HostConfig, b: HostConfig) -> Result<Pair, QueueConfigError> {
+        let (qa, qb) = FrameQueue::pair(a.nic.mtu, a.nic.tx_queue_depth)?;
+        Ok(Pair::over(a.stack, b.stack, Box::new(qa), Box::new(qb)))
+    }
+
+    /// Two stacks, A at [`ADDR_A`] and B at [`ADDR_B`], each on its end of a link.
+    fn over(
+        a: StackConfig,
+        b: StackConfig,
+        dev_a: Box<dyn Device + Send>,
+        dev_b: Box<dyn Device + Send>,
+    ) -> Pair {
+        let host = |config, device, mac, address| {
+            let mut stack = Stack::new(config);
+            stack.add_interface(
+                device,
+                InterfaceConfig {
+                    mac,
+                    cidr: Ipv4Cidr {
+                        address,
+                        prefix_len: 15,
+                    },
+                },
+            );
+            stack
+        };
+        Pair {
+            a: host(a, dev_a, MAC_A, ADDR_A),
+            b: host(b, dev_b, MAC_B, ADDR_B),
+            clock: VirtualClock::new(),
+        }
     }
 
     pub fn now(&self) -> Instant {

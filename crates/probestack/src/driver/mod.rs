@@ -24,6 +24,7 @@ pub mod memlink;
 #[cfg(target_os = "linux")]
 pub mod packet;
 pub mod pcap;
+pub mod queue;
 pub mod ring;
 #[cfg(target_os = "linux")]
 pub mod tap;
@@ -33,6 +34,7 @@ pub mod vnet;
 pub use faults::{FaultConfig, FaultConfigError, FaultStats};
 pub use memlink::{ConfigError, MemoryLink, MemoryNic, NicConfig, NicStats};
 pub use pcap::{PcapMode, PcapSink, PcapWriter};
+pub use queue::{FrameQueue, QueueConfigError, QueueStats};
 
 use crate::buf::{PacketBuf, TxOffload};
 use crate::probe::Ledger;
