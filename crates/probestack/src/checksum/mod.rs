@@ -209,7 +209,7 @@ pub fn sum_with(kernel: Kernel, data: &[u8]) -> u16 {
 #[inline]
 pub fn copy_and_sum(dst: &mut [u8], src: &[u8]) -> u16 {
     if src.len() < VECTOR_MIN_LEN && dst.len() == src.len() {
-        return scalar::copy_and_sum_chains64(dst, src);
+        return scalar::copy_and_sum_short(dst, src);
     }
     copy_and_sum_with(kernel_for(src.len()), dst, src)
 }
@@ -241,7 +241,7 @@ pub fn copy_and_sum_with(kernel: Kernel, dst: &mut [u8], src: &[u8]) -> u16 {
             unsafe { x86::copy_and_sum_avx512(dst, src) }
         }
         Kernel::Avx2 | Kernel::Avx512 if kernel.is_available() => {
-            scalar::copy_and_sum_chains64(dst, src)
+            scalar::copy_and_sum_short(dst, src)
         }
         Kernel::Avx2 | Kernel::Avx512 => copy_and_sum_with(Kernel::best(), dst, src),
     }
