@@ -4,7 +4,10 @@
 //! Prints the rate, the segments A sent (for instructions per segment) and the segments
 //! (ACKs) B sent.
 //!
-//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast|zero-copy|zero-copy-plain]`
+//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast|queue|zero-copy|zero-copy-plain]`
+//!
+//! `queue` runs `Tuning::fast()` on a frame queue instead of the memory link (no NIC model:
+//! `lab peers`' "probestack fast, frame queue").
 //!
 //! `zero-copy` is the peers experiment's `probestack_zero_copy`: `Tuning::fast()` with
 //! checksum elision off, NICs with checksum offload, TSO and header split, A loaning its
@@ -60,7 +63,11 @@ fn main() {
         Some("zero-copy-plain") => host.nic.header_split = true,
         _ => {}
     }
-    let mut pair = harness::pair(host);
+    let mut pair = if mode.as_deref() == Some("queue") {
+        harness::queue_pair(host)
+    } else {
+        harness::pair(host)
+    };
     let clock = RealClock::new();
     let (a, b) = harness::connect(&mut pair, &clock);
     if zero_copy {

@@ -4,7 +4,10 @@
 //! `lab peers` drives it: A writes the request, both stacks are polled, B reads it whole
 //! and writes it back, both are polled again, A reads the response and checks it.
 //!
-//! `cargo run --release -p probestack --example tcp_rr -- [TRANSACTIONS] [SIZE] [bsd|fast]`
+//! `cargo run --release -p probestack --example tcp_rr -- [TRANSACTIONS] [SIZE] [bsd|fast|queue]`
+//!
+//! `queue` runs `Tuning::fast()` on a frame queue instead of the memory link (no NIC model:
+//! `lab peers`' "probestack fast, frame queue").
 
 mod harness;
 
@@ -20,8 +23,7 @@ const WARM: usize = 200;
 fn main() {
     let transactions: usize = harness::arg(1, 20_000);
     let size: usize = harness::arg(2, 64);
-    let tuning = harness::tuning(harness::word(3).as_deref());
-    let mut pair = harness::pair_with(1500, tuning);
+    let mut pair = harness::pair_for(1500, harness::word(3).as_deref());
     let clock = RealClock::new();
     let (a, b) = harness::connect(&mut pair, &clock);
     pair.a.tcp_set_nodelay(a, true).expect("nodelay");

@@ -1,7 +1,10 @@
 //! A profiling harness: the peers experiment's UDP one-way loop (bursts of 32 datagrams
 //! from A to B over the memory link, both stacks on this thread), for callgrind or perf.
 //!
-//! `cargo run --release -p probestack --example udp_burst -- [SIZE] [BURSTS] [bsd|fast] [SAMPLE]`
+//! `cargo run --release -p probestack --example udp_burst -- [SIZE] [BURSTS] [bsd|fast|queue] [SAMPLE]`
+//!
+//! `queue` runs `Tuning::fast()` on a frame queue instead of the memory link (no NIC model:
+//! `lab peers`' "probestack fast, frame queue").
 //!
 //! `SAMPLE` sets both ledgers' sampling (probe one message in SAMPLE; 0 never, 1 every;
 //! default the ledger's own).
@@ -15,8 +18,7 @@ use probestack::wire::Ipv4Address;
 fn main() {
     let size: usize = harness::arg(1, 64);
     let bursts: usize = harness::arg(2, 20_000);
-    let tuning = harness::tuning(harness::word(3).as_deref());
-    let mut pair = harness::pair_with(1500, tuning);
+    let mut pair = harness::pair_for(1500, harness::word(3).as_deref());
     harness::sampling_arg(&pair, 4);
     let b = pair.b.udp_open();
     pair.b

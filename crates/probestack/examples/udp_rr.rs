@@ -2,7 +2,10 @@
 //! bytes, B echoes them, A takes the reply; both stacks polled on this thread until it
 //! arrives), for callgrind or perf.
 //!
-//! `cargo run --release -p probestack --example udp_rr -- [SIZE] [ROUNDS] [bsd|fast] [SAMPLE]`
+//! `cargo run --release -p probestack --example udp_rr -- [SIZE] [ROUNDS] [bsd|fast|queue] [SAMPLE]`
+//!
+//! `queue` runs `Tuning::fast()` on a frame queue instead of the memory link (no NIC model:
+//! `lab peers`' "probestack fast, frame queue").
 //!
 //! Prints the mean, median and 99th percentile round trip. `SAMPLE` sets both ledgers'
 //! sampling (probe one message in SAMPLE; 0 never, 1 every; default the ledger's own):
@@ -17,8 +20,7 @@ use probestack::wire::Ipv4Address;
 fn main() {
     let size: usize = harness::arg(1, 64);
     let rounds: usize = harness::arg(2, 100_000);
-    let tuning = harness::tuning(harness::word(3).as_deref());
-    let mut pair = harness::pair_with(1500, tuning);
+    let mut pair = harness::pair_for(1500, harness::word(3).as_deref());
     harness::sampling_arg(&pair, 4);
     let b = pair.b.udp_open();
     pair.b

@@ -91,6 +91,10 @@ const RR_TIMEOUT_NS: u64 = 1_000_000_000;
 pub enum System {
     ProbestackFast,
     ProbestackBsd,
+    /// `Tuning::fast()` on a [`FrameQueue`](probestack::driver::FrameQueue), the same kind
+    /// of device as smoltcp's frame queue (no NIC model under the stacks): the two stacks
+    /// compared on smoltcp's own terms.
+    ProbestackQueue,
     /// TCP bulk only: `Tuning::fast()` with paper 004's end-system optimizations on both
     /// sides: zero-copy sockets (A loans, B takes whole pages the NIC split off) and the
     /// NICs' checksum offload and TSO (checksum elision off, so the NICs compute the
@@ -109,9 +113,10 @@ pub enum System {
 const BULK_ONLY: &str = "zero-copy sockets are measured on TCP bulk only";
 
 /// The systems of every workload.
-pub const SYSTEMS: [System; 6] = [
+pub const SYSTEMS: [System; 7] = [
     System::ProbestackFast,
     System::ProbestackBsd,
+    System::ProbestackQueue,
     System::Smoltcp,
     System::SmoltcpMemlink,
     System::LinuxLoopback,
@@ -119,10 +124,11 @@ pub const SYSTEMS: [System; 6] = [
 ];
 
 /// The systems of TCP bulk: every one, and probestack with zero-copy sockets.
-pub const BULK_SYSTEMS: [System; 7] = [
+pub const BULK_SYSTEMS: [System; 8] = [
     System::ProbestackFast,
     System::ProbestackBsd,
     System::ProbestackZeroCopy,
+    System::ProbestackQueue,
     System::Smoltcp,
     System::SmoltcpMemlink,
     System::LinuxLoopback,
@@ -136,6 +142,7 @@ impl System {
             System::ProbestackFast => "probestack_fast",
             System::ProbestackBsd => "probestack_bsd",
             System::ProbestackZeroCopy => "probestack_zero_copy",
+            System::ProbestackQueue => "probestack_fast_queue",
             System::Smoltcp => "smoltcp",
             System::SmoltcpMemlink => "smoltcp_memlink",
             System::LinuxLoopback => "linux_loopback",
@@ -149,6 +156,7 @@ impl System {
             System::ProbestackFast => "probestack fast",
             System::ProbestackBsd => "probestack bsd",
             System::ProbestackZeroCopy => "probestack zero-copy + offload",
+            System::ProbestackQueue => "probestack fast, frame queue",
             System::Smoltcp => "smoltcp 0.14",
             System::SmoltcpMemlink => "smoltcp 0.14, memory NIC",
             System::LinuxLoopback => "Linux loopback",
@@ -201,7 +209,22 @@ trait Peers {
     fn recv_a(&mut self, buf: &mut [u8]) -> Result<Option<usize>, String>;
 }
 
-/// Two probestack stacks on the memory link.
+/// The device under two probestack stacks: the memory link's NICs, or a frame queue.
+#[derive(Clone, Copy)]
+struct OnQueue(bool);
+const NIC: OnQueue = OnQueue(false);
+const QUEUE: OnQueue = OnQueue(true);
+
+/// Two probestack stacks at A and B on `link`.
+fn stack_pair(host: HostConfig, link: OnQueue) -> Result<Pair, String> {
+    if link.0 {
+        Pair::on_frame_queue(host.clone(), host).map_err(|e| format!("probestack frame queue: {e}"))
+    } else {
+        Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e:?}"))
+    }
+}
+
+/// Two probestack stacks on the memory link (or a frame queue).
 struct StackPeers {
     pair: Pair,
     a: UdpHandle,
@@ -209,11 +232,10 @@ struct StackPeers {
 }
 
 impl StackPeers {
-    fn new(tuning: Tuning) -> Result<StackPeers, String> {
+    fn new(tuning: Tuning, link: OnQueue) -> Result<StackPeers, String> {
         let mut host = HostConfig::with_mtu(1500);
         host.stack.tuning = tuning;
-        let mut pair =
-            Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e:?}"))?;
+        let mut pair = stack_pair(host, link)?;
         let b = pair.b.udp_open();
         pair.b
             .udp_bind(b, probestack::wire::Ipv4Address::UNSPECIFIED, PORT_B)
@@ -735,8 +757,15 @@ pub fn one_way(
     veth: Option<&Veth>,
 ) -> Result<OneWayRun, String> {
     match system {
-        System::ProbestackFast => one_way_on(&mut StackPeers::new(Tuning::fast())?, size, millis),
-        System::ProbestackBsd => one_way_on(&mut StackPeers::new(Tuning::bsd())?, size, millis),
+        System::ProbestackFast => {
+            one_way_on(&mut StackPeers::new(Tuning::fast(), NIC)?, size, millis)
+        }
+        System::ProbestackBsd => {
+            one_way_on(&mut StackPeers::new(Tuning::bsd(), NIC)?, size, millis)
+        }
+        System::ProbestackQueue => {
+            one_way_on(&mut StackPeers::new(Tuning::fast(), QUEUE)?, size, millis)
+        }
         System::Smoltcp => one_way_on(&mut smol_peers(Link::new(1500))?, size, millis),
         System::SmoltcpMemlink => one_way_on(&mut smol_peers(NicWire::new(1500)?)?, size, millis),
         System::LinuxLoopback => {
@@ -759,8 +788,11 @@ pub fn request_response(
     veth: Option<&Veth>,
 ) -> Result<Vec<f64>, String> {
     match system {
-        System::ProbestackFast => rr_on(&mut StackPeers::new(Tuning::fast())?, size, millis),
-        System::ProbestackBsd => rr_on(&mut StackPeers::new(Tuning::bsd())?, size, millis),
+        System::ProbestackFast => rr_on(&mut StackPeers::new(Tuning::fast(), NIC)?, size, millis),
+        System::ProbestackBsd => rr_on(&mut StackPeers::new(Tuning::bsd(), NIC)?, size, millis),
+        System::ProbestackQueue => {
+            rr_on(&mut StackPeers::new(Tuning::fast(), QUEUE)?, size, millis)
+        }
         System::Smoltcp => rr_on(&mut smol_peers(Link::new(1500))?, size, millis),
         System::SmoltcpMemlink => rr_on(&mut smol_peers(NicWire::new(1500)?)?, size, millis),
         System::LinuxLoopback => rr_on(&mut KernelPeers::new(KernelPath::Loopback)?, size, millis),
@@ -851,11 +883,12 @@ impl StackStreams {
         tuning: Tuning,
         mtu: usize,
         nodelay: bool,
+        link: OnQueue,
         clock: &RealClock,
     ) -> Result<StackStreams, String> {
         let mut host = HostConfig::with_mtu(mtu);
         host.stack.tuning = tuning;
-        StackStreams::connect_hosts(host, nodelay, clock)
+        StackStreams::connect_hosts(host, link, nodelay, clock)
     }
 
     /// Zero-copy sockets on NICs with checksum offload, TSO and header split, as
@@ -877,7 +910,7 @@ impl StackStreams {
             header_split: true,
             ..host.nic.with_offloads()
         };
-        let mut s = StackStreams::connect_hosts(host, false, clock)?;
+        let mut s = StackStreams::connect_hosts(host, NIC, false, clock)?;
         s.pair
             .b
             .tcp_set_zero_copy_receive(s.b, true)
@@ -888,11 +921,11 @@ impl StackStreams {
 
     fn connect_hosts(
         host: HostConfig,
+        link: OnQueue,
         nodelay: bool,
         clock: &RealClock,
     ) -> Result<StackStreams, String> {
-        let mut pair =
-            Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e:?}"))?;
+        let mut pair = stack_pair(host, link)?;
         let listener = pair
             .b
             .tcp_listen((ADDR_B, TCP_PORT_B), 1)
@@ -1384,18 +1417,29 @@ fn tcp_bulk_checked(
     veth: Option<&Veth>,
 ) -> Result<BulkRun, String> {
     let clock = RealClock::new();
-    let stack = |tuning| StackStreams::connect(tuning, mtu, false, &clock);
+    let stack = |tuning, link| StackStreams::connect(tuning, mtu, false, link, &clock);
     match system {
         System::ProbestackFast => bulk_on(
-            &mut stack(Tuning::fast())?,
+            &mut stack(Tuning::fast(), NIC)?,
             &clock,
             millis,
             check,
             TCP_STALL,
         ),
-        System::ProbestackBsd => {
-            bulk_on(&mut stack(Tuning::bsd())?, &clock, millis, check, TCP_STALL)
-        }
+        System::ProbestackBsd => bulk_on(
+            &mut stack(Tuning::bsd(), NIC)?,
+            &clock,
+            millis,
+            check,
+            TCP_STALL,
+        ),
+        System::ProbestackQueue => bulk_on(
+            &mut stack(Tuning::fast(), QUEUE)?,
+            &clock,
+            millis,
+            check,
+            TCP_STALL,
+        ),
         System::ProbestackZeroCopy => bulk_on(
             &mut StackStreams::connect_zero_copy(mtu, check, &clock)?,
             &clock,
@@ -1453,14 +1497,26 @@ pub fn tcp_request_response(
     veth: Option<&Veth>,
 ) -> Result<RrRun, String> {
     let clock = RealClock::new();
-    let stack = |tuning| StackStreams::connect(tuning, 1500, true, &clock);
+    let stack = |tuning, link| StackStreams::connect(tuning, 1500, true, link, &clock);
     match system {
-        System::ProbestackFast => {
-            rr_stream_on(&mut stack(Tuning::fast())?, &clock, millis, RR_TIMEOUT_NS)
-        }
-        System::ProbestackBsd => {
-            rr_stream_on(&mut stack(Tuning::bsd())?, &clock, millis, RR_TIMEOUT_NS)
-        }
+        System::ProbestackFast => rr_stream_on(
+            &mut stack(Tuning::fast(), NIC)?,
+            &clock,
+            millis,
+            RR_TIMEOUT_NS,
+        ),
+        System::ProbestackBsd => rr_stream_on(
+            &mut stack(Tuning::bsd(), NIC)?,
+            &clock,
+            millis,
+            RR_TIMEOUT_NS,
+        ),
+        System::ProbestackQueue => rr_stream_on(
+            &mut stack(Tuning::fast(), QUEUE)?,
+            &clock,
+            millis,
+            RR_TIMEOUT_NS,
+        ),
         System::Smoltcp => rr_stream_on(
             &mut SmolStreams::connect(Link::new(1500), true, &clock)?,
             &clock,
@@ -1499,7 +1555,8 @@ pub struct Row {
     /// `tcp_bulk_1500`, `tcp_bulk_9000`, `tcp_bulk_65535`, `tcp_rr_64`.
     pub workload: String,
     /// `probestack_fast`, `probestack_bsd`, `probestack_zero_copy` (TCP bulk only),
-    /// `smoltcp`, `smoltcp_memlink`, `linux_loopback`, `linux_veth`.
+    /// `probestack_fast_queue`, `smoltcp`, `smoltcp_memlink`, `linux_loopback`,
+    /// `linux_veth`.
     pub system: &'static str,
     /// The median over the runs.
     pub value: f64,
@@ -1565,7 +1622,10 @@ pub const NOTE: &str = "probestack and smoltcp run both hosts in this process on
     a CRC-32 per frame and moves frames through a ring, a wire and a receive queue, the \
     smoltcp link (two frame queues) does not: the row \"smoltcp 0.14, memory NIC\" runs \
     smoltcp on probestack's memory NICs, configured as probestack's, so that probestack \
-    fast against it compares the two stacks alone on the same device.";
+    fast against it compares the two stacks alone on the same device; and the row \
+    \"probestack fast, frame queue\" runs probestack on a frame queue of its own (a ring \
+    each way, no CRC, so that fast computes and verifies every checksum as smoltcp does), \
+    the same kind of device as smoltcp's, to compare the two stacks on smoltcp's terms.";
 
 /// The last sentence of [`NOTE`]: how often probestack's ledger probes here.
 fn sampling_note() -> String {
@@ -1932,6 +1992,26 @@ fn find<'r>(r: &'r Results, workload: &str, system: System) -> Option<&'r Row> {
         .find(|x| x.workload == workload && x.system == system.name())
 }
 
+/// probestack fast on a frame queue against smoltcp on its own: the same kind of device
+/// under both stacks, so the ratio is the stacks'.
+fn same_device_note(t: &mut Table, r: &Results, workload: &str) {
+    let (Some(q), Some(s)) = (
+        find(r, workload, System::ProbestackQueue),
+        find(r, workload, System::Smoltcp),
+    ) else {
+        return;
+    };
+    let ratio = if q.higher_is_better {
+        q.value / s.value
+    } else {
+        s.value / q.value
+    };
+    t.note(format!(
+        "on the same kind of device (a frame queue, no NIC model, checksums computed by both): \
+         probestack fast / smoltcp {ratio:.2} (above 1, probestack is better)"
+    ));
+}
+
 fn skip_notes(t: &mut Table, r: &Results, workloads: &[&str]) {
     let mut said: Vec<String> = Vec::new();
     for (i, s) in r.skipped.iter().enumerate() {
@@ -1987,6 +2067,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
         }
         t.note(rounds_note.clone());
         skip_notes(&mut t, r, &[w.as_str()]);
+        same_device_note(&mut t, r, &w);
         out.push(t);
     }
     if !r.devices.is_empty() {
@@ -2043,6 +2124,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
         "{rounds_note}; p99 is the median of the runs' 99th percentiles"
     ));
     skip_notes(&mut t, r, &[wm.as_str(), wp.as_str()]);
+    same_device_note(&mut t, r, &wm);
     t.note(NOTE);
     t.note(sampling_note());
     t.note(kernel::VETH_NOTE);
@@ -2082,6 +2164,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
         }
         t.note(rounds_note.clone());
         skip_notes(&mut t, r, &[w.as_str()]);
+        same_device_note(&mut t, r, &w);
         // Paper 004's end-system optimizations against smoltcp's best in this run, on
         // either link.
         let smol_best = TCP_MTUS
@@ -2125,6 +2208,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
     }
     t.note(rounds_note);
     skip_notes(&mut t, r, &[w.as_str()]);
+    same_device_note(&mut t, r, &w);
     t.note(TCP_NOTE);
     out.push(t);
     out
@@ -2309,7 +2393,7 @@ mod tests {
         for mtu in TCP_MTUS {
             // probestack: the MSS follows the MTU (IP and TCP headers of 20 bytes each).
             for tuning in [Tuning::fast(), Tuning::bsd()] {
-                let s = StackStreams::connect(tuning, mtu, false, &clock).unwrap();
+                let s = StackStreams::connect(tuning, mtu, false, NIC, &clock).unwrap();
                 let c = s.pair.a.tcp_connection(s.a).unwrap();
                 assert_eq!(c.mss(), (mtu - 40, mtu - 40));
             }
@@ -2393,7 +2477,7 @@ mod tests {
         let stall = std::time::Duration::from_millis(50);
         // Bulk: nothing reaches B's application, so the warm-up never ends; the stall
         // timeout ends the run.
-        let s = StackStreams::connect(Tuning::fast(), 1500, false, &clock).unwrap();
+        let s = StackStreams::connect(Tuning::fast(), 1500, false, NIC, &clock).unwrap();
         let start = WallInstant::now();
         let e = bulk_on(&mut Deaf(s), &clock, 1, false, stall).unwrap_err();
         assert!(e.contains("stalled"), "{e}");
@@ -2402,7 +2486,7 @@ mod tests {
         let e = bulk_on(&mut Deaf(s), &clock, 1, false, stall).unwrap_err();
         assert!(e.contains("stalled"), "{e}");
         // Request/response: no response comes; the transaction times out.
-        let s = StackStreams::connect(Tuning::fast(), 1500, true, &clock).unwrap();
+        let s = StackStreams::connect(Tuning::fast(), 1500, true, NIC, &clock).unwrap();
         let e = rr_stream_on(&mut Deaf(s), &clock, 1, 50_000_000).unwrap_err();
         assert!(e.contains("no response"), "{e}");
     }
@@ -2410,7 +2494,7 @@ mod tests {
     #[test]
     fn peers_tcp_check_catches_a_changed_byte() {
         let clock = RealClock::new();
-        let s = StackStreams::connect(Tuning::fast(), 1500, false, &clock).unwrap();
+        let s = StackStreams::connect(Tuning::fast(), 1500, false, NIC, &clock).unwrap();
         let mut g = Garbled { inner: s, reads: 0 };
         let e = bulk_on(&mut g, &clock, 1, true, TCP_STALL).unwrap_err();
         assert!(e.contains("differs"), "{e}");

@@ -21,7 +21,7 @@ pub fn word(i: usize) -> Option<String> {
     std::env::args().nth(i)
 }
 
-/// `bsd` or (anything else) `fast`.
+/// `bsd` or (anything else: `fast`, `queue`) `fast`.
 pub fn tuning(word: Option<&str>) -> Tuning {
     match word {
         Some("bsd") => Tuning::bsd(),
@@ -34,11 +34,22 @@ pub fn pair(host: HostConfig) -> Pair {
     Pair::new(host.clone(), host).expect("memory link")
 }
 
-/// Two stacks with `tuning` at IP MTU `mtu`.
-pub fn pair_with(mtu: usize, tuning: Tuning) -> Pair {
+/// Two stacks with `host`'s settings on a frame queue (no NIC model), as `lab peers`'
+/// "probestack fast, frame queue" row.
+pub fn queue_pair(host: HostConfig) -> Pair {
+    Pair::on_frame_queue(host.clone(), host).expect("frame queue")
+}
+
+/// Two stacks at IP MTU `mtu` as the word says: `bsd`, `fast` (the default), both on the
+/// memory link, or `queue`, fast on a frame queue.
+pub fn pair_for(mtu: usize, word: Option<&str>) -> Pair {
     let mut host = HostConfig::with_mtu(mtu);
-    host.stack.tuning = tuning;
-    pair(host)
+    host.stack.tuning = tuning(word);
+    if word == Some("queue") {
+        queue_pair(host)
+    } else {
+        pair(host)
+    }
 }
 
 /// Sets both ledgers' sampling from argument `i` when given (probe one message in N; 0
