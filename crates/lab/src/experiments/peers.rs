@@ -2306,7 +2306,10 @@ mod tests {
                     let counted = row.get("retransmitted_segments").is_some();
                     let probestack = matches!(
                         system,
-                        System::ProbestackFast | System::ProbestackBsd | System::ProbestackZeroCopy
+                        System::ProbestackFast
+                            | System::ProbestackBsd
+                            | System::ProbestackZeroCopy
+                            | System::ProbestackQueue
                     );
                     assert_eq!(counted, probestack, "{w} {}", system.name());
                 }
