@@ -209,18 +209,25 @@ trait Peers {
     fn recv_a(&mut self, buf: &mut [u8]) -> Result<Option<usize>, String>;
 }
 
-/// The device under two probestack stacks: the memory link's NICs, or a frame queue.
+/// The device under two probestack stacks.
 #[derive(Clone, Copy)]
-struct OnQueue(bool);
-const NIC: OnQueue = OnQueue(false);
-const QUEUE: OnQueue = OnQueue(true);
+enum StackDevice {
+    /// The memory link's NICs (every probestack row but one).
+    MemoryNic,
+    /// A frame queue ([`System::ProbestackQueue`]).
+    FrameQueue,
+}
+const NIC: StackDevice = StackDevice::MemoryNic;
+const QUEUE: StackDevice = StackDevice::FrameQueue;
 
-/// Two probestack stacks at A and B on `link`.
-fn stack_pair(host: HostConfig, link: OnQueue) -> Result<Pair, String> {
-    if link.0 {
-        Pair::on_frame_queue(host.clone(), host).map_err(|e| format!("probestack frame queue: {e}"))
-    } else {
-        Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e:?}"))
+/// Two probestack stacks at A and B on `device`.
+fn stack_pair(host: HostConfig, device: StackDevice) -> Result<Pair, String> {
+    match device {
+        StackDevice::MemoryNic => {
+            Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e:?}"))
+        }
+        StackDevice::FrameQueue => Pair::on_frame_queue(host.clone(), host)
+            .map_err(|e| format!("probestack frame queue: {e}")),
     }
 }
 
@@ -232,10 +239,10 @@ struct StackPeers {
 }
 
 impl StackPeers {
-    fn new(tuning: Tuning, link: OnQueue) -> Result<StackPeers, String> {
+    fn new(tuning: Tuning, device: StackDevice) -> Result<StackPeers, String> {
         let mut host = HostConfig::with_mtu(1500);
         host.stack.tuning = tuning;
-        let mut pair = stack_pair(host, link)?;
+        let mut pair = stack_pair(host, device)?;
         let b = pair.b.udp_open();
         pair.b
             .udp_bind(b, probestack::wire::Ipv4Address::UNSPECIFIED, PORT_B)
@@ -883,12 +890,12 @@ impl StackStreams {
         tuning: Tuning,
         mtu: usize,
         nodelay: bool,
-        link: OnQueue,
+        device: StackDevice,
         clock: &RealClock,
     ) -> Result<StackStreams, String> {
         let mut host = HostConfig::with_mtu(mtu);
         host.stack.tuning = tuning;
-        StackStreams::connect_hosts(host, link, nodelay, clock)
+        StackStreams::connect_hosts(host, device, nodelay, clock)
     }
 
     /// Zero-copy sockets on NICs with checksum offload, TSO and header split, as
@@ -921,11 +928,11 @@ impl StackStreams {
 
     fn connect_hosts(
         host: HostConfig,
-        link: OnQueue,
+        device: StackDevice,
         nodelay: bool,
         clock: &RealClock,
     ) -> Result<StackStreams, String> {
-        let mut pair = stack_pair(host, link)?;
+        let mut pair = stack_pair(host, device)?;
         let listener = pair
             .b
             .tcp_listen((ADDR_B, TCP_PORT_B), 1)
@@ -1417,7 +1424,7 @@ fn tcp_bulk_checked(
     veth: Option<&Veth>,
 ) -> Result<BulkRun, String> {
     let clock = RealClock::new();
-    let stack = |tuning, link| StackStreams::connect(tuning, mtu, false, link, &clock);
+    let stack = |tuning, device| StackStreams::connect(tuning, mtu, false, device, &clock);
     match system {
         System::ProbestackFast => bulk_on(
             &mut stack(Tuning::fast(), NIC)?,
@@ -1497,7 +1504,7 @@ pub fn tcp_request_response(
     veth: Option<&Veth>,
 ) -> Result<RrRun, String> {
     let clock = RealClock::new();
-    let stack = |tuning, link| StackStreams::connect(tuning, 1500, true, link, &clock);
+    let stack = |tuning, device| StackStreams::connect(tuning, 1500, true, device, &clock);
     match system {
         System::ProbestackFast => rr_stream_on(
             &mut stack(Tuning::fast(), NIC)?,
