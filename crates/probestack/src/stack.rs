@@ -570,7 +570,7 @@ impl Stack {
 /// message would stay open.
 ///
 /// The common case, a new message not probed, runs the unprobed copy knowing it without a
-/// second look at the ledger, and its end is one store. Each copy of `$body` appears once,
+/// second look at the ledger, and its end takes its flag off the mark again. Each copy of `$body` appears once,
 /// so that what it calls has one caller in each copy and is inlined there as in the
 /// probe-free build. A message opened inside another joins it, and the copy it runs
 /// depends on where it is opened:

@@ -448,8 +448,8 @@ pub struct Ledger {
 }
 
 /// A message opened by [`Ledger::begin_message`], to be passed to
-/// [`Ledger::end_message`]: what the ledger said when it opened (whether it was the
-/// outermost, whether it was drawn), and so what its end has to do.
+/// [`Ledger::end_message`]: what the ledger said when it opened (the flag it set, if it
+/// was the outermost, and so whether it was drawn), and so what its end has to do.
 #[must_use = "every begin_message needs its end_message"]
 #[derive(Debug)]
 pub struct OpenMessage {
