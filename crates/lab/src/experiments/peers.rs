@@ -69,6 +69,7 @@ mod kernel;
 use crate::table::Table;
 
 mod devices;
+mod floors;
 mod memlink;
 
 use memlink::NicWire;
@@ -1615,6 +1616,11 @@ pub struct Results {
     pub rows: Vec<Row>,
     /// The two devices under the in-process rows alone: ns per frame from A to B.
     pub devices: Vec<devices::DeviceRow>,
+    /// The UDP, TCP and end-system issues' targets against the floors of the work the
+    /// devices and the copying sockets do ([`floors`]), and the passes timed for them.
+    pub floors: Vec<floors::Floor>,
+    pub passes: Vec<floors::Pass>,
+    pub floors_note: &'static str,
 }
 
 pub const NOTE: &str = "probestack and smoltcp run both hosts in this process on one thread \
@@ -1976,6 +1982,10 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         Figure::Transactions,
     );
 
+    progress("floors");
+    let passes = floors::measure_passes(runs);
+    let floors = floors::floors(&rows, &devices, &passes);
+
     Ok(Results {
         experiment: "peers",
         runs,
@@ -1990,12 +2000,18 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         skipped,
         rows,
         devices,
+        floors,
+        passes,
+        floors_note: floors::NOTE,
     })
 }
 
 fn find<'r>(r: &'r Results, workload: &str, system: System) -> Option<&'r Row> {
-    r.rows
-        .iter()
+    find_row(&r.rows, workload, system)
+}
+
+fn find_row<'r>(rows: &'r [Row], workload: &str, system: System) -> Option<&'r Row> {
+    rows.iter()
         .find(|x| x.workload == workload && x.system == system.name())
 }
 
@@ -2218,7 +2234,68 @@ pub fn tables(r: &Results) -> Vec<Table> {
     same_device_note(&mut t, r, &w);
     t.note(TCP_NOTE);
     out.push(t);
+    if !r.floors.is_empty() {
+        out.push(floors_table(r));
+    }
     out
+}
+
+/// The targets against their floors ([`floors`]).
+fn floors_table(r: &Results) -> Table {
+    let mut t = Table::new(
+        "The targets against their floors: what a target allows per datagram or segment, \
+         beside the work the device and the copying sockets do whatever the stack costs",
+        &[
+            "target",
+            "smoltcp",
+            "budget",
+            "floor, memory NIC",
+            "floor / budget",
+            "floor, frame queue",
+            "floor / budget",
+        ],
+    );
+    let ns = |x: f64| {
+        if x >= 1e3 {
+            format!("{:.2} µs", x / 1e3)
+        } else {
+            format!("{x:.0} ns")
+        }
+    };
+    for f in &r.floors {
+        let label = match f.target {
+            "udp_one_way_64_2x" => "UDP one way 64 B: 2x smoltcp",
+            "tcp_bulk_1500_2x" => "TCP bulk, MTU 1500: 2x smoltcp",
+            "tcp_bulk_9000_2x" => "TCP bulk, MTU 9000: 2x smoltcp",
+            _ => "TCP bulk, MTU 65535, zero-copy + offload: 3x smoltcp's best",
+        };
+        let smoltcp = if f.smoltcp_unit == "datagrams/s" {
+            format!("{:.0} ns/datagram", 1e9 / f.smoltcp_value)
+        } else {
+            format!("{:.1} {}", f.smoltcp_value, f.smoltcp_unit)
+        };
+        let (queue, queue_ratio) = match f.floor_frame_queue_ns {
+            Some(q) => (ns(q), format!("{:.2}", q / f.budget_ns)),
+            None => ("(no offloads)".into(), String::new()),
+        };
+        t.row(vec![
+            label.to_string(),
+            smoltcp,
+            ns(f.budget_ns),
+            ns(f.floor_memory_nic_ns),
+            format!("{:.2}", f.floor_memory_nic_ns / f.budget_ns),
+            queue,
+            queue_ratio,
+        ]);
+    }
+    t.note(r.floors_note);
+    for f in &r.floors {
+        t.note(format!(
+            "{} on the memory NIC: {}",
+            f.target, f.memory_nic_work
+        ));
+    }
+    t
 }
 
 #[cfg(test)]
@@ -2333,9 +2410,35 @@ mod tests {
             );
         }
         let printed = tables(&r);
-        assert_eq!(printed.len(), ONE_WAY_SIZES.len() + 2 + TCP_MTUS.len() + 1);
+        // The tables of the workloads, the devices' and the floors'.
+        assert_eq!(
+            printed.len(),
+            ONE_WAY_SIZES.len() + 2 + TCP_MTUS.len() + 1 + 1
+        );
         let devices: Vec<&str> = r.devices.iter().map(|d| d.device).collect();
         assert_eq!(devices, ["frame_queue", "memory_nic"]);
+        // Every target beside its floors, each figure measured.
+        let targets: Vec<&str> = json["floors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["target"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            targets,
+            [
+                "udp_one_way_64_2x",
+                "tcp_bulk_1500_2x",
+                "tcp_bulk_9000_2x",
+                "tcp_bulk_65535_zero_copy_offload_3x"
+            ]
+        );
+        for f in &r.floors {
+            assert!(f.budget_ns > 0.0 && f.budget_ns.is_finite(), "{}", f.target);
+            assert!(f.floor_memory_nic_ns > 0.0, "{}", f.target);
+        }
+        assert_eq!(r.passes.len(), 3 * TCP_MTUS.len());
+        assert!(r.passes.iter().all(|p| p.ns > 0.0 && p.ns.is_finite()));
     }
 
     /// Runs of TCP bulk on `system` at every MTU it is measured at, B checking every byte

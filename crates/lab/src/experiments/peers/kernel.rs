@@ -545,6 +545,9 @@ mod tests {
             skipped,
             rows: Vec::new(),
             devices: Vec::new(),
+            floors: Vec::new(),
+            passes: Vec::new(),
+            floors_note: "",
         };
         let printed = tables(&r);
         let notes: Vec<&String> = printed.iter().flat_map(|t| t.notes.iter()).collect();

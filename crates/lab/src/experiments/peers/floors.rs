@@ -1,0 +1,374 @@
+//! The speed targets against their floors: what each of the UDP, TCP and end-system
+//! issues' targets allows per datagram or segment, from smoltcp's figure in this run,
+//! beside the work the devices and the copying socket interface do whatever the protocol
+//! code costs, timed alone in this run.
+//!
+//! The floors on the memory NIC (the device under the `probestack fast` row):
+//!
+//! - UDP, 64 bytes: the memory NICs alone carrying the datagram's frame (the devices
+//!   table, through smoltcp's device interface, so with a copy of the 106 bytes into and
+//!   out of the NICs' buffers);
+//! - TCP bulk at 1500 and 9000 with the copying sockets: four copies of a segment's data
+//!   (application → send buffer → frame → receive buffer → application) and the CRC-32
+//!   computed and checked over its frame;
+//! - TCP bulk at 65535 with zero-copy sockets and checksum offload (issue 7's target):
+//!   the NIC model's two passes that copy and sum (the sender's gather, the receiver's
+//!   header split) and the two CRC-32 passes.
+//!
+//! On a frame queue (no CRC, no offloads, checksums computed by the stack): the queue
+//! alone for UDP; two copies and two copies with the checksum fused for TCP bulk.
+//!
+//! Each pass is timed on data in cache, so a floor is the least that work can cost; a
+//! transfer whose buffers do not stay in cache pays more. Benchmarks report: a floor above
+//! its budget says the target cannot be met on that device whatever the stack does.
+
+use serde::Serialize;
+use std::hint::black_box;
+use std::time::Duration;
+
+use probestack::checksum;
+use probestack::driver::crc32::crc32;
+
+use super::devices::{DeviceKind, DeviceRow};
+use super::{find_row as find, Row, System, ONE_WAY_SIZES, TCP_MTUS};
+use crate::bench::{round_robin, Case, Effort};
+
+/// Ethernet's header, which a frame adds to an IP datagram.
+const ETHERNET_HEADER: usize = 14;
+/// IPv4's and TCP's headers without options: a segment's data is the MTU less these
+/// (a little more than with the timestamps both stacks but smoltcp send, which makes the
+/// budget a little more generous).
+const TCP_IP_HEADERS: usize = 40;
+
+/// One pass over a buffer, timed alone.
+#[derive(Clone, Debug, Serialize)]
+pub struct Pass {
+    /// `memcpy`, `copy_and_sum` or `crc32`.
+    pub pass: &'static str,
+    pub bytes: usize,
+    /// Median ns per pass.
+    pub ns: f64,
+}
+
+/// One target beside its floors.
+#[derive(Clone, Debug, Serialize)]
+pub struct Floor {
+    /// `udp_one_way_64_2x`, `tcp_bulk_1500_2x`, `tcp_bulk_9000_2x`,
+    /// `tcp_bulk_65535_zero_copy_offload_3x`.
+    pub target: &'static str,
+    /// smoltcp's figure the target is a multiple of (for the last, its best TCP bulk
+    /// figure on either device) and its unit.
+    pub smoltcp_value: f64,
+    pub smoltcp_unit: &'static str,
+    /// The time per datagram or segment the target allows.
+    pub budget_ns: f64,
+    /// The floors, ns per datagram or segment.
+    pub floor_memory_nic_ns: f64,
+    /// `None` where the target's configuration has no frame-queue counterpart (the NIC
+    /// offloads).
+    pub floor_frame_queue_ns: Option<f64>,
+    /// How the memory NIC's floor is made up.
+    pub memory_nic_work: String,
+}
+
+/// The passes a floor is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PassKind {
+    /// A copy (`copy_from_slice`, which is `memcpy`).
+    Copy,
+    /// A copy with the RFC 1071 sum fused ([`checksum::copy_and_sum`]).
+    CopyAndSum,
+    /// The Ethernet FCS over a frame ([`crc32`]).
+    Crc32,
+}
+
+impl PassKind {
+    fn name(self) -> &'static str {
+        match self {
+            PassKind::Copy => "memcpy",
+            PassKind::CopyAndSum => "copy_and_sum",
+            PassKind::Crc32 => "crc32",
+        }
+    }
+}
+
+/// The passes the floors are made of: for each TCP bulk MTU, a segment's data copied, and
+/// copied and summed, and its frame's CRC-32, each timed alone, round-robin, the median
+/// of `runs` samples after a warm-up.
+pub fn measure_passes(runs: usize) -> Vec<Pass> {
+    let largest = TCP_MTUS.iter().copied().max().unwrap_or(1500) + ETHERNET_HEADER;
+    let src: Vec<u8> = (0..largest).map(|i| (i * 7 + 3) as u8).collect();
+    let plan: Vec<(PassKind, usize)> = TCP_MTUS
+        .iter()
+        .flat_map(|&mtu| {
+            let data = mtu - TCP_IP_HEADERS;
+            [
+                (PassKind::Copy, data),
+                (PassKind::CopyAndSum, data),
+                (PassKind::Crc32, mtu + ETHERNET_HEADER),
+            ]
+        })
+        .collect();
+    // A destination each, written by its case alone.
+    let mut outs: Vec<Vec<u8>> = plan.iter().map(|&(_, n)| vec![0u8; n]).collect();
+    let mut cases: Vec<Case<'_>> = plan
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(&(kind, n), out)| {
+            let src = &src[..n];
+            match kind {
+                PassKind::Copy => Case::new(kind.name(), move || {
+                    out.copy_from_slice(black_box(src));
+                }),
+                PassKind::CopyAndSum => Case::new(kind.name(), move || {
+                    black_box(checksum::copy_and_sum(out, black_box(src)));
+                }),
+                PassKind::Crc32 => Case::new(kind.name(), move || {
+                    black_box(crc32(black_box(src)));
+                }),
+            }
+        })
+        .collect();
+    let effort = Effort {
+        samples: runs.max(1),
+        sample_time: Duration::from_millis(5),
+    };
+    let ns = round_robin(effort, &mut cases);
+    plan.iter()
+        .zip(ns)
+        .map(|(&(kind, bytes), ns)| Pass {
+            pass: kind.name(),
+            bytes,
+            ns,
+        })
+        .collect()
+}
+
+fn pass_ns(passes: &[Pass], kind: PassKind, bytes: usize) -> Option<f64> {
+    passes
+        .iter()
+        .find(|p| p.pass == kind.name() && p.bytes == bytes)
+        .map(|p| p.ns)
+}
+
+fn device_ns(devices: &[DeviceRow], kind: DeviceKind) -> Option<f64> {
+    devices
+        .iter()
+        .find(|d| d.device == kind.name())
+        .map(|d| d.ns_per_frame)
+}
+
+/// The targets beside their floors, from this run's rows, devices and passes; a target
+/// whose smoltcp figure is missing (a failed row) is left out.
+pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor> {
+    let mut out = Vec::new();
+    let small = ONE_WAY_SIZES[0];
+    if let (Some(smol), Some(nic), Some(queue)) = (
+        find(rows, &format!("udp_one_way_{small}"), System::Smoltcp),
+        device_ns(devices, DeviceKind::MemoryNic),
+        device_ns(devices, DeviceKind::FrameQueue),
+    ) {
+        out.push(Floor {
+            target: "udp_one_way_64_2x",
+            smoltcp_value: smol.value,
+            smoltcp_unit: smol.unit,
+            budget_ns: 1e9 / smol.value / 2.0,
+            floor_memory_nic_ns: nic,
+            floor_frame_queue_ns: Some(queue),
+            memory_nic_work: "the memory NICs alone carrying the frame".into(),
+        });
+    }
+    for (mtu, target) in [(1500, "tcp_bulk_1500_2x"), (9000, "tcp_bulk_9000_2x")] {
+        let data = mtu - TCP_IP_HEADERS;
+        let frame = mtu + ETHERNET_HEADER;
+        let (Some(smol), Some(copy), Some(summed), Some(crc)) = (
+            find(rows, &format!("tcp_bulk_{mtu}"), System::Smoltcp),
+            pass_ns(passes, PassKind::Copy, data),
+            pass_ns(passes, PassKind::CopyAndSum, data),
+            pass_ns(passes, PassKind::Crc32, frame),
+        ) else {
+            continue;
+        };
+        out.push(Floor {
+            target,
+            smoltcp_value: smol.value,
+            smoltcp_unit: smol.unit,
+            budget_ns: segment_ns(data, 2.0 * smol.value),
+            floor_memory_nic_ns: 4.0 * copy + 2.0 * crc,
+            floor_frame_queue_ns: Some(2.0 * copy + 2.0 * summed),
+            memory_nic_work: format!(
+                "4 copies of {data} B ({copy:.0} ns each) + 2 CRC-32 of {frame} B ({crc:.0} ns each)"
+            ),
+        });
+    }
+    let largest = TCP_MTUS.iter().copied().max().unwrap_or(1500);
+    let data = largest - TCP_IP_HEADERS;
+    let frame = largest + ETHERNET_HEADER;
+    let smol_best = TCP_MTUS
+        .iter()
+        .flat_map(|m| {
+            let w = format!("tcp_bulk_{m}");
+            [System::Smoltcp, System::SmoltcpMemlink].map(|s| find(rows, &w, s).map(|x| x.value))
+        })
+        .flatten()
+        .fold(f64::NAN, f64::max);
+    if let (true, Some(summed), Some(crc)) = (
+        smol_best > 0.0,
+        pass_ns(passes, PassKind::CopyAndSum, data),
+        pass_ns(passes, PassKind::Crc32, frame),
+    ) {
+        out.push(Floor {
+            target: "tcp_bulk_65535_zero_copy_offload_3x",
+            smoltcp_value: smol_best,
+            smoltcp_unit: "Gbit/s",
+            budget_ns: segment_ns(data, 3.0 * smol_best),
+            floor_memory_nic_ns: 2.0 * summed + 2.0 * crc,
+            floor_frame_queue_ns: None,
+            memory_nic_work: format!(
+                "the NIC model's 2 copy-and-sums of {data} B ({summed:.0} ns each) + 2 CRC-32 \
+                 of {frame} B ({crc:.0} ns each)"
+            ),
+        });
+    }
+    out
+}
+
+/// Nanoseconds a segment of `data` bytes may take at `gbits` Gbit/s of payload.
+fn segment_ns(data: usize, gbits: f64) -> f64 {
+    data as f64 * 8.0 / gbits
+}
+
+/// The table's and the JSON's explanation.
+pub const NOTE: &str = "budget: the time per datagram or segment the target allows, from \
+    smoltcp's figure in this run (a segment's data taken as the MTU less 40 bytes). \
+    floor: work the device and the copying socket interface do whatever the stacks' \
+    protocol code costs, each pass timed alone in this run on data in cache (so the least \
+    it can cost): on the memory NIC, the NICs alone for a 64-byte datagram (through \
+    smoltcp's device interface, with a copy into and out of the NICs' buffers), four \
+    copies and two CRC-32s for a TCP segment, and the NIC model's two copy-and-sums and two \
+    CRC-32s for a zero-copy, offloaded one; on a frame queue, the queue alone, and two \
+    copies and two copies fused with the checksum. A floor above its budget means the \
+    target cannot be met on that device, whatever the stack does; below it, the rest of \
+    the budget is what the protocol work may take.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(workload: &str, system: System, value: f64, unit: &'static str) -> Row {
+        Row {
+            workload: workload.to_string(),
+            system: system.name(),
+            value,
+            unit,
+            higher_is_better: true,
+            ratio_vs_probestack: 1.0,
+            run_min: value,
+            run_max: value,
+            ns_per_datagram: None,
+            delivered_fraction: None,
+            link_mtu: None,
+            retransmitted_segments: None,
+        }
+    }
+
+    fn pass(kind: PassKind, bytes: usize, ns: f64) -> Pass {
+        Pass {
+            pass: kind.name(),
+            bytes,
+            ns,
+        }
+    }
+
+    fn device(kind: DeviceKind, ns: f64) -> DeviceRow {
+        DeviceRow {
+            device: kind.name(),
+            frame_bytes: 106,
+            ns_per_frame: ns,
+            run_min: ns,
+            run_max: ns,
+        }
+    }
+
+    #[test]
+    fn budgets_and_floors_follow_from_the_figures() {
+        let rows = [
+            row("udp_one_way_64", System::Smoltcp, 1e7, "datagrams/s"),
+            row("tcp_bulk_1500", System::Smoltcp, 29.2, "Gbit/s"),
+            row("tcp_bulk_9000", System::Smoltcp, 40.0, "Gbit/s"),
+            row("tcp_bulk_65535", System::SmoltcpMemlink, 52.4, "Gbit/s"),
+        ];
+        let devices = [
+            device(DeviceKind::FrameQueue, 10.0),
+            device(DeviceKind::MemoryNic, 70.0),
+        ];
+        let passes = [
+            pass(PassKind::Copy, 1460, 20.0),
+            pass(PassKind::CopyAndSum, 1460, 25.0),
+            pass(PassKind::Crc32, 1514, 40.0),
+            pass(PassKind::Copy, 8960, 90.0),
+            pass(PassKind::CopyAndSum, 8960, 150.0),
+            pass(PassKind::Crc32, 9014, 170.0),
+            pass(PassKind::CopyAndSum, 65495, 1400.0),
+            pass(PassKind::Crc32, 65549, 1200.0),
+        ];
+        let f = floors(&rows, &devices, &passes);
+        let targets: Vec<&str> = f.iter().map(|f| f.target).collect();
+        assert_eq!(
+            targets,
+            [
+                "udp_one_way_64_2x",
+                "tcp_bulk_1500_2x",
+                "tcp_bulk_9000_2x",
+                "tcp_bulk_65535_zero_copy_offload_3x"
+            ]
+        );
+        // 10 M datagrams/s is 100 ns each; 2x allows 50.
+        assert_eq!(f[0].budget_ns, 50.0);
+        assert_eq!(
+            (f[0].floor_memory_nic_ns, f[0].floor_frame_queue_ns),
+            (70.0, Some(10.0))
+        );
+        // 1460 bytes at 2 x 29.2 Gbit/s: 200 ns.
+        assert!((f[1].budget_ns - 200.0).abs() < 1e-9);
+        assert_eq!(f[1].floor_memory_nic_ns, 4.0 * 20.0 + 2.0 * 40.0);
+        assert_eq!(f[1].floor_frame_queue_ns, Some(2.0 * 20.0 + 2.0 * 25.0));
+        assert_eq!(f[2].floor_memory_nic_ns, 4.0 * 90.0 + 2.0 * 170.0);
+        // smoltcp's best is on either device: 52.4, 3x of which moves 65495 bytes in
+        // 65495 * 8 / 157.2 ns.
+        assert_eq!(f[3].smoltcp_value, 52.4);
+        assert!((f[3].budget_ns - 65495.0 * 8.0 / 157.2).abs() < 1e-6);
+        assert_eq!(f[3].floor_memory_nic_ns, 2.0 * 1400.0 + 2.0 * 1200.0);
+        assert_eq!(f[3].floor_frame_queue_ns, None);
+    }
+
+    #[test]
+    fn a_target_without_smoltcps_figure_is_left_out() {
+        let passes = [
+            pass(PassKind::Copy, 1460, 20.0),
+            pass(PassKind::CopyAndSum, 1460, 25.0),
+            pass(PassKind::Crc32, 1514, 40.0),
+        ];
+        let rows = [row("tcp_bulk_1500", System::Smoltcp, 30.0, "Gbit/s")];
+        let f = floors(&rows, &[], &passes);
+        let targets: Vec<&str> = f.iter().map(|f| f.target).collect();
+        // No UDP row and no devices; no passes at 9000 or 65535.
+        assert_eq!(targets, ["tcp_bulk_1500_2x"]);
+    }
+
+    #[test]
+    fn passes_are_timed_for_every_mtu() {
+        let p = measure_passes(1);
+        assert_eq!(p.len(), 3 * TCP_MTUS.len());
+        for mtu in TCP_MTUS {
+            for (kind, bytes) in [
+                (PassKind::Copy, mtu - TCP_IP_HEADERS),
+                (PassKind::CopyAndSum, mtu - TCP_IP_HEADERS),
+                (PassKind::Crc32, mtu + ETHERNET_HEADER),
+            ] {
+                let ns = pass_ns(&p, kind, bytes).unwrap();
+                assert!(ns > 0.0 && ns.is_finite(), "{} of {bytes}", kind.name());
+            }
+        }
+    }
+}
