@@ -2010,6 +2010,20 @@ fn find<'r>(r: &'r Results, workload: &str, system: System) -> Option<&'r Row> {
     find_row(&r.rows, workload, system)
 }
 
+/// smoltcp's best TCP bulk figure in Gbit/s among `rows`, at any MTU, on either device
+/// (NaN if it has none).
+fn smoltcp_best_bulk(rows: &[Row]) -> f64 {
+    TCP_MTUS
+        .iter()
+        .flat_map(|m| {
+            let w = format!("tcp_bulk_{m}");
+            [System::Smoltcp, System::SmoltcpMemlink]
+                .map(|s| find_row(rows, &w, s).map(|x| x.value))
+        })
+        .flatten()
+        .fold(f64::NAN, f64::max)
+}
+
 fn find_row<'r>(rows: &'r [Row], workload: &str, system: System) -> Option<&'r Row> {
     rows.iter()
         .find(|x| x.workload == workload && x.system == system.name())
@@ -2190,14 +2204,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
         same_device_note(&mut t, r, &w);
         // Paper 004's end-system optimizations against smoltcp's best in this run, on
         // either link.
-        let smol_best = TCP_MTUS
-            .iter()
-            .flat_map(|m| {
-                let w = format!("tcp_bulk_{m}");
-                [System::Smoltcp, System::SmoltcpMemlink].map(|s| find(r, &w, s).map(|x| x.value))
-            })
-            .flatten()
-            .fold(f64::NAN, f64::max);
+        let smol_best = smoltcp_best_bulk(&r.rows);
         if let Some(zc) = find(r, &w, System::ProbestackZeroCopy).filter(|_| smol_best > 0.0) {
             t.note(format!(
                 "probestack zero-copy + offload / smoltcp's best TCP bulk figure in this run \

@@ -30,7 +30,7 @@ use probestack::checksum;
 use probestack::driver::crc32::crc32;
 
 use super::devices::{DeviceKind, DeviceRow};
-use super::{find_row as find, Row, System, ONE_WAY_SIZES, TCP_MTUS};
+use super::{find_row as find, smoltcp_best_bulk, Row, System, ONE_WAY_SIZES, TCP_MTUS};
 use crate::bench::{round_robin, Case, Effort};
 
 /// Ethernet's header, which a frame adds to an IP datagram.
@@ -204,14 +204,7 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
     let largest = TCP_MTUS.iter().copied().max().unwrap_or(1500);
     let data = largest - TCP_IP_HEADERS;
     let frame = largest + ETHERNET_HEADER;
-    let smol_best = TCP_MTUS
-        .iter()
-        .flat_map(|m| {
-            let w = format!("tcp_bulk_{m}");
-            [System::Smoltcp, System::SmoltcpMemlink].map(|s| find(rows, &w, s).map(|x| x.value))
-        })
-        .flatten()
-        .fold(f64::NAN, f64::max);
+    let smol_best = smoltcp_best_bulk(rows);
     if let (true, Some(summed), Some(crc)) = (
         smol_best > 0.0,
         pass_ns(passes, PassKind::CopyAndSum, data),
