@@ -414,7 +414,8 @@ impl Stack {
         }
         while let Some(p) = self.loopback.pop_front() {
             let rx = crate::driver::RxChecksum::None;
-            in_message!(self, from s, p.len(), s => self.ip_input(s, crate::ip::LOOPBACK, p, rx, now));
+            let n = p.len();
+            in_message!(self, from s, n, s => self.ip_input(s, crate::ip::LOOPBACK, p, rx, now));
         }
         self.tcp_flush_deferred(s);
         if !self.tcp.blocked.is_empty() {
@@ -570,9 +571,9 @@ impl Stack {
 /// message would stay open.
 ///
 /// The common case, a new message not probed, runs the unprobed copy knowing it without a
-/// second look at the ledger, and its end takes its flag off the mark again. Each copy of `$body` appears once,
-/// so that what it calls has one caller in each copy and is inlined there as in the
-/// probe-free build. A message opened inside another joins it, and the copy it runs
+/// second look at the ledger, and its end takes its flag off the mark again. Each copy of
+/// `$body` appears once, so that what it calls has one caller in each copy and is inlined
+/// there as in the probe-free build. A message opened inside another joins it, and the copy it runs
 /// depends on where it is opened:
 ///
 /// - `from $caller` (code of the stack, `$caller` the copy it runs): code in the unprobed

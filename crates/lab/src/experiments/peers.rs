@@ -1426,63 +1426,21 @@ fn tcp_bulk_checked(
 ) -> Result<BulkRun, String> {
     let clock = RealClock::new();
     let stack = |tuning, device| StackStreams::connect(tuning, mtu, false, device, &clock);
+    // Every system's streams, built their own way, then the same run.
+    macro_rules! run {
+        ($streams:expr) => {
+            bulk_on(&mut $streams?, &clock, millis, check, TCP_STALL)
+        };
+    }
     match system {
-        System::ProbestackFast => bulk_on(
-            &mut stack(Tuning::fast(), NIC)?,
-            &clock,
-            millis,
-            check,
-            TCP_STALL,
-        ),
-        System::ProbestackBsd => bulk_on(
-            &mut stack(Tuning::bsd(), NIC)?,
-            &clock,
-            millis,
-            check,
-            TCP_STALL,
-        ),
-        System::ProbestackQueue => bulk_on(
-            &mut stack(Tuning::fast(), QUEUE)?,
-            &clock,
-            millis,
-            check,
-            TCP_STALL,
-        ),
-        System::ProbestackZeroCopy => bulk_on(
-            &mut StackStreams::connect_zero_copy(mtu, check, &clock)?,
-            &clock,
-            millis,
-            check,
-            TCP_STALL,
-        ),
-        System::Smoltcp => bulk_on(
-            &mut SmolStreams::connect(Link::new(mtu), false, &clock)?,
-            &clock,
-            millis,
-            check,
-            TCP_STALL,
-        ),
-        System::SmoltcpMemlink => bulk_on(
-            &mut SmolStreams::connect(NicWire::new(mtu)?, false, &clock)?,
-            &clock,
-            millis,
-            check,
-            TCP_STALL,
-        ),
-        System::LinuxLoopback => bulk_on(
-            &mut KernelStreams::connect(KernelPath::Loopback, false)?,
-            &clock,
-            millis,
-            check,
-            TCP_STALL,
-        ),
-        System::LinuxVeth => bulk_on(
-            &mut KernelStreams::connect(kernel::veth_path(veth)?, false)?,
-            &clock,
-            millis,
-            check,
-            TCP_STALL,
-        ),
+        System::ProbestackFast => run!(stack(Tuning::fast(), NIC)),
+        System::ProbestackBsd => run!(stack(Tuning::bsd(), NIC)),
+        System::ProbestackQueue => run!(stack(Tuning::fast(), QUEUE)),
+        System::ProbestackZeroCopy => run!(StackStreams::connect_zero_copy(mtu, check, &clock)),
+        System::Smoltcp => run!(SmolStreams::connect(Link::new(mtu), false, &clock)),
+        System::SmoltcpMemlink => run!(SmolStreams::connect(NicWire::new(mtu)?, false, &clock)),
+        System::LinuxLoopback => run!(KernelStreams::connect(KernelPath::Loopback, false)),
+        System::LinuxVeth => run!(KernelStreams::connect(kernel::veth_path(veth)?, false)),
     }
 }
 
@@ -1506,49 +1464,19 @@ pub fn tcp_request_response(
 ) -> Result<RrRun, String> {
     let clock = RealClock::new();
     let stack = |tuning, device| StackStreams::connect(tuning, 1500, true, device, &clock);
+    macro_rules! run {
+        ($streams:expr) => {
+            rr_stream_on(&mut $streams?, &clock, millis, RR_TIMEOUT_NS)
+        };
+    }
     match system {
-        System::ProbestackFast => rr_stream_on(
-            &mut stack(Tuning::fast(), NIC)?,
-            &clock,
-            millis,
-            RR_TIMEOUT_NS,
-        ),
-        System::ProbestackBsd => rr_stream_on(
-            &mut stack(Tuning::bsd(), NIC)?,
-            &clock,
-            millis,
-            RR_TIMEOUT_NS,
-        ),
-        System::ProbestackQueue => rr_stream_on(
-            &mut stack(Tuning::fast(), QUEUE)?,
-            &clock,
-            millis,
-            RR_TIMEOUT_NS,
-        ),
-        System::Smoltcp => rr_stream_on(
-            &mut SmolStreams::connect(Link::new(1500), true, &clock)?,
-            &clock,
-            millis,
-            RR_TIMEOUT_NS,
-        ),
-        System::SmoltcpMemlink => rr_stream_on(
-            &mut SmolStreams::connect(NicWire::new(1500)?, true, &clock)?,
-            &clock,
-            millis,
-            RR_TIMEOUT_NS,
-        ),
-        System::LinuxLoopback => rr_stream_on(
-            &mut KernelStreams::connect(KernelPath::Loopback, true)?,
-            &clock,
-            millis,
-            RR_TIMEOUT_NS,
-        ),
-        System::LinuxVeth => rr_stream_on(
-            &mut KernelStreams::connect(kernel::veth_path(veth)?, true)?,
-            &clock,
-            millis,
-            RR_TIMEOUT_NS,
-        ),
+        System::ProbestackFast => run!(stack(Tuning::fast(), NIC)),
+        System::ProbestackBsd => run!(stack(Tuning::bsd(), NIC)),
+        System::ProbestackQueue => run!(stack(Tuning::fast(), QUEUE)),
+        System::Smoltcp => run!(SmolStreams::connect(Link::new(1500), true, &clock)),
+        System::SmoltcpMemlink => run!(SmolStreams::connect(NicWire::new(1500)?, true, &clock)),
+        System::LinuxLoopback => run!(KernelStreams::connect(KernelPath::Loopback, true)),
+        System::LinuxVeth => run!(KernelStreams::connect(kernel::veth_path(veth)?, true)),
         System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
     }
 }

@@ -30,7 +30,7 @@ use probestack::checksum;
 use probestack::driver::crc32::crc32;
 
 use super::devices::{DeviceKind, DeviceRow};
-use super::{find_row as find, smoltcp_best_bulk, Row, System, ONE_WAY_SIZES, TCP_MTUS};
+use super::{find_row, smoltcp_best_bulk, Row, System, ONE_WAY_SIZES, TCP_MTUS};
 use crate::bench::{round_robin, Case, Effort};
 
 /// Ethernet's header, which a frame adds to an IP datagram.
@@ -167,7 +167,7 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
     let mut out = Vec::new();
     let small = ONE_WAY_SIZES[0];
     if let (Some(smol), Some(nic), Some(queue)) = (
-        find(rows, &format!("udp_one_way_{small}"), System::Smoltcp),
+        find_row(rows, &format!("udp_one_way_{small}"), System::Smoltcp),
         device_ns(devices, DeviceKind::MemoryNic),
         device_ns(devices, DeviceKind::FrameQueue),
     ) {
@@ -185,7 +185,7 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
         let data = mtu - TCP_IP_HEADERS;
         let frame = mtu + ETHERNET_HEADER;
         let (Some(smol), Some(copy), Some(summed), Some(crc)) = (
-            find(rows, &format!("tcp_bulk_{mtu}"), System::Smoltcp),
+            find_row(rows, &format!("tcp_bulk_{mtu}"), System::Smoltcp),
             pass_ns(passes, PassKind::Copy, data),
             pass_ns(passes, PassKind::CopyAndSum, data),
             pass_ns(passes, PassKind::Crc32, frame),
@@ -200,7 +200,8 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
             floor_memory_nic_ns: 4.0 * copy + 2.0 * crc,
             floor_frame_queue_ns: Some(2.0 * copy + 2.0 * summed),
             memory_nic_work: format!(
-                "4 copies of {data} B ({copy:.0} ns each) + 2 CRC-32 of {frame} B ({crc:.0} ns each)"
+                "4 copies of {data} B ({copy:.0} ns each) + 2 CRC-32 of {frame} B \
+                 ({crc:.0} ns each)"
             ),
         });
     }
