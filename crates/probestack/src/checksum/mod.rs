@@ -367,16 +367,33 @@ impl Accumulator {
         self.add_sum(sum(data), data.len());
     }
 
-    /// Adds the next bytes with a chosen kernel.
+    /// Adds the next bytes with a chosen kernel. Nothing to add costs nothing: no call
+    /// into the kernel's dispatch (a datagram read whole leaves an empty rest to add).
     #[inline]
     pub fn add_with(&mut self, kernel: Kernel, data: &[u8]) {
-        self.add_sum(sum_with(kernel, data), data.len());
+        if !data.is_empty() {
+            self.add_sum(sum_with(kernel, data), data.len());
+        }
     }
 
     /// Copies the next bytes from `src` into `dst` while adding them, in one pass.
     #[inline]
     pub fn copy_and_add(&mut self, dst: &mut [u8], src: &[u8]) {
         self.add_sum(copy_and_sum(dst, src), src.len());
+    }
+
+    /// [`copy_and_add`](Self::copy_and_add) with a chosen kernel; empty pieces (the
+    /// second half of a ring that did not wrap) cost nothing.
+    ///
+    /// # Panics
+    ///
+    /// If `dst` and `src` differ in length.
+    #[inline]
+    pub fn copy_and_add_with(&mut self, kernel: Kernel, dst: &mut [u8], src: &[u8]) {
+        if src.is_empty() && dst.is_empty() {
+            return;
+        }
+        self.add_sum(copy_and_sum_with(kernel, dst, src), src.len());
     }
 
     /// Adds the sum of the next `len` bytes, computed elsewhere (a NIC's partial sum, or a

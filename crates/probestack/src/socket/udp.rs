@@ -626,10 +626,7 @@ impl Stack {
         for part in parts {
             let dst = &mut buf.data_mut()[at..at + part.len()];
             if sum {
-                acc.add_sum(
-                    checksum::copy_and_sum_with(self.tuning.checksum, dst, part),
-                    part.len(),
-                );
+                acc.copy_and_add_with(self.tuning.checksum, dst, part);
             } else {
                 dst.copy_from_slice(part);
             }
@@ -712,7 +709,7 @@ impl Stack {
                     let n = buf.len().min(datagram_len - at);
                     let (dst, src) = (&mut buf[..n], &data[at..at + n]);
                     match acc.as_mut() {
-                        Some(a) => a.add_sum(checksum::copy_and_sum_with(kernel, dst, src), n),
+                        Some(a) => a.copy_and_add_with(kernel, dst, src),
                         None => dst.copy_from_slice(src),
                     }
                     at += n;

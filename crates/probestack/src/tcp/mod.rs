@@ -205,8 +205,8 @@ impl Stack {
                 let (a, b) = c.rx.unreadable_slices_mut(0, odd.len());
                 let (first, rest) = odd.split_at(a.len());
                 if verify && fused {
-                    acc.add_sum(checksum::copy_and_sum_with(kernel, a, first), first.len());
-                    acc.add_sum(checksum::copy_and_sum_with(kernel, b, rest), rest.len());
+                    acc.copy_and_add_with(kernel, a, first);
+                    acc.copy_and_add_with(kernel, b, rest);
                 } else {
                     a.copy_from_slice(first);
                     b.copy_from_slice(rest);
@@ -245,8 +245,8 @@ impl Stack {
                     acc.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
                     let (a, b) = c.rx.unreadable_slices_mut(0, seg.payload.len());
                     let (first, rest) = seg.payload.split_at(a.len());
-                    acc.add_sum(checksum::copy_and_sum_with(kernel, a, first), first.len());
-                    acc.add_sum(checksum::copy_and_sum_with(kernel, b, rest), rest.len());
+                    acc.copy_and_add_with(kernel, a, first);
+                    acc.copy_and_add_with(kernel, b, rest);
                     data_in_rx = true;
                     checksum::verifies(acc.sum())
                 }
@@ -815,9 +815,7 @@ impl Stack {
                 Piece::Copy(src) => {
                     let (dst, rest) = std::mem::take(&mut data).split_at_mut(src.len());
                     match payload_sum.as_mut() {
-                        Some(acc) => {
-                            acc.add_sum(checksum::copy_and_sum_with(kernel, dst, src), src.len())
-                        }
+                        Some(acc) => acc.copy_and_add_with(kernel, dst, src),
                         None => dst.copy_from_slice(src),
                     }
                     data = rest;
