@@ -47,6 +47,7 @@ fn main() {
             fused_copy_checksum: false,
             checksum_offload: false,
             segmentation_offload: false,
+            software_segmentation: false,
             ..Tuning::fast()
         },
         other => harness::tuning(other),

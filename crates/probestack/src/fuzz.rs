@@ -602,6 +602,9 @@ impl Device for Injector {
     fn tx_ready(&self) -> bool {
         self.inner.tx_ready()
     }
+    fn tx_room(&self) -> usize {
+        self.inner.tx_room()
+    }
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
         let raised = self.inner.take_notification(cx);
         raised

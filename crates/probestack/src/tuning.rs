@@ -82,6 +82,13 @@ pub struct Tuning {
     /// offload is on), TCP hands it super-segments of up to 64 KiB of whole segments and
     /// the device cuts them, as Linux's TSO/GSO does. Off: one segment per frame.
     pub segmentation_offload: bool,
+    /// TCP segmentation in software, where the device does not segment (Linux's GSO, done
+    /// in TCP's output itself): when several whole segments may go at once, TCP decides
+    /// them as one super-segment (the window, Nagle, the header, the timers, once) and
+    /// then cuts it into frames as the device would (tests/tcp.rs checks the frames are
+    /// the segments it would otherwise send), no more than the device's queue has room
+    /// for. Off: each segment is decided on its own.
+    pub software_segmentation: bool,
 }
 
 impl Tuning {
@@ -106,6 +113,7 @@ impl Tuning {
             tcp_output_per_batch: false,
             checksum_offload: false,
             segmentation_offload: false,
+            software_segmentation: false,
         }
     }
 
@@ -130,6 +138,7 @@ impl Tuning {
             tcp_output_per_batch: true,
             checksum_offload: true,
             segmentation_offload: true,
+            software_segmentation: true,
         }
     }
 }
@@ -174,6 +183,7 @@ mod tests {
         assert_ne!(b.tcp_output_per_batch, f.tcp_output_per_batch);
         assert_ne!(b.checksum_offload, f.checksum_offload);
         assert_ne!(b.segmentation_offload, f.segmentation_offload);
+        assert_ne!(b.software_segmentation, f.software_segmentation);
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

@@ -831,6 +831,47 @@ fn the_link_template_sends_the_frames_the_layers_send() {
     }
 }
 
+/// TCP's software segmentation (`Tuning::software_segmentation`) sends the frames that
+/// deciding each segment on its own sends, byte for byte (sequence numbers, PSH and FIN
+/// on the right frame, IP identification, checksums), with and without checksums, either
+/// IP header checksum routine, and through the template or the layers.
+#[test]
+fn software_segmentation_sends_the_frames_one_segment_at_a_time_sends() {
+    let tunings = template_tunings().into_iter().chain([Tuning {
+        tcp_header_template: false,
+        ..Tuning::fast()
+    }]);
+    for with in tunings {
+        assert!(with.software_segmentation);
+        let without = Tuning {
+            software_segmentation: false,
+            ..with
+        };
+        let (frames_cut, trains) = software_segmentation_run(with);
+        let (frames_one, none) = software_segmentation_run(without);
+        assert_eq!(none, 0);
+        assert!(trains > 10, "only {trains} super-segments were cut");
+        let what = format!(
+            "elision {}, inline {}, template {}",
+            with.checksum_elision, with.inline_ip_header_checksum, with.tcp_header_template
+        );
+        assert_same_frames(&frames_cut, &frames_one, &what);
+    }
+}
+
+/// [`link_template_run`] counting the super-segments A cut itself.
+fn software_segmentation_run(t: Tuning) -> (Vec<Vec<u8>>, u64) {
+    let (mut p, out) = captured_pair(t);
+    let (c, l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 300_000, Duration::from_secs(10));
+    p.a.tcp_close(c).unwrap();
+    p.b.tcp_close(s).unwrap();
+    p.b.tcp_close(l).unwrap();
+    p.run_for(Duration::from_secs(3));
+    let trains = p.a.ledger().counters().get(Counter::TcpSoftwareSegmented);
+    (captured_frames(&out), trains)
+}
+
 /// A template goes stale when the next hop's MAC changes and when the route goes: the
 /// next segment follows the new facts.
 #[test]

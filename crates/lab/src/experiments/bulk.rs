@@ -181,6 +181,8 @@ impl Config {
             fused_copy_checksum: fused,
             checksum_offload: offload,
             segmentation_offload: tso,
+            // Paper 004's stacks send one segment per frame unless the NIC cuts them.
+            software_segmentation: false,
             ..Tuning::fast()
         };
         match self {
@@ -1521,6 +1523,7 @@ mod tests {
                     fused_copy_checksum: true,
                     checksum_offload: true,
                     segmentation_offload: true,
+                    software_segmentation: true,
                     ..t
                 },
                 Tuning::fast(),

@@ -81,6 +81,7 @@ impl ChecksumVariant {
             fused_copy_checksum: false,
             checksum_offload: false,
             segmentation_offload: false,
+            software_segmentation: false,
             ..Tuning::fast()
         }
     }

@@ -1282,6 +1282,15 @@ impl Device for MemoryNic {
         self.tx.is_abandoned() || self.tx.len() < self.tx.capacity()
     }
 
+    /// An abandoned link takes (and loses) any number of frames, as `tx_ready` says.
+    fn tx_room(&self) -> usize {
+        if self.tx.is_abandoned() {
+            usize::MAX
+        } else {
+            self.tx.capacity().saturating_sub(self.tx.len())
+        }
+    }
+
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
         crate::probe::ledger::sampled!(cx.ledger, s => self.take_notification_as(s, cx))
     }

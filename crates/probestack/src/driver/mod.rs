@@ -208,6 +208,18 @@ pub trait Device {
         true
     }
 
+    /// How many frames the transmit queue has room for now (at least one exactly when
+    /// [`tx_ready`](Self::tx_ready)), so that a sender of several frames at once (TCP's
+    /// software segmentation) sends no more than fit. Devices that cannot tell say
+    /// `usize::MAX` when ready.
+    fn tx_room(&self) -> usize {
+        if self.tx_ready() {
+            usize::MAX
+        } else {
+            0
+        }
+    }
+
     /// Whether the device has raised a notification since the last call (an interrupt,
     /// after its coalescing rule). Clears it.
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool;
@@ -275,6 +287,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn tx_ready(&self) -> bool {
         (**self).tx_ready()
+    }
+    fn tx_room(&self) -> usize {
+        (**self).tx_room()
     }
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
         (**self).take_notification(cx)

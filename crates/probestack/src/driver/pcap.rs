@@ -193,6 +193,9 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn tx_ready(&self) -> bool {
         self.inner.tx_ready()
     }
+    fn tx_room(&self) -> usize {
+        self.inner.tx_room()
+    }
 
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
         self.inner.take_notification(cx)

@@ -146,6 +146,10 @@ impl Device for FrameQueue {
         self.tx.len() < self.tx.capacity()
     }
 
+    fn tx_room(&self) -> usize {
+        self.tx.capacity() - self.tx.len()
+    }
+
     /// Frames are due as soon as they are sent: a notification whenever some wait.
     fn take_notification(&mut self, _cx: &DeviceContext<'_>) -> bool {
         !self.rx.is_empty()

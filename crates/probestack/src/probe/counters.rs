@@ -174,6 +174,9 @@ counters! {
     /// TCP segments sent, and of those the retransmissions.
     TcpSegmentsOut = "tcp.segments_out";
     TcpRetransmittedSegments = "tcp.retransmitted_segments";
+    /// Super-segments TCP cut into frames itself (`Tuning::software_segmentation`); their
+    /// frames count in `tcp.segments_out`.
+    TcpSoftwareSegmented = "tcp.software_segmented";
     /// Segments sent with loaned data attached by reference (zero-copy send, paper 004
     /// §3.1).
     TcpZeroCopySegments = "tcp.zero_copy.segments_out";

@@ -604,7 +604,7 @@ impl Connection {
 
     /// The most data one segment carries: the MSS less the options it will carry
     /// (RFC 9293 §3.7.1: the MSS counts data only, so options come out of it).
-    fn segment_data_max(&self) -> usize {
+    pub(crate) fn segment_data_max(&self) -> usize {
         let mut options = 0;
         if self.ts_enabled {
             options += 12;

@@ -78,6 +78,20 @@ use connection::IP_TCP_HEADERS as HEADERS;
 /// forged message would otherwise shrink a connection to tiny segments.
 pub const MIN_PATH_MTU: usize = 552;
 
+/// How [`Stack::tcp_build_and_send`] writes a segment's TCP header: emitted from the
+/// segment's repr (this many bytes long), or copied as already emitted (a frame of a
+/// super-segment TCP cuts itself).
+#[derive(Clone, Copy)]
+enum Header<'a> {
+    Emit(usize),
+    Copy(&'a [u8]),
+}
+
+/// The most frames one super-segment is cut into by TCP itself
+/// (`Tuning::software_segmentation`): 44 at MSS 1,460 make the 64 KiB of a device's
+/// super-segment.
+const SOFTWARE_SEGMENTS_MAX: usize = 44;
+
 /// RFC 1191 §7's plateaus, for a router too old to say the next-hop MTU.
 const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
 
@@ -679,10 +693,15 @@ impl Stack {
         } else {
             self.routes.lookup(remote).map(|r| r.interface)
         };
-        let (csum_offload, tso_max) = self.tcp_offloads(iface);
+        let (csum_offload, device_tso_max) = self.tcp_offloads(iface);
+        // Software segmentation: super-segments where the device cuts none, and not
+        // over loopback (no device, no MTU to cut to).
+        let cut_here = device_tso_max == 0 && iface.is_some() && self.tuning.software_segmentation;
         loop {
+            let mut room = usize::MAX;
             if let Some(i) = iface {
-                if !self.ifaces.get_mut(i).is_some_and(|i| i.device.tx_ready()) {
+                room = self.ifaces.get(i).map_or(0, |i| i.device.tx_room());
+                if room == 0 {
                     if !self.tcp.blocked.contains(&index) {
                         self.tcp.blocked.push(index);
                     }
@@ -693,6 +712,13 @@ impl Stack {
                 let Some(c) = self.tcp.conn_mut(index) else {
                     return;
                 };
+                let tso_max = if cut_here {
+                    // As many whole segments as the device has room for.
+                    let mss = c.segment_data_max();
+                    room.min(SOFTWARE_SEGMENTS_MAX).saturating_mul(mss)
+                } else {
+                    device_tso_max
+                };
                 let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
                 c.next_segment(now, tso_max)
             };
@@ -700,7 +726,12 @@ impl Stack {
             let Some(out) = &out else {
                 return;
             };
-            if self.tcp_send_segment(s, index, out, csum_offload).is_err() {
+            let sent = if cut_here && out.gso_size != 0 {
+                self.tcp_send_cut(s, index, out, csum_offload)
+            } else {
+                self.tcp_send_segment(s, index, out, csum_offload)
+            };
+            if sent.is_err() {
                 return;
             }
             // Usually the segment just sent was all there was: stop without asking the
@@ -741,10 +772,61 @@ impl Stack {
         csum_offload: bool,
     ) -> Result<(), ()> {
         let header_len = out.repr.header_len();
-        let total = header_len + out.data_len;
         in_message!(self, from caller, out.data_len, s => {
-            self.tcp_build_and_send(s, index, out, header_len, total, csum_offload)
+            self.tcp_build_and_send(s, index, out, Header::Emit(header_len), csum_offload)
         })
+    }
+
+    /// Software segmentation (`Tuning::software_segmentation`): the super-segment `out`,
+    /// decided as one, sent as the frames a device's segmentation offload would make of
+    /// it (see `driver::memlink::offload`): each with `out.gso_size` bytes of data (the
+    /// last with the rest), the sequence number advanced by the data before it, FIN and
+    /// PSH on the last alone and CWR on the first alone, its own checksum and IP
+    /// identification. The header is emitted once and each frame's copy patched; each
+    /// frame is otherwise built and sent as any segment is, a message of its own to the
+    /// ledger.
+    fn tcp_send_cut(
+        &mut self,
+        caller: impl Sampling,
+        index: usize,
+        out: &Outgoing,
+        csum_offload: bool,
+    ) -> Result<(), ()> {
+        let header_len = out.repr.header_len();
+        let mut header = [0u8; tcp_wire::MAX_HEADER_LEN];
+        let Some(local_remote) = self.tcp.conn_mut(index).map(|c| (c.local.0, c.remote.0)) else {
+            return Err(());
+        };
+        let (src, dst) = local_remote;
+        let mut p = tcp_wire::Packet::new_unchecked(&mut header[..header_len]);
+        if out.repr.emit(&mut p, src, dst, Checksum::Skip).is_err() {
+            self.ledger.counters().inc(Counter::TcpDropMalformed);
+            return Err(());
+        }
+        let mss = usize::from(out.gso_size);
+        let mut part = Outgoing {
+            gso_size: 0,
+            ..*out
+        };
+        let mut offset = 0;
+        while offset < out.data_len {
+            let len = mss.min(out.data_len - offset);
+            let last = offset + len == out.data_len;
+            let mut p = tcp_wire::Packet::new_unchecked(&mut header[..header_len]);
+            p.set_seq_number(out.repr.seq_number + offset);
+            p.set_fin(last && out.repr.control == Control::Fin);
+            p.set_psh(last && out.repr.psh);
+            p.set_cwr(offset == 0 && out.repr.cwr);
+            part.data_offset = out.data_offset + offset;
+            part.data_len = len;
+            let bytes = &header[..header_len];
+            in_message!(self, from caller, len, s => {
+                self.tcp_build_and_send(s, index, &part, Header::Copy(bytes), csum_offload)
+            })?;
+            offset += len;
+        }
+        self.ledger.counters().inc(Counter::TcpSoftwareSegmented);
+        Ok(())
     }
 
     fn tcp_build_and_send(
@@ -752,10 +834,14 @@ impl Stack {
         s: impl Sampling,
         index: usize,
         out: &Outgoing,
-        header_len: usize,
-        total: usize,
+        header: Header<'_>,
         csum_offload: bool,
     ) -> Result<(), ()> {
+        let header_len = match header {
+            Header::Emit(len) => len,
+            Header::Copy(bytes) => bytes.len(),
+        };
+        let total = header_len + out.data_len;
         // Copied bytes go into the frame's buffer behind the header; loaned bytes (a
         // zero-copy send) follow it as fragments, uncopied, for the device to gather.
         // The buffer is still sized for the whole segment: a DMA engine gathers the
@@ -788,8 +874,17 @@ impl Stack {
         let (src, dst) = (c.local.0, c.remote.0);
         let emitted = {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
-            let mut p = tcp_wire::Packet::new_unchecked(&mut buf.data_mut()[..header_len]);
-            out.repr.emit(&mut p, src, dst, Checksum::Skip)
+            let space = &mut buf.data_mut()[..header_len];
+            match header {
+                Header::Emit(_) => {
+                    let mut p = tcp_wire::Packet::new_unchecked(space);
+                    out.repr.emit(&mut p, src, dst, Checksum::Skip)
+                }
+                Header::Copy(bytes) => {
+                    space.copy_from_slice(bytes);
+                    Ok(())
+                }
+            }
         };
         if emitted.is_err() {
             cold_path();
