@@ -859,6 +859,30 @@ fn software_segmentation_sends_the_frames_one_segment_at_a_time_sends() {
     }
 }
 
+/// A device with a short transmit queue (8 frames, where a super-segment could be cut
+/// into 44): software segmentation cuts no more frames than the queue has room for, so
+/// the device refuses none and nothing is sent twice; on the memory NICs and on a frame
+/// queue.
+#[test]
+fn software_segmentation_cuts_no_more_than_the_device_has_room_for() {
+    for queue in [false, true] {
+        let mut h = host(1500, Tuning::fast());
+        h.nic.tx_queue_depth = 8;
+        let mut p = if queue {
+            Pair::on_frame_queue(h.clone(), h).unwrap()
+        } else {
+            Pair::new(h.clone(), h).unwrap()
+        };
+        let (c, _l, s) = connect(&mut p);
+        transfer(&mut p, c, s, 4 << 20, Duration::from_secs(30));
+        let counters = p.a.ledger().counters();
+        let what = if queue { "frame queue" } else { "memory NICs" };
+        assert!(counters.get(Counter::TcpSoftwareSegmented) > 100, "{what}");
+        assert_eq!(counters.get(Counter::StackDropDeviceRefused), 0, "{what}");
+        assert_eq!(counters.get(Counter::TcpRetransmittedSegments), 0, "{what}");
+    }
+}
+
 /// [`link_template_run`] counting the super-segments A cut itself.
 fn software_segmentation_run(t: Tuning) -> (Vec<Vec<u8>>, u64) {
     let (mut p, out) = captured_pair(t);

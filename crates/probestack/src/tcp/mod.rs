@@ -78,13 +78,80 @@ use connection::IP_TCP_HEADERS as HEADERS;
 /// forged message would otherwise shrink a connection to tiny segments.
 pub const MIN_PATH_MTU: usize = 552;
 
-/// How [`Stack::tcp_build_and_send`] writes a segment's TCP header: emitted from the
-/// segment's repr (this many bytes long), or copied as already emitted (a frame of a
-/// super-segment TCP cuts itself).
+/// What [`Stack::tcp_build_and_send`] builds of a segment: all of it, its header emitted
+/// from its repr; or one frame of a super-segment TCP cuts itself ([`Cut`]), with the
+/// header as emitted for the whole and patched for this frame, and this frame's part of
+/// the data (as offsets into the send buffer, like the segment's own).
 #[derive(Clone, Copy)]
-enum Header<'a> {
-    Emit(usize),
-    Copy(&'a [u8]),
+enum Frame<'a> {
+    Whole,
+    Cut {
+        header: &'a [u8],
+        data_offset: usize,
+        data_len: usize,
+    },
+}
+
+/// Software segmentation (`Tuning::software_segmentation`): a super-segment, decided as
+/// one, cut by TCP into the frames a device's segmentation offload would make of it (see
+/// `driver::memlink::offload`): each with `gso_size` bytes of data (the last with the
+/// rest), the sequence number advanced by the data before it, FIN and PSH on the last
+/// alone and CWR on the first alone. The header is emitted once and patched for each
+/// frame; each frame is then built and sent as any segment is (its own checksum, IP
+/// identification and ledger message).
+struct Cut {
+    train: Outgoing,
+    /// The train's header, patched for the frame [`next_frame`](Self::next_frame) gave.
+    header: [u8; tcp_wire::MAX_HEADER_LEN],
+    header_len: usize,
+    /// Where the next frame's data starts, from the train's.
+    offset: usize,
+}
+
+impl Cut {
+    /// The train's header emitted; `None` if it cannot be.
+    fn new(train: &Outgoing, src: Ipv4Address, dst: Ipv4Address) -> Option<Cut> {
+        let header_len = train.repr.header_len();
+        let mut header = [0u8; tcp_wire::MAX_HEADER_LEN];
+        let mut p = tcp_wire::Packet::new_unchecked(header.get_mut(..header_len)?);
+        train.repr.emit(&mut p, src, dst, Checksum::Skip).ok()?;
+        Some(Cut {
+            train: *train,
+            header,
+            header_len,
+            offset: 0,
+        })
+    }
+
+    /// Whether every frame has been given.
+    fn finished(&self) -> bool {
+        self.offset >= self.train.data_len
+    }
+
+    /// Patches the header for the next frame and gives that frame's data (its offset in
+    /// the send buffer and length). Not to be called once [`finished`](Self::finished).
+    fn next_frame(&mut self) -> (usize, usize) {
+        let t = &self.train;
+        let len = usize::from(t.gso_size).min(t.data_len - self.offset);
+        let last = self.offset + len == t.data_len;
+        let mut p = tcp_wire::Packet::new_unchecked(&mut self.header[..self.header_len]);
+        p.set_seq_number(t.repr.seq_number + self.offset);
+        p.set_fin(last && t.repr.control == Control::Fin);
+        p.set_psh(last && t.repr.psh);
+        p.set_cwr(self.offset == 0 && t.repr.cwr);
+        let data_offset = t.data_offset + self.offset;
+        self.offset += len;
+        (data_offset, len)
+    }
+
+    /// The frame [`next_frame`](Self::next_frame) gave the data of.
+    fn frame(&self, data_offset: usize, data_len: usize) -> Frame<'_> {
+        Frame::Cut {
+            header: &self.header[..self.header_len],
+            data_offset,
+            data_len,
+        }
+    }
 }
 
 /// The most frames one super-segment is cut into by TCP itself
@@ -697,42 +764,69 @@ impl Stack {
         // Software segmentation: super-segments where the device cuts none, and not
         // over loopback (no device, no MTU to cut to).
         let cut_here = device_tso_max == 0 && iface.is_some() && self.tuning.software_segmentation;
+        let mut cut: Option<Cut> = None;
         loop {
             let mut room = usize::MAX;
             if let Some(i) = iface {
                 room = self.ifaces.get(i).map_or(0, |i| i.device.tx_room());
-                if room == 0 {
+                // A super-segment is cut to what the device had room for when it was
+                // decided; its frames are not held back (they are already sent as far as
+                // the connection is concerned).
+                if room == 0 && cut.is_none() {
                     if !self.tcp.blocked.contains(&index) {
                         self.tcp.blocked.push(index);
                     }
                     return;
                 }
             }
-            let out = {
-                let Some(c) = self.tcp.conn_mut(index) else {
-                    return;
-                };
-                let tso_max = if cut_here {
-                    // As many whole segments as the device has room for.
-                    let mss = c.segment_data_max();
-                    room.min(SOFTWARE_SEGMENTS_MAX).saturating_mul(mss)
-                } else {
-                    device_tso_max
-                };
-                let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
-                c.next_segment(now, tso_max)
+            // The next frame of the super-segment being cut, else the next segment.
+            let decided = match cut {
+                Some(_) => None,
+                None => {
+                    let Some(c) = self.tcp.conn_mut(index) else {
+                        return;
+                    };
+                    let tso_max = if cut_here {
+                        // As many whole segments as the device has room for.
+                        let mss = c.segment_data_max();
+                        room.min(SOFTWARE_SEGMENTS_MAX).saturating_mul(mss)
+                    } else {
+                        device_tso_max
+                    };
+                    let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
+                    c.next_segment(now, tso_max)
+                }
             };
             // Used where `next_segment` left it, not moved out of the `Option`.
-            let Some(out) = &out else {
-                return;
+            let (segment, frame) = match (&mut cut, &decided) {
+                (Some(c), _) => {
+                    let (data_offset, data_len) = c.next_frame();
+                    (&c.train, c.frame(data_offset, data_len))
+                }
+                (None, Some(out)) if cut_here && out.gso_size != 0 => {
+                    cut = self.tcp_cut(index, out);
+                    if cut.is_none() {
+                        return;
+                    }
+                    continue;
+                }
+                (None, Some(out)) => (out, Frame::Whole),
+                (None, None) => return,
             };
-            let sent = if cut_here && out.gso_size != 0 {
-                self.tcp_send_cut(s, index, out, csum_offload)
-            } else {
-                self.tcp_send_segment(s, index, out, csum_offload)
-            };
-            if sent.is_err() {
+            // One call for both (the segment builder stays in line with one caller).
+            if self
+                .tcp_send_segment(s, index, segment, frame, csum_offload)
+                .is_err()
+            {
                 return;
+            }
+            match &cut {
+                Some(c) if !c.finished() => continue,
+                Some(_) => {
+                    cut = None;
+                    self.ledger.counters().inc(Counter::TcpSoftwareSegmented);
+                }
+                None => {}
             }
             // Usually the segment just sent was all there was: stop without asking the
             // device and `next_segment` again.
@@ -740,6 +834,17 @@ impl Stack {
                 return;
             }
         }
+    }
+
+    /// Starts cutting the super-segment `train` into frames (software segmentation):
+    /// its header emitted once. `None` (counted) if the header cannot be emitted.
+    fn tcp_cut(&mut self, index: usize, train: &Outgoing) -> Option<Cut> {
+        let (src, dst) = self.tcp.conn_mut(index).map(|c| (c.local.0, c.remote.0))?;
+        let cut = Cut::new(train, src, dst);
+        if cut.is_none() {
+            self.ledger.counters().inc(Counter::TcpDropMalformed);
+        }
+        cut
     }
 
     /// What the device toward a peer finishes for TCP (`Tuning::checksum_offload`,
@@ -760,73 +865,27 @@ impl Stack {
         (csum, tso)
     }
 
-    /// Builds the frame of one segment: header, the data copied out of the send buffer
+    /// Builds the frame of one segment: header (emitted from `out.repr`, or copied as a
+    /// cut super-segment's frames have it), the data copied out of the send buffer
     /// (summed on the way with `fused_copy_checksum`, else in a second pass, or not at
     /// all when the device completes the checksum), the checksum, and down to IP with
-    /// don't-fragment set (TCP sizes its segments itself).
+    /// don't-fragment set (TCP sizes its segments itself). One message to the ledger.
+    /// Called from one place, so that it stays in line there.
     fn tcp_send_segment(
         &mut self,
         caller: impl Sampling,
         index: usize,
         out: &Outgoing,
+        frame: Frame<'_>,
         csum_offload: bool,
     ) -> Result<(), ()> {
-        let header_len = out.repr.header_len();
-        in_message!(self, from caller, out.data_len, s => {
-            self.tcp_build_and_send(s, index, out, Header::Emit(header_len), csum_offload)
+        let data_len = match frame {
+            Frame::Whole => out.data_len,
+            Frame::Cut { data_len, .. } => data_len,
+        };
+        in_message!(self, from caller, data_len, s => {
+            self.tcp_build_and_send(s, index, out, frame, csum_offload)
         })
-    }
-
-    /// Software segmentation (`Tuning::software_segmentation`): the super-segment `out`,
-    /// decided as one, sent as the frames a device's segmentation offload would make of
-    /// it (see `driver::memlink::offload`): each with `out.gso_size` bytes of data (the
-    /// last with the rest), the sequence number advanced by the data before it, FIN and
-    /// PSH on the last alone and CWR on the first alone, its own checksum and IP
-    /// identification. The header is emitted once and each frame's copy patched; each
-    /// frame is otherwise built and sent as any segment is, a message of its own to the
-    /// ledger.
-    fn tcp_send_cut(
-        &mut self,
-        caller: impl Sampling,
-        index: usize,
-        out: &Outgoing,
-        csum_offload: bool,
-    ) -> Result<(), ()> {
-        let header_len = out.repr.header_len();
-        let mut header = [0u8; tcp_wire::MAX_HEADER_LEN];
-        let Some(local_remote) = self.tcp.conn_mut(index).map(|c| (c.local.0, c.remote.0)) else {
-            return Err(());
-        };
-        let (src, dst) = local_remote;
-        let mut p = tcp_wire::Packet::new_unchecked(&mut header[..header_len]);
-        if out.repr.emit(&mut p, src, dst, Checksum::Skip).is_err() {
-            self.ledger.counters().inc(Counter::TcpDropMalformed);
-            return Err(());
-        }
-        let mss = usize::from(out.gso_size);
-        let mut part = Outgoing {
-            gso_size: 0,
-            ..*out
-        };
-        let mut offset = 0;
-        while offset < out.data_len {
-            let len = mss.min(out.data_len - offset);
-            let last = offset + len == out.data_len;
-            let mut p = tcp_wire::Packet::new_unchecked(&mut header[..header_len]);
-            p.set_seq_number(out.repr.seq_number + offset);
-            p.set_fin(last && out.repr.control == Control::Fin);
-            p.set_psh(last && out.repr.psh);
-            p.set_cwr(offset == 0 && out.repr.cwr);
-            part.data_offset = out.data_offset + offset;
-            part.data_len = len;
-            let bytes = &header[..header_len];
-            in_message!(self, from caller, len, s => {
-                self.tcp_build_and_send(s, index, &part, Header::Copy(bytes), csum_offload)
-            })?;
-            offset += len;
-        }
-        self.ledger.counters().inc(Counter::TcpSoftwareSegmented);
-        Ok(())
     }
 
     fn tcp_build_and_send(
@@ -834,21 +893,30 @@ impl Stack {
         s: impl Sampling,
         index: usize,
         out: &Outgoing,
-        header: Header<'_>,
+        frame: Frame<'_>,
         csum_offload: bool,
     ) -> Result<(), ()> {
-        let header_len = match header {
-            Header::Emit(len) => len,
-            Header::Copy(bytes) => bytes.len(),
+        let (header_len, data_offset, data_len, gso_size) = match frame {
+            Frame::Whole => (
+                out.repr.header_len(),
+                out.data_offset,
+                out.data_len,
+                out.gso_size,
+            ),
+            Frame::Cut {
+                header,
+                data_offset,
+                data_len,
+            } => (header.len(), data_offset, data_len, 0),
         };
-        let total = header_len + out.data_len;
+        let total = header_len + data_len;
         // Copied bytes go into the frame's buffer behind the header; loaned bytes (a
         // zero-copy send) follow it as fragments, uncopied, for the device to gather.
         // The buffer is still sized for the whole segment: a DMA engine gathers the
         // fragments into its tailroom (as does a driver that must linearize), so the
         // buffer circulates through the pools like any other frame's.
         let copied = match self.tcp.conn_mut(index) {
-            Some(c) => c.tx.copied_part(out.data_offset, out.data_len),
+            Some(c) => c.tx.copied_part(data_offset, data_len),
             None => return Err(()),
         };
         // The failures below are rare, and marked so: unmarked, each halves the weight
@@ -861,7 +929,7 @@ impl Stack {
             cold_path();
             return Err(());
         };
-        if buf.trim_back(out.data_len - copied).is_err() {
+        if buf.trim_back(data_len - copied).is_err() {
             cold_path();
             self.free(s, Layer::Tcp, Side::Send, buf);
             return Err(());
@@ -875,13 +943,13 @@ impl Stack {
         let emitted = {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
             let space = &mut buf.data_mut()[..header_len];
-            match header {
-                Header::Emit(_) => {
+            match frame {
+                Frame::Whole => {
                     let mut p = tcp_wire::Packet::new_unchecked(space);
                     out.repr.emit(&mut p, src, dst, Checksum::Skip)
                 }
-                Header::Copy(bytes) => {
-                    space.copy_from_slice(bytes);
+                Frame::Cut { header, .. } => {
+                    space.copy_from_slice(header);
                     Ok(())
                 }
             }
@@ -897,7 +965,7 @@ impl Stack {
         // device to be cut even when the peers agreed on no checksum (RFC 1146): the
         // device cuts only what it also checksums, and a checksum nobody verifies is
         // harmless (without this the datagram is too large for the link and is lost).
-        let offload = csum_offload && (!out.no_checksum || out.gso_size != 0);
+        let offload = csum_offload && (!out.no_checksum || gso_size != 0);
         let fused = self.tuning.fused_copy_checksum && !offload && !out.no_checksum;
         let mut payload_sum = fused.then(Accumulator::new);
         {
@@ -906,7 +974,7 @@ impl Stack {
                 .probe(s, Layer::Socket, Side::Send, Op::SocketCopy);
             let (_, mut data) = buf.data_mut().split_at_mut(header_len);
             let mut frags = Vec::new();
-            c.tx.for_each_piece(out.data_offset, out.data_len, |piece| match piece {
+            c.tx.for_each_piece(data_offset, data_len, |piece| match piece {
                 Piece::Copy(src) => {
                     let (dst, rest) = std::mem::take(&mut data).split_at_mut(src.len());
                     match payload_sum.as_mut() {
@@ -932,7 +1000,7 @@ impl Stack {
             tcp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(seed);
             buf.set_tx_offload(TxOffload {
                 l4_checksum: true,
-                gso_size: out.gso_size,
+                gso_size,
             });
         } else if !out.no_checksum {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::Checksum);
