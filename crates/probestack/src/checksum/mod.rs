@@ -180,7 +180,18 @@ pub fn sum(data: &[u8]) -> u16 {
 /// The ones'-complement sum of `data` with a chosen kernel.
 ///
 /// A kernel the CPU lacks falls back to the best one it has ([`Kernel::or_best`]).
+/// Short data for a vector kernel, which would hand it to the short scalar path, goes
+/// there from here, in line (every kernel gives the same sum).
+#[inline]
 pub fn sum_with(kernel: Kernel, data: &[u8]) -> u16 {
+    if data.len() < VECTOR_MIN_LEN && matches!(kernel, Kernel::Avx2 | Kernel::Avx512) {
+        return scalar::sum_short(data);
+    }
+    sum_dispatch(kernel, data)
+}
+
+/// [`sum_with`] past its in-line short case.
+fn sum_dispatch(kernel: Kernel, data: &[u8]) -> u16 {
     match kernel {
         Kernel::Rfc1071 => reference::sum(data),
         Kernel::Unrolled32 => scalar::sum_unrolled32(data),
@@ -196,7 +207,7 @@ pub fn sum_with(kernel: Kernel, data: &[u8]) -> u16 {
             unsafe { x86::sum_avx512(data) }
         }
         Kernel::Avx2 | Kernel::Avx512 if kernel.is_available() => scalar::sum_short(data),
-        Kernel::Avx2 | Kernel::Avx512 => sum_with(Kernel::best(), data),
+        Kernel::Avx2 | Kernel::Avx512 => sum_dispatch(Kernel::best(), data),
     }
 }
 
@@ -217,10 +228,26 @@ pub fn copy_and_sum(dst: &mut [u8], src: &[u8]) -> u16 {
 /// Copies `src` into `dst` and returns the sum of the bytes copied, in one pass, using the
 /// fused loop of a chosen kernel (paper 002 §7: "combined copy and checksum").
 ///
+/// Short data for a vector kernel, which would hand it to the short scalar path, goes
+/// there from here, in line (every kernel gives the same sum): a 64-byte payload's copy
+/// pays no dispatch.
+///
 /// # Panics
 ///
 /// If `dst` and `src` differ in length.
+#[inline]
 pub fn copy_and_sum_with(kernel: Kernel, dst: &mut [u8], src: &[u8]) -> u16 {
+    if src.len() < VECTOR_MIN_LEN
+        && dst.len() == src.len()
+        && matches!(kernel, Kernel::Avx2 | Kernel::Avx512)
+    {
+        return scalar::copy_and_sum_short(dst, src);
+    }
+    copy_and_sum_dispatch(kernel, dst, src)
+}
+
+/// [`copy_and_sum_with`] past its in-line short case.
+fn copy_and_sum_dispatch(kernel: Kernel, dst: &mut [u8], src: &[u8]) -> u16 {
     assert_eq!(
         dst.len(),
         src.len(),
@@ -243,7 +270,7 @@ pub fn copy_and_sum_with(kernel: Kernel, dst: &mut [u8], src: &[u8]) -> u16 {
         Kernel::Avx2 | Kernel::Avx512 if kernel.is_available() => {
             scalar::copy_and_sum_short(dst, src)
         }
-        Kernel::Avx2 | Kernel::Avx512 => copy_and_sum_with(Kernel::best(), dst, src),
+        Kernel::Avx2 | Kernel::Avx512 => copy_and_sum_dispatch(Kernel::best(), dst, src),
     }
 }
 
