@@ -772,8 +772,8 @@ fn captured_pair(t: Tuning) -> (Pair, SharedBytes) {
 }
 
 /// A connection from A to B carrying 300 KB each way, then closed by both; returns A's
-/// frames and how many segments A sent under its template.
-fn link_template_run(t: Tuning) -> (Vec<Vec<u8>>, u64) {
+/// frames and A's count of `counter`.
+fn two_way_run(t: Tuning, counter: Counter) -> (Vec<Vec<u8>>, u64) {
     let (mut p, out) = captured_pair(t);
     let (c, l, s) = connect(&mut p);
     transfer(&mut p, c, s, 300_000, Duration::from_secs(10));
@@ -799,8 +799,8 @@ fn link_template_run(t: Tuning) -> (Vec<Vec<u8>>, u64) {
     p.b.tcp_close(l).unwrap();
     p.run_for(Duration::from_secs(3));
     assert_eq!(p.a.tcp_state(c), Err(TcpError::BadHandle));
-    let templated = p.a.ledger().counters().get(Counter::TcpTemplateSent);
-    (captured_frames(&out), templated)
+    let count = p.a.ledger().counters().get(counter);
+    (captured_frames(&out), count)
 }
 
 /// The template's frames are the layers' frames, byte for byte (data, ACKs, FIN), with
@@ -813,8 +813,8 @@ fn the_link_template_sends_the_frames_the_layers_send() {
             tcp_header_template: false,
             ..with
         };
-        let (frames_t, sent_t) = link_template_run(with);
-        let (frames_l, sent_l) = link_template_run(without);
+        let (frames_t, sent_t) = two_way_run(with, Counter::TcpTemplateSent);
+        let (frames_l, sent_l) = two_way_run(without, Counter::TcpTemplateSent);
         assert_eq!(sent_l, 0);
         // All but the SYN (sent before ARP answered) take the template.
         assert!(frames_t.len() > 200, "only {} frames", frames_t.len());
@@ -847,8 +847,8 @@ fn software_segmentation_sends_the_frames_one_segment_at_a_time_sends() {
             software_segmentation: false,
             ..with
         };
-        let (frames_cut, trains) = software_segmentation_run(with);
-        let (frames_one, none) = software_segmentation_run(without);
+        let (frames_cut, trains) = two_way_run(with, Counter::TcpSoftwareSegmented);
+        let (frames_one, none) = two_way_run(without, Counter::TcpSoftwareSegmented);
         assert_eq!(none, 0);
         assert!(trains > 10, "only {trains} super-segments were cut");
         let what = format!(
@@ -881,19 +881,6 @@ fn software_segmentation_cuts_no_more_than_the_device_has_room_for() {
         assert_eq!(counters.get(Counter::StackDropDeviceRefused), 0, "{what}");
         assert_eq!(counters.get(Counter::TcpRetransmittedSegments), 0, "{what}");
     }
-}
-
-/// [`link_template_run`] counting the super-segments A cut itself.
-fn software_segmentation_run(t: Tuning) -> (Vec<Vec<u8>>, u64) {
-    let (mut p, out) = captured_pair(t);
-    let (c, l, s) = connect(&mut p);
-    transfer(&mut p, c, s, 300_000, Duration::from_secs(10));
-    p.a.tcp_close(c).unwrap();
-    p.b.tcp_close(s).unwrap();
-    p.b.tcp_close(l).unwrap();
-    p.run_for(Duration::from_secs(3));
-    let trains = p.a.ledger().counters().get(Counter::TcpSoftwareSegmented);
-    (captured_frames(&out), trains)
 }
 
 /// A template goes stale when the next hop's MAC changes and when the route goes: the
