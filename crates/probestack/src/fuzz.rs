@@ -14,11 +14,12 @@
 //!
 //! # Input formats
 //!
-//! The parsers take the bytes as the protocol's own: a frame for [`ethernet`], a packet
-//! for [`arp`], a datagram for [`ipv4`], a message for [`icmpv4`], a capture file for
-//! [`pcap`]. UDP and TCP are checksummed over a pseudo-header, so [`udp`] and [`tcp`] read
-//! the source and destination addresses from the first 8 bytes and the segment from the
-//! rest. The stateful targets read records:
+//! The parsers take the bytes as the protocol's own: a frame for
+//! [`ethernet`](fn@ethernet), a packet for [`arp`], a datagram for [`ipv4`](fn@ipv4), a
+//! message for [`icmpv4`](fn@icmpv4), a capture file for [`pcap`]. UDP and TCP are
+//! checksummed over a pseudo-header, so [`udp`] and [`tcp`] read the source and
+//! destination addresses from the first 8 bytes and the segment from the rest. The
+//! stateful targets read records:
 //!
 //! - [`ipv4_reassembly`]: one configuration byte (the memory cap and the most datagrams),
 //!   then 6-byte fragments `[key, offset (2), length (2), flags]` ([`FRAGMENT_RECORD`]).

@@ -142,9 +142,11 @@ pub struct NicConfig {
     pub tso: bool,
     /// Header/data split on receive (paper 004 §3.1): the DMA NIC puts the payload of
     /// each unfragmented TCP segment of at least a page in a buffer of its own that
-    /// starts on a page boundary ([`ExtBuf::copy_page_aligned`]) and hands the stack the
-    /// headers with the payload as the frame's fragment, so whole pages can reach the
-    /// application without a copy. The placement is the NIC's DMA writing, device work.
+    /// starts on a page boundary
+    /// ([`ExtBuf::copy_page_aligned`](crate::buf::ExtBuf::copy_page_aligned)) and hands
+    /// the stack the headers with the payload as the frame's fragment, so whole pages can
+    /// reach the application without a copy. The placement is the NIC's DMA writing,
+    /// device work.
     /// Ignored with PIO, where the CPU's own copy places the data.
     pub header_split: bool,
     /// Frames the transmit ring holds (1 to 65536).

@@ -8,7 +8,7 @@
 //!   [`assembler`]: the out-of-order queue's
 //!   bookkeeping; [`rtt`]: the RFC 6298 timer; [`scoreboard`]: the SACK scoreboard;
 //!   [`isn`]: RFC 6528 initial sequence numbers and RFC 6056 ports; [`syn_cookie`]: RFC
-//!   4987 §3.6 SYN cookies, for a listener whose backlog is full; [`template`]: a
+//!   4987 §3.6 SYN cookies, for a listener whose backlog is full; `template`: a
 //!   connection's prebuilt Ethernet and IP headers (`Tuning::tcp_header_template`);
 //! - this module: input (parse, checksum, demultiplex, hand to the connection or the
 //!   listener, RST for segments nobody wants) and output (segments to frames: header,
