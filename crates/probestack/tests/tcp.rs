@@ -6,6 +6,8 @@
 mod common;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
 use common::transfer::{fnv, pattern, transfer};
@@ -983,4 +985,81 @@ fn poll_returns_the_deadline_next_deadline_gives() {
     let ca = p.a.ledger().counters();
     assert!(ca.get(Counter::TcpRetransmittedSegments) > 0);
     assert!(p.b.ledger().counters().get(Counter::TcpKeepalives) >= 3);
+}
+
+// ---------------------------------------------------------------------------------------
+// Loss recovery entered from the SACK scoreboard (RFC 6675 §5 step 2.b).
+
+/// A's NIC, dropping the first TCP segment with data that A sends after `armed` is set.
+struct DropFirstData {
+    inner: MemoryNic,
+    armed: Arc<AtomicBool>,
+}
+
+impl Device for DropFirstData {
+    fn caps(&self) -> DeviceCaps {
+        self.inner.caps()
+    }
+    fn transmit(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        let f = frame.data();
+        // Ethernet II, IPv4 without options, TCP: data past the TCP header.
+        let carries_data = f.len() > 54
+            && f[12..14] == [0x08, 0x00]
+            && f[23] == 6
+            && f.len() > 34 + usize::from(f[46] >> 4) * 4;
+        if carries_data && self.armed.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.inner.transmit(frame, meta, cx)
+    }
+    fn tx_ready(&self) -> bool {
+        self.inner.tx_ready()
+    }
+    fn tx_room(&self) -> usize {
+        self.inner.tx_room()
+    }
+    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
+        self.inner.take_notification(cx)
+    }
+    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        self.inner.receive(cx)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        self.inner.next_deadline()
+    }
+}
+
+/// The first of ten segments written at once is lost. B takes the other nine in one
+/// receive batch and answers them with one ACK (`tcp_output_per_batch`), whose SACK block
+/// covers them: one duplicate ACK, not three, and nothing more to send that would bring
+/// others. The scoreboard shows the first segment lost (RFC 6675's `IsLost`), so A
+/// retransmits it at once instead of waiting for its retransmission timer (200 ms at
+/// least).
+#[test]
+fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_acks() {
+    let armed = Arc::new(AtomicBool::new(false));
+    let arm = armed.clone();
+    let mut p = Pair::with_devices(
+        host(1500, Tuning::fast()),
+        host(1500, Tuning::fast()),
+        |inner| Box::new(DropFirstData { inner, armed: arm }),
+        |n| Box::new(n),
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    // Warm the connection up (its congestion window past ten segments), then lose one.
+    transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
+    armed.store(true, Ordering::Relaxed);
+    let mss = p.a.tcp_connection(c).unwrap().mss().0;
+    let ms = transfer(&mut p, c, s, 10 * mss, Duration::from_secs(10));
+    let stats = p.a.tcp_connection(c).unwrap().stats();
+    assert!(!armed.load(Ordering::Relaxed), "nothing was dropped");
+    assert_eq!(stats.timeouts, 0, "{stats:?}");
+    assert_eq!(stats.fast_retransmits, 1, "{stats:?}");
+    assert!(ms < 100, "the ten segments took {ms} ms");
 }

@@ -1411,7 +1411,16 @@ impl Connection {
             }
             return;
         }
-        if self.dup_acks == DUP_THRESH {
+        // RFC 6675 §5 step (2.b): with SACK, the first segment is also lost once the
+        // scoreboard says so (DupThresh segments' worth SACKed above it), even before the
+        // third duplicate ACK: a receiver that answers a batch of out-of-order segments
+        // with one ACK (as probestack's `tcp_output_per_batch` does) may send fewer than
+        // three.
+        let lost = self.dup_acks == DUP_THRESH
+            || (self.dup_acks < DUP_THRESH
+                && self.sack_enabled
+                && self.scoreboard.is_lost(self.snd_una, self.snd_mss));
+        if lost {
             // RFC 6582 §3.2 step 2: not when this loss predates the last recovery.
             let flight = self.flight_size();
             self.ssthresh = (flight / 2).max(2 * self.snd_mss);
