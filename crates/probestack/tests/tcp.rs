@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
@@ -990,13 +990,14 @@ fn poll_returns_the_deadline_next_deadline_gives() {
 // ---------------------------------------------------------------------------------------
 // Loss recovery entered from the SACK scoreboard (RFC 6675 §5 step 2.b).
 
-/// A's NIC, dropping the first TCP segment with data that A sends after `armed` is set.
-struct DropFirstData {
+/// A's NIC, dropping one TCP segment with data once armed: `countdown` is the number of
+/// such segments to let through first, plus one (0: disarmed).
+struct DropOneData {
     inner: MemoryNic,
-    armed: Arc<AtomicBool>,
+    countdown: Arc<AtomicUsize>,
 }
 
-impl Device for DropFirstData {
+impl Device for DropOneData {
     fn caps(&self) -> DeviceCaps {
         self.inner.caps()
     }
@@ -1012,8 +1013,15 @@ impl Device for DropFirstData {
             && f[12..14] == [0x08, 0x00]
             && f[23] == 6
             && f.len() > 34 + usize::from(f[46] >> 4) * 4;
-        if carries_data && self.armed.swap(false, Ordering::Relaxed) {
-            return Ok(());
+        if carries_data {
+            match self.countdown.load(Ordering::Relaxed) {
+                0 => {}
+                1 => {
+                    self.countdown.store(0, Ordering::Relaxed);
+                    return Ok(());
+                }
+                n => self.countdown.store(n - 1, Ordering::Relaxed),
+            }
         }
         self.inner.transmit(frame, meta, cx)
     }
@@ -1034,32 +1042,43 @@ impl Device for DropFirstData {
     }
 }
 
-/// The first of ten segments written at once is lost. B takes the other nine in one
-/// receive batch and answers them with one ACK (`tcp_output_per_batch`), whose SACK block
-/// covers them: one duplicate ACK, not three, and nothing more to send that would bring
-/// others. The scoreboard shows the first segment lost (RFC 6675's `IsLost`), so A
-/// retransmits it at once instead of waiting for its retransmission timer (200 ms at
-/// least).
+/// One of ten segments written at once is lost. B takes the other nine in one receive
+/// batch and answers them with one ACK (`tcp_output_per_batch`), whose SACK block covers
+/// those above the hole: one duplicate ACK, not three, when the first is lost, and no
+/// duplicate at all when a later one is (the ACK moves SND.UNA up to the hole); and
+/// nothing more to send that would bring more. The scoreboard shows the hole lost (RFC
+/// 6675's `IsLost`), so A retransmits it at once instead of waiting for its
+/// retransmission timer (200 ms at least).
 #[test]
 fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_acks() {
-    let armed = Arc::new(AtomicBool::new(false));
-    let arm = armed.clone();
-    let mut p = Pair::with_devices(
-        host(1500, Tuning::fast()),
-        host(1500, Tuning::fast()),
-        |inner| Box::new(DropFirstData { inner, armed: arm }),
-        |n| Box::new(n),
-    )
-    .unwrap();
-    let (c, _l, s) = connect(&mut p);
-    // Warm the connection up (its congestion window past ten segments), then lose one.
-    transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
-    armed.store(true, Ordering::Relaxed);
-    let mss = p.a.tcp_connection(c).unwrap().mss().0;
-    let ms = transfer(&mut p, c, s, 10 * mss, Duration::from_secs(10));
-    let stats = p.a.tcp_connection(c).unwrap().stats();
-    assert!(!armed.load(Ordering::Relaxed), "nothing was dropped");
-    assert_eq!(stats.timeouts, 0, "{stats:?}");
-    assert_eq!(stats.fast_retransmits, 1, "{stats:?}");
-    assert!(ms < 100, "the ten segments took {ms} ms");
+    for lost in [0, 2] {
+        let countdown = Arc::new(AtomicUsize::new(0));
+        let arm = countdown.clone();
+        let mut p = Pair::with_devices(
+            host(1500, Tuning::fast()),
+            host(1500, Tuning::fast()),
+            |inner| {
+                Box::new(DropOneData {
+                    inner,
+                    countdown: arm,
+                })
+            },
+            |n| Box::new(n),
+        )
+        .unwrap();
+        let (c, _l, s) = connect(&mut p);
+        // Warm the connection up (its congestion window past ten segments), then lose one.
+        transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
+        countdown.store(lost + 1, Ordering::Relaxed);
+        let mss = p.a.tcp_connection(c).unwrap().mss().0;
+        let ms = transfer(&mut p, c, s, 10 * mss, Duration::from_secs(10));
+        let stats = p.a.tcp_connection(c).unwrap().stats();
+        assert_eq!(countdown.load(Ordering::Relaxed), 0, "nothing was dropped");
+        assert_eq!(stats.timeouts, 0, "segment {lost} lost: {stats:?}");
+        assert_eq!(stats.fast_retransmits, 1, "segment {lost} lost: {stats:?}");
+        assert!(
+            ms < 100,
+            "segment {lost} lost: the ten segments took {ms} ms"
+        );
+    }
 }

@@ -1185,6 +1185,8 @@ impl Connection {
             return None;
         }
         self.update_ts_recent(seg);
+        // Bytes this ACK's SACK blocks report for the first time.
+        let mut newly_sacked = 0;
         if self.sack_enabled {
             let blocks: [Option<(SeqNumber, SeqNumber)>; 4] = seg
                 .sack_ranges
@@ -1196,7 +1198,8 @@ impl Connection {
                 n += 1;
             }
             if n > 0 {
-                self.scoreboard
+                newly_sacked = self
+                    .scoreboard
                     .add_blocks(&list[..n], self.snd_una, self.snd_max);
             }
         }
@@ -1213,6 +1216,18 @@ impl Connection {
             // RFC 5681 §2's duplicate ACK.
             self.stats.dup_acks_in += 1;
             self.on_dup_ack(ledger);
+        }
+        // Any ACK that SACKs new data can show the first unacknowledged segment lost: one
+        // that also moves SND.UNA, or whose window differs (so not a duplicate). With one
+        // ACK per receive batch no duplicate ACK may follow to say so (RFC 6675 looks
+        // only at duplicate ACKs; Linux, as here, at any ACK that brings SACK
+        // information).
+        if newly_sacked > 0
+            && self.recovery.is_none()
+            && self.snd_max != self.snd_una
+            && self.scoreboard.is_lost(self.snd_una, self.snd_mss)
+        {
+            self.enter_recovery(ledger);
         }
         // The send window (RFC 9293 §3.10.7.4, SND.WL1/WL2).
         if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
@@ -1421,19 +1436,24 @@ impl Connection {
                 && self.sack_enabled
                 && self.scoreboard.is_lost(self.snd_una, self.snd_mss));
         if lost {
-            // RFC 6582 §3.2 step 2: not when this loss predates the last recovery.
-            let flight = self.flight_size();
-            self.ssthresh = (flight / 2).max(2 * self.snd_mss);
-            self.cwnd = self.ssthresh + DUP_THRESH as usize * self.snd_mss;
-            self.recovery = Some(Recovery {
-                recover: self.snd_max,
-                high_rxt: self.snd_una,
-            });
-            self.rtx_pending = Some((self.snd_una, self.snd_mss.min(flight)));
-            self.rtt_timer.cancel();
-            self.stats.fast_retransmits += 1;
-            ledger.counters().inc(Counter::TcpFastRetransmits);
+            self.enter_recovery(ledger);
         }
+    }
+
+    /// Fast retransmit: the segment at SND.UNA goes again at once and NewReno recovery
+    /// begins (RFC 5681 §3.2 steps 2-3, RFC 6582 §3.2).
+    fn enter_recovery(&mut self, ledger: &Ledger) {
+        let flight = self.flight_size();
+        self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+        self.cwnd = self.ssthresh + DUP_THRESH as usize * self.snd_mss;
+        self.recovery = Some(Recovery {
+            recover: self.snd_max,
+            high_rxt: self.snd_una,
+        });
+        self.rtx_pending = Some((self.snd_una, self.snd_mss.min(flight)));
+        self.rtt_timer.cancel();
+        self.stats.fast_retransmits += 1;
+        ledger.counters().inc(Counter::TcpFastRetransmits);
     }
 
     /// Data in the window: in order straight into the receive buffer, out of order into
