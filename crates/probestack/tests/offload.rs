@@ -273,10 +273,11 @@ fn bulk_16_mib_with_checksum_offload_under_faults_mtu_9000() {
 #[test]
 fn bulk_16_mib_with_tso_under_faults_mtu_1500() {
     let s = bulk_under_faults(1500, true);
-    // Super-frames were cut; retransmissions (of single segments, parts of them) went
-    // out as ordinary frames.
+    // Super-frames were cut, several segments each (under these faults 4.10 on average
+    // before TCP's early retransmit, 3.97 with it); retransmissions (of single segments,
+    // parts of them) went out as ordinary frames.
     assert!(s.tx_super_frames > 100, "{s:?}");
-    assert!(s.tx_segments > 4 * s.tx_super_frames, "{s:?}");
+    assert!(s.tx_segments > 3 * s.tx_super_frames, "{s:?}");
     assert!(s.tx_frames > s.tx_segments);
 }
 

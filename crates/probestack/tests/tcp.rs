@@ -1042,16 +1042,17 @@ impl Device for DropOneData {
     }
 }
 
-/// One of ten segments written at once is lost. B takes the other nine in one receive
-/// batch and answers them with one ACK (`tcp_output_per_batch`), whose SACK block covers
-/// those above the hole: one duplicate ACK, not three, when the first is lost, and no
-/// duplicate at all when a later one is (the ACK moves SND.UNA up to the hole); and
-/// nothing more to send that would bring more. The scoreboard shows the hole lost (RFC
-/// 6675's `IsLost`), so A retransmits it at once instead of waiting for its
-/// retransmission timer (200 ms at least).
+/// One segment of a flight written at once is lost. B takes the rest in one receive batch
+/// and answers them with one ACK (`tcp_output_per_batch`), whose SACK block covers those
+/// above the hole: one duplicate ACK, not three, when the first is lost, and no duplicate
+/// at all when a later one is (the ACK moves SND.UNA up to the hole); and A has nothing
+/// more to send that would bring more. The scoreboard shows the hole lost (RFC 6675's
+/// `IsLost` for ten segments; for three, of which two are SACKed, RFC 5827's early
+/// retransmit), so A retransmits it at once instead of waiting for its retransmission
+/// timer (200 ms at least).
 #[test]
 fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_acks() {
-    for lost in [0, 2] {
+    for (segments, lost) in [(10, 0), (10, 2), (3, 0)] {
         let countdown = Arc::new(AtomicUsize::new(0));
         let arm = countdown.clone();
         let mut p = Pair::with_devices(
@@ -1070,15 +1071,18 @@ fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_ack
         // Warm the connection up (its congestion window past ten segments), then lose one.
         transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
         countdown.store(lost + 1, Ordering::Relaxed);
-        let mss = p.a.tcp_connection(c).unwrap().mss().0;
-        let ms = transfer(&mut p, c, s, 10 * mss, Duration::from_secs(10));
+        // A segment's data: the MSS less the 12 bytes of the timestamps option.
+        let data = p.a.tcp_connection(c).unwrap().mss().0 - 12;
+        let ms = transfer(&mut p, c, s, segments * data, Duration::from_secs(10));
         let stats = p.a.tcp_connection(c).unwrap().stats();
-        assert_eq!(countdown.load(Ordering::Relaxed), 0, "nothing was dropped");
-        assert_eq!(stats.timeouts, 0, "segment {lost} lost: {stats:?}");
-        assert_eq!(stats.fast_retransmits, 1, "segment {lost} lost: {stats:?}");
-        assert!(
-            ms < 100,
-            "segment {lost} lost: the ten segments took {ms} ms"
+        let what = format!("segment {lost} of {segments} lost");
+        assert_eq!(
+            countdown.load(Ordering::Relaxed),
+            0,
+            "{what}: nothing was dropped"
         );
+        assert_eq!(stats.timeouts, 0, "{what}: {stats:?}");
+        assert_eq!(stats.fast_retransmits, 1, "{what}: {stats:?}");
+        assert!(ms < 100, "{what}: the flight took {ms} ms");
     }
 }

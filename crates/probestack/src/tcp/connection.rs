@@ -1225,7 +1225,7 @@ impl Connection {
         if newly_sacked > 0
             && self.recovery.is_none()
             && self.snd_max != self.snd_una
-            && self.scoreboard.is_lost(self.snd_una, self.snd_mss)
+            && self.head_lost()
         {
             self.enter_recovery(ledger);
         }
@@ -1431,13 +1431,39 @@ impl Connection {
         // third duplicate ACK: a receiver that answers a batch of out-of-order segments
         // with one ACK (as probestack's `tcp_output_per_batch` does) may send fewer than
         // three.
-        let lost = self.dup_acks == DUP_THRESH
-            || (self.dup_acks < DUP_THRESH
-                && self.sack_enabled
-                && self.scoreboard.is_lost(self.snd_una, self.snd_mss));
+        let lost = self.dup_acks == DUP_THRESH || (self.dup_acks < DUP_THRESH && self.head_lost());
         if lost {
             self.enter_recovery(ledger);
         }
+    }
+
+    /// Whether the SACK scoreboard shows the segment at SND.UNA lost: RFC 6675's `IsLost`
+    /// (three segments' worth SACKed above it), or, with fewer than four segments
+    /// outstanding and no room to send another full segment (so no more ACKs will come
+    /// to make three), RFC 5827's early retransmit in its SACK form: all the outstanding
+    /// segments but one SACKed. The room counts the congestion window as well as the
+    /// receiver's (Linux's reading, `tcp_may_send_now`; RFC 5827 names only the
+    /// receiver's, expecting Limited Transmit, RFC 3042, which this TCP does not do).
+    fn head_lost(&self) -> bool {
+        if !self.sack_enabled || self.snd_mss == 0 {
+            return false;
+        }
+        if self.scoreboard.is_lost(self.snd_una, self.snd_mss) {
+            return true;
+        }
+        let outstanding = self.snd_max.bytes_since(self.snd_una);
+        let segments = outstanding.div_ceil(self.snd_mss);
+        if !(2..4).contains(&segments) {
+            return false;
+        }
+        // RFC 5827 §2: no unsent data, or no room for another segment.
+        let head = self.tx_head_seq();
+        let sent = self.snd_nxt.bytes_since(head).min(self.tx.len());
+        let unsent = self.tx.len() - sent;
+        if unsent > 0 && self.snd_wnd.min(self.cwnd) >= outstanding + self.snd_mss {
+            return false;
+        }
+        self.scoreboard.sacked_bytes().div_ceil(self.snd_mss) >= segments - 1
     }
 
     /// Fast retransmit: the segment at SND.UNA goes again at once and NewReno recovery
