@@ -1426,8 +1426,8 @@ impl Connection {
             }
             return;
         }
-        // RFC 6675 §5 step (2.b): with SACK, the first segment is also lost once the
-        // scoreboard says so (DupThresh segments' worth SACKed above it), even before the
+        // RFC 6675 §5 step (2.b) (and RFC 5827 for a short flight): with SACK, the first
+        // segment is also lost once the scoreboard says so (`head_lost`), even before the
         // third duplicate ACK: a receiver that answers a batch of out-of-order segments
         // with one ACK (as probestack's `tcp_output_per_batch` does) may send fewer than
         // three.
