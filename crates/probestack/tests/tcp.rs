@@ -1086,3 +1086,33 @@ fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_ack
         assert!(ms < 100, "{what}: the flight took {ms} ms");
     }
 }
+
+/// With `tcp_output_per_batch`, B answers a receive batch with one ACK, except for
+/// out-of-order data, which it acknowledges segment by segment as RFC 5681 §4.2 asks: the
+/// nine segments after a lost one bring A nine duplicate ACKs, each with its SACK block.
+#[test]
+fn out_of_order_segments_are_acknowledged_one_by_one_in_a_batch() {
+    let countdown = Arc::new(AtomicUsize::new(0));
+    let arm = countdown.clone();
+    let mut p = Pair::with_devices(
+        host(1500, Tuning::fast()),
+        host(1500, Tuning::fast()),
+        |inner| {
+            Box::new(DropOneData {
+                inner,
+                countdown: arm,
+            })
+        },
+        |n| Box::new(n),
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
+    let before = p.a.tcp_connection(c).unwrap().stats().dup_acks_in;
+    countdown.store(1, Ordering::Relaxed);
+    let data = p.a.tcp_connection(c).unwrap().mss().0 - 12;
+    transfer(&mut p, c, s, 10 * data, Duration::from_secs(10));
+    let stats = p.a.tcp_connection(c).unwrap().stats();
+    assert_eq!(stats.dup_acks_in - before, 9, "{stats:?}");
+    assert_eq!(stats.timeouts, 0, "{stats:?}");
+}

@@ -341,6 +341,9 @@ pub struct Connection {
 
     // ACK generation.
     ack_now: bool,
+    /// The ACK is owed for out-of-order data or data filling a gap (RFC 5681 §4.2): one
+    /// the stack sends at once even where it batches ACKs (`tcp_output_per_batch`).
+    ack_at_once: bool,
     unacked_segments: u32,
     delack_deadline: Option<Instant>,
 
@@ -452,6 +455,7 @@ impl Connection {
             want_no_checksum: no_checksum,
             no_checksum: false,
             ack_now: false,
+            ack_at_once: false,
             unacked_segments: 0,
             delack_deadline: None,
             rtx_deadline: None,
@@ -1541,6 +1545,15 @@ impl Connection {
         }
         // RFC 5681 §4.2: ACK at once for out-of-order data and for data filling a gap.
         self.ack_now = true;
+        self.ack_at_once = true;
+    }
+
+    /// Whether input just made an ACK owed at once (out-of-order data, or data filling a
+    /// gap; RFC 5681 §4.2), clearing the mark. A receiver that batches its ACKs still
+    /// sends these one by one: they are the duplicate ACKs and SACK blocks the sender's
+    /// loss recovery counts on.
+    pub fn take_ack_at_once(&mut self) -> bool {
+        std::mem::take(&mut self.ack_at_once)
     }
 
     /// In-order data with nothing queued out of order: into the receive buffer.

@@ -369,7 +369,7 @@ impl Stack {
                 let is = c.state();
                 let endpoints = (c.local, c.remote);
                 let parent = *parent;
-                Some((reply, endpoints, was, is, parent))
+                Some((reply, endpoints, was, is, parent, c.take_ack_at_once()))
             }
             Some(TcpSocket {
                 kind: Kind::Listener(_),
@@ -395,7 +395,7 @@ impl Stack {
             None => None,
         };
         self.free(s, Layer::Tcp, Side::Receive, datagram);
-        let Some((reply, (local, remote), was, is, parent)) = reply else {
+        let Some((reply, (local, remote), was, is, parent, at_once)) = reply else {
             return;
         };
         if let Some(rst) = reply {
@@ -404,7 +404,9 @@ impl Stack {
         if was == State::SynReceived && is != State::SynReceived {
             self.tcp_handshake_done(s, index, parent, is);
         }
-        if self.tuning.tcp_output_per_batch {
+        // Out-of-order data is answered at once even in a batch (RFC 5681 §4.2): each such
+        // ACK is a duplicate ACK, with SACK blocks, for the sender's loss recovery.
+        if self.tuning.tcp_output_per_batch && !at_once {
             if !self.tcp.deferred.contains(&index) {
                 self.tcp.deferred.push(index);
             }
