@@ -19,7 +19,7 @@ use probestack::driver::{
 use probestack::probe::Counter;
 use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
-use probestack::tcp::State;
+use probestack::tcp::{ConnStats, State};
 use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
 use probestack::wire::ethernet;
@@ -1042,56 +1042,11 @@ impl Device for DropOneData {
     }
 }
 
-/// One segment of a flight written at once is lost. B takes the rest in one receive batch
-/// and answers them with one ACK (`tcp_output_per_batch`), whose SACK block covers those
-/// above the hole: one duplicate ACK, not three, when the first is lost, and no duplicate
-/// at all when a later one is (the ACK moves SND.UNA up to the hole); and A has nothing
-/// more to send that would bring more. The scoreboard shows the hole lost (RFC 6675's
-/// `IsLost` for ten segments; for three, of which two are SACKed, RFC 5827's early
-/// retransmit), so A retransmits it at once instead of waiting for its retransmission
-/// timer (200 ms at least).
-#[test]
-fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_acks() {
-    for (segments, lost) in [(10, 0), (10, 2), (3, 0)] {
-        let countdown = Arc::new(AtomicUsize::new(0));
-        let arm = countdown.clone();
-        let mut p = Pair::with_devices(
-            host(1500, Tuning::fast()),
-            host(1500, Tuning::fast()),
-            |inner| {
-                Box::new(DropOneData {
-                    inner,
-                    countdown: arm,
-                })
-            },
-            |n| Box::new(n),
-        )
-        .unwrap();
-        let (c, _l, s) = connect(&mut p);
-        // Warm the connection up (its congestion window past ten segments), then lose one.
-        transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
-        countdown.store(lost + 1, Ordering::Relaxed);
-        // A segment's data: the MSS less the 12 bytes of the timestamps option.
-        let data = p.a.tcp_connection(c).unwrap().mss().0 - 12;
-        let ms = transfer(&mut p, c, s, segments * data, Duration::from_secs(10));
-        let stats = p.a.tcp_connection(c).unwrap().stats();
-        let what = format!("segment {lost} of {segments} lost");
-        assert_eq!(
-            countdown.load(Ordering::Relaxed),
-            0,
-            "{what}: nothing was dropped"
-        );
-        assert_eq!(stats.timeouts, 0, "{what}: {stats:?}");
-        assert_eq!(stats.fast_retransmits, 1, "{what}: {stats:?}");
-        assert!(ms < 100, "{what}: the flight took {ms} ms");
-    }
-}
-
-/// With `tcp_output_per_batch`, B answers a receive batch with one ACK, except for
-/// out-of-order data, which it acknowledges segment by segment as RFC 5681 §4.2 asks: the
-/// nine segments after a lost one bring A nine duplicate ACKs, each with its SACK block.
-#[test]
-fn out_of_order_segments_are_acknowledged_one_by_one_in_a_batch() {
+/// A connection from A to B warmed up with 200 KB (its congestion window past ten
+/// segments), then a flight of `segments` full segments written at once of which A's NIC
+/// loses the one at index `lost`. Returns A's connection statistics before and after the
+/// flight and the virtual time the flight took, in ms.
+fn lose_one_of(segments: usize, lost: usize) -> (ConnStats, ConnStats, u64) {
     let countdown = Arc::new(AtomicUsize::new(0));
     let arm = countdown.clone();
     let mut p = Pair::with_devices(
@@ -1108,11 +1063,41 @@ fn out_of_order_segments_are_acknowledged_one_by_one_in_a_batch() {
     .unwrap();
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
-    let before = p.a.tcp_connection(c).unwrap().stats().dup_acks_in;
-    countdown.store(1, Ordering::Relaxed);
+    let before = p.a.tcp_connection(c).unwrap().stats();
+    countdown.store(lost + 1, Ordering::Relaxed);
+    // A segment's data: the MSS less the 12 bytes of the timestamps option.
     let data = p.a.tcp_connection(c).unwrap().mss().0 - 12;
-    transfer(&mut p, c, s, 10 * data, Duration::from_secs(10));
-    let stats = p.a.tcp_connection(c).unwrap().stats();
-    assert_eq!(stats.dup_acks_in - before, 9, "{stats:?}");
-    assert_eq!(stats.timeouts, 0, "{stats:?}");
+    let ms = transfer(&mut p, c, s, segments * data, Duration::from_secs(10));
+    assert_eq!(countdown.load(Ordering::Relaxed), 0, "nothing was dropped");
+    (before, p.a.tcp_connection(c).unwrap().stats(), ms)
+}
+
+/// One segment of a flight written at once is lost. B takes the rest in one receive batch
+/// and answers them with one ACK (`tcp_output_per_batch`), whose SACK block covers those
+/// above the hole: one duplicate ACK, not three, when the first is lost, and no duplicate
+/// at all when a later one is (the ACK moves SND.UNA up to the hole); and A has nothing
+/// more to send that would bring more. The scoreboard shows the hole lost (RFC 6675's
+/// `IsLost` for ten segments; for three, of which two are SACKed, RFC 5827's early
+/// retransmit), so A retransmits it at once instead of waiting for its retransmission
+/// timer (200 ms at least).
+#[test]
+fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_acks() {
+    for (segments, lost) in [(10, 0), (10, 2), (3, 0)] {
+        let (before, after, ms) = lose_one_of(segments, lost);
+        let what = format!("segment {lost} of {segments} lost");
+        assert_eq!(after.timeouts - before.timeouts, 0, "{what}: {after:?}");
+        let fast = after.fast_retransmits - before.fast_retransmits;
+        assert_eq!(fast, 1, "{what}: {after:?}");
+        assert!(ms < 100, "{what}: the flight took {ms} ms");
+    }
+}
+
+/// With `tcp_output_per_batch`, B answers a receive batch with one ACK, except for
+/// out-of-order data, which it acknowledges segment by segment as RFC 5681 §4.2 asks: the
+/// nine segments after a lost one bring A nine duplicate ACKs, each with its SACK block.
+#[test]
+fn out_of_order_segments_are_acknowledged_one_by_one_in_a_batch() {
+    let (before, after, _) = lose_one_of(10, 0);
+    assert_eq!(after.dup_acks_in - before.dup_acks_in, 9, "{after:?}");
+    assert_eq!(after.timeouts - before.timeouts, 0, "{after:?}");
 }

@@ -593,6 +593,16 @@ impl Connection {
         }
     }
 
+    /// The send buffer's bytes already sent (from its head to SND.NXT) and not yet sent.
+    #[inline]
+    fn sent_and_unsent(&self) -> (usize, usize) {
+        let sent = self
+            .snd_nxt
+            .bytes_since(self.tx_head_seq())
+            .min(self.tx.len());
+        (sent, self.tx.len() - sent)
+    }
+
     /// The sequence number of our FIN, once the application has shut down writing.
     fn fin_seq_out(&self) -> Option<SeqNumber> {
         self.fin_out
@@ -1461,9 +1471,7 @@ impl Connection {
             return false;
         }
         // RFC 5827 §2: no unsent data, or no room for another segment.
-        let head = self.tx_head_seq();
-        let sent = self.snd_nxt.bytes_since(head).min(self.tx.len());
-        let unsent = self.tx.len() - sent;
+        let (_, unsent) = self.sent_and_unsent();
         if unsent > 0 && self.snd_wnd.min(self.cwnd) >= outstanding + self.snd_mss {
             return false;
         }
@@ -1717,8 +1725,7 @@ impl Connection {
         }
 
         let head = self.tx_head_seq();
-        let sent = self.snd_nxt.bytes_since(head).min(self.tx.len());
-        let unsent = self.tx.len() - sent;
+        let (sent, unsent) = self.sent_and_unsent();
         let window = self.snd_wnd.min(self.cwnd);
         let in_flight = self.snd_nxt.bytes_since(self.snd_una);
         let usable = window.saturating_sub(in_flight);

@@ -92,6 +92,28 @@ enum Frame<'a> {
     },
 }
 
+impl Frame<'_> {
+    /// This frame of segment `out`: its header's length, where its data starts in the
+    /// send buffer and how long it is, and the segment size for a device to cut it to
+    /// (0: none).
+    #[inline]
+    fn layout(self, out: &Outgoing) -> (usize, usize, usize, u16) {
+        match self {
+            Frame::Whole => (
+                out.repr.header_len(),
+                out.data_offset,
+                out.data_len,
+                out.gso_size,
+            ),
+            Frame::Cut {
+                header,
+                data_offset,
+                data_len,
+            } => (header.len(), data_offset, data_len, 0),
+        }
+    }
+}
+
 /// Software segmentation (`Tuning::software_segmentation`): a super-segment, decided as
 /// one, cut by TCP into the frames a device's segmentation offload would make of it (see
 /// `driver::memlink::offload`): each with `gso_size` bytes of data (the last with the
@@ -881,10 +903,7 @@ impl Stack {
         frame: Frame<'_>,
         csum_offload: bool,
     ) -> Result<(), ()> {
-        let data_len = match frame {
-            Frame::Whole => out.data_len,
-            Frame::Cut { data_len, .. } => data_len,
-        };
+        let (_, _, data_len, _) = frame.layout(out);
         in_message!(self, from caller, data_len, s => {
             self.tcp_build_and_send(s, index, out, frame, csum_offload)
         })
@@ -898,19 +917,7 @@ impl Stack {
         frame: Frame<'_>,
         csum_offload: bool,
     ) -> Result<(), ()> {
-        let (header_len, data_offset, data_len, gso_size) = match frame {
-            Frame::Whole => (
-                out.repr.header_len(),
-                out.data_offset,
-                out.data_len,
-                out.gso_size,
-            ),
-            Frame::Cut {
-                header,
-                data_offset,
-                data_len,
-            } => (header.len(), data_offset, data_len, 0),
-        };
+        let (header_len, data_offset, data_len, gso_size) = frame.layout(out);
         let total = header_len + data_len;
         // Copied bytes go into the frame's buffer behind the header; loaned bytes (a
         // zero-copy send) follow it as fragments, uncopied, for the device to gather.
