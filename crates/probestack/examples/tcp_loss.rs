@@ -1,7 +1,7 @@
 //! Loss recovery on the virtual clock: A sends B a pattern over the memory link, whose
 //! wire drops (and, if asked, reorders and duplicates) a share of the frames each way;
-//! prints the virtual time the transfer took and how A recovered (fast retransmits and
-//! retransmission timeouts). Deterministic: the same arguments give the same figures.
+//! prints the virtual time the transfer took and how A recovered (fast retransmits, lost
+//! retransmissions sent again, retransmission timeouts). Deterministic: the same arguments give the same figures.
 //!
 //! `cargo run --release -p probestack --example tcp_loss -- [MIB] [DROP_%] [REORDER_%] [SEED] [bsd|fast]`
 //!
@@ -85,8 +85,11 @@ fn main() {
     let stats = p.a.tcp_connection(a).expect("A's connection").stats();
     println!(
         "{mib} MiB, {drop}% dropped, {reorder}% reordered and duplicated, seed {seed}: \
-         {ms} ms virtual, {} retransmission timeouts, {} fast retransmits, {} segments \
-         retransmitted",
-        stats.timeouts, stats.fast_retransmits, stats.retransmitted_segments
+         {ms} ms virtual, {} retransmission timeouts, {} fast retransmits, {} lost \
+         retransmissions resent, {} segments retransmitted",
+        stats.timeouts,
+        stats.fast_retransmits,
+        stats.lost_retransmissions,
+        stats.retransmitted_segments
     );
 }

@@ -6,8 +6,7 @@
 mod common;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
 use common::transfer::{fnv, pattern, transfer};
@@ -990,14 +989,23 @@ fn poll_returns_the_deadline_next_deadline_gives() {
 // ---------------------------------------------------------------------------------------
 // Loss recovery entered from the SACK scoreboard (RFC 6675 §5 step 2.b).
 
-/// A's NIC, dropping one TCP segment with data once armed: `countdown` is the number of
-/// such segments to let through first, plus one (0: disarmed).
-struct DropOneData {
-    inner: MemoryNic,
-    countdown: Arc<AtomicUsize>,
+/// Which of A's TCP segments with data its NIC loses: after `skip` such segments, the
+/// next one, and then its retransmissions, `copies` transmissions in all (0: none).
+#[derive(Default)]
+struct LossPlan {
+    skip: usize,
+    copies: usize,
+    /// The lost segment's sequence number, once it went.
+    seq: Option<[u8; 4]>,
 }
 
-impl Device for DropOneData {
+/// A's NIC, losing segments as its `LossPlan` says.
+struct DropData {
+    inner: MemoryNic,
+    plan: Arc<Mutex<LossPlan>>,
+}
+
+impl Device for DropData {
     fn caps(&self) -> DeviceCaps {
         self.inner.caps()
     }
@@ -1014,13 +1022,13 @@ impl Device for DropOneData {
             && f[23] == 6
             && f.len() > 34 + usize::from(f[46] >> 4) * 4;
         if carries_data {
-            match self.countdown.load(Ordering::Relaxed) {
-                0 => {}
-                1 => {
-                    self.countdown.store(0, Ordering::Relaxed);
-                    return Ok(());
-                }
-                n => self.countdown.store(n - 1, Ordering::Relaxed),
+            let mut plan = self.plan.lock().unwrap();
+            let seq: [u8; 4] = f[38..42].try_into().unwrap();
+            if plan.skip > 0 {
+                plan.skip -= 1;
+            } else if plan.copies > 0 && *plan.seq.get_or_insert(seq) == seq {
+                plan.copies -= 1;
+                return Ok(());
             }
         }
         self.inner.transmit(frame, meta, cx)
@@ -1047,28 +1055,33 @@ impl Device for DropOneData {
 /// loses the one at index `lost`. Returns A's connection statistics before and after the
 /// flight and the virtual time the flight took, in ms.
 fn lose_one_of(segments: usize, lost: usize) -> (ConnStats, ConnStats, u64) {
-    let countdown = Arc::new(AtomicUsize::new(0));
-    let arm = countdown.clone();
+    lose_in_flight(segments, lost, 1)
+}
+
+/// [`lose_one_of`] with the segment at `lost` sent `copies` times before one arrives (its
+/// first `copies - 1` retransmissions lost as well).
+fn lose_in_flight(segments: usize, lost: usize, copies: usize) -> (ConnStats, ConnStats, u64) {
+    let plan = Arc::new(Mutex::new(LossPlan::default()));
+    let arm = plan.clone();
     let mut p = Pair::with_devices(
         host(1500, Tuning::fast()),
         host(1500, Tuning::fast()),
-        |inner| {
-            Box::new(DropOneData {
-                inner,
-                countdown: arm,
-            })
-        },
+        |inner| Box::new(DropData { inner, plan: arm }),
         |n| Box::new(n),
     )
     .unwrap();
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
     let before = p.a.tcp_connection(c).unwrap().stats();
-    countdown.store(lost + 1, Ordering::Relaxed);
+    *plan.lock().unwrap() = LossPlan {
+        skip: lost,
+        copies,
+        seq: None,
+    };
     // A segment's data: the MSS less the 12 bytes of the timestamps option.
     let data = p.a.tcp_connection(c).unwrap().mss().0 - 12;
     let ms = transfer(&mut p, c, s, segments * data, Duration::from_secs(10));
-    assert_eq!(countdown.load(Ordering::Relaxed), 0, "nothing was dropped");
+    assert_eq!(plan.lock().unwrap().copies, 0, "not all were dropped");
     (before, p.a.tcp_connection(c).unwrap().stats(), ms)
 }
 
@@ -1090,6 +1103,25 @@ fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_ack
         assert_eq!(fast, 1, "{what}: {after:?}");
         assert!(ms < 100, "{what}: the flight took {ms} ms");
     }
+}
+
+/// A retransmission lost in turn: the first of a flight of 100 segments is lost, and so is
+/// its fast retransmission. The flight goes on (recovery's window lets new data out), and
+/// the scoreboard soon shows three segments' worth of it, all sent after the
+/// retransmission, SACKed: A sends the first segment a third time at once, without
+/// waiting for its retransmission timer (200 ms at least), as it did before (one timeout).
+#[test]
+fn a_lost_retransmission_is_found_from_the_sack_scoreboard() {
+    let (before, after, ms) = lose_in_flight(100, 0, 2);
+    assert_eq!(after.timeouts - before.timeouts, 0, "{after:?}");
+    assert_eq!(
+        after.fast_retransmits - before.fast_retransmits,
+        1,
+        "{after:?}"
+    );
+    let again = after.lost_retransmissions - before.lost_retransmissions;
+    assert_eq!(again, 1, "{after:?}");
+    assert!(ms < 100, "the flight took {ms} ms");
 }
 
 /// With `tcp_output_per_batch`, B answers a receive batch with one ACK, except for

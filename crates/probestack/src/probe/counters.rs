@@ -233,6 +233,9 @@ counters! {
     /// Fast retransmits (RFC 5681 §3.2) and retransmission timeouts (RFC 6298).
     TcpFastRetransmits = "tcp.fast_retransmits";
     TcpRetransmitTimeouts = "tcp.retransmit_timeouts";
+    /// Retransmissions found lost during recovery (data sent after them SACKed) and sent
+    /// again before the retransmission timer.
+    TcpLostRetransmissions = "tcp.lost_retransmissions";
     /// Connections dropped after too many retransmissions or unanswered keepalives.
     TcpDropTimeout = "tcp.drop.timeout";
     /// Segments received out of order, and those the out-of-order queue had no room for.

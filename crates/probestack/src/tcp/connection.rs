@@ -264,6 +264,11 @@ struct Recovery {
     /// The highest byte retransmitted in this recovery (RFC 6675's HighRxt), where the
     /// search for the next lost range resumes.
     high_rxt: SeqNumber,
+    /// Once the segment at SND.UNA has been retransmitted in this recovery: SND.MAX then
+    /// (or later, see `ack_new_data`). Data SACKed above it was sent after that
+    /// retransmission, so enough of it shows the retransmission lost too
+    /// (`head_retransmission_lost`).
+    head_resent_below: Option<SeqNumber>,
 }
 
 /// Counts of what happened to this connection.
@@ -274,6 +279,9 @@ pub struct ConnStats {
     pub retransmitted_segments: u64,
     pub timeouts: u64,
     pub fast_retransmits: u64,
+    /// Retransmissions of the first unacknowledged segment found lost during recovery and
+    /// sent again (`Counter::TcpLostRetransmissions`).
+    pub lost_retransmissions: u64,
     pub hp_ack_hits: u64,
     pub hp_data_hits: u64,
     pub hp_misses: u64,
@@ -1242,6 +1250,8 @@ impl Connection {
             && self.head_lost()
         {
             self.enter_recovery(ledger);
+        } else if newly_sacked > 0 && self.head_retransmission_lost() {
+            self.resend_head(ledger);
         }
         // The send window (RFC 9293 §3.10.7.4, SND.WL1/WL2).
         if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
@@ -1373,6 +1383,12 @@ impl Connection {
                 // back one MSS (RFC 6582 §3.2 step 3).
                 self.cwnd = self.cwnd.saturating_sub(data) + self.snd_mss;
                 let from = if r.high_rxt.gt(ack) { r.high_rxt } else { ack };
+                // The new first segment, if already retransmitted, went before SND.MAX
+                // now (a later mark than its own, so a later finding, never a false one).
+                let resent_below = r.high_rxt.gt(ack).then_some(self.snd_max);
+                if let Some(r) = self.recovery.as_mut() {
+                    r.head_resent_below = resent_below;
+                }
                 self.queue_retransmission(from);
             }
             Some(_) => {
@@ -1434,8 +1450,12 @@ impl Connection {
                 } else {
                     self.snd_una
                 };
+                // A retransmission of the first segment waiting to go keeps its turn.
+                let head_waits = self.rtx_pending.is_some_and(|(s, _)| s == self.snd_una);
                 if let Some(range) = self.scoreboard.next_lost(from, self.snd_mss) {
-                    self.rtx_pending = Some(range);
+                    if !head_waits {
+                        self.rtx_pending = Some(range);
+                    }
                 }
             }
             return;
@@ -1478,6 +1498,36 @@ impl Connection {
         self.scoreboard.sacked_bytes().div_ceil(self.snd_mss) >= segments - 1
     }
 
+    /// In recovery, whether the retransmission of the segment at SND.UNA was lost as well:
+    /// the scoreboard shows, of the data sent after that retransmission, as much SACKed
+    /// as `IsLost` asks above a byte (RFC 6675 §4: three segments' worth or three
+    /// ranges). This is RACK's idea (RFC 8985: a segment is lost once enough sent after
+    /// it has been delivered) in sequence space, as Linux's `tcp_mark_lost_retrans` had
+    /// it before RACK; RFC 6675 alone never finds a lost retransmission, which then
+    /// waits for the retransmission timer.
+    fn head_retransmission_lost(&self) -> bool {
+        match self.recovery {
+            Some(Recovery {
+                head_resent_below: Some(mark),
+                ..
+            }) => self.scoreboard.is_lost(mark - 1, self.snd_mss),
+            _ => false,
+        }
+    }
+
+    /// Sends the segment at SND.UNA again within the same recovery (no second congestion
+    /// response: one per recovery, RFC 6582 §3.2, RFC 6675 §5).
+    fn resend_head(&mut self, ledger: &Ledger) {
+        let outstanding = self.snd_max.bytes_since(self.snd_una);
+        self.rtx_pending = Some((self.snd_una, self.snd_mss.min(outstanding)));
+        if let Some(r) = self.recovery.as_mut() {
+            // Set again when the retransmission goes.
+            r.head_resent_below = None;
+        }
+        self.stats.lost_retransmissions += 1;
+        ledger.counters().inc(Counter::TcpLostRetransmissions);
+    }
+
     /// Fast retransmit: the segment at SND.UNA goes again at once and NewReno recovery
     /// begins (RFC 5681 §3.2 steps 2-3, RFC 6582 §3.2).
     fn enter_recovery(&mut self, ledger: &Ledger) {
@@ -1487,6 +1537,7 @@ impl Connection {
         self.recovery = Some(Recovery {
             recover: self.snd_max,
             high_rxt: self.snd_una,
+            head_resent_below: None,
         });
         self.rtx_pending = Some((self.snd_una, self.snd_mss.min(flight)));
         self.rtt_timer.cancel();
@@ -1717,6 +1768,9 @@ impl Connection {
                         let end = seq + out.data_len;
                         if end.gt(r.high_rxt) {
                             r.high_rxt = end;
+                        }
+                        if seq == self.snd_una {
+                            r.head_resent_below = Some(self.snd_max);
                         }
                     }
                     return Some(out);
