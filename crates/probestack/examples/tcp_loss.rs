@@ -85,10 +85,11 @@ fn main() {
     let stats = p.a.tcp_connection(a).expect("A's connection").stats();
     println!(
         "{mib} MiB, {drop}% dropped, {reorder}% reordered and duplicated, seed {seed}: \
-         {ms} ms virtual, {} retransmission timeouts, {} fast retransmits, {} lost \
-         retransmissions resent, {} segments retransmitted",
+         {ms} ms virtual, {} retransmission timeouts, {} fast retransmits ({} after the \
+         reordering window), {} lost retransmissions resent, {} segments retransmitted",
         stats.timeouts,
         stats.fast_retransmits,
+        stats.reorder_window_losses,
         stats.lost_retransmissions,
         stats.retransmitted_segments
     );

@@ -989,13 +989,15 @@ fn poll_returns_the_deadline_next_deadline_gives() {
 // ---------------------------------------------------------------------------------------
 // Loss recovery entered from the SACK scoreboard (RFC 6675 §5 step 2.b).
 
-/// Which of A's TCP segments with data its NIC loses: after `skip` such segments, the
-/// next one, and then its retransmissions, `copies` transmissions in all (0: none).
+/// Which of A's TCP segments with data its NIC loses: those at the indices `lose` (in
+/// the order they go, counted from when the plan is set), and the first of them again
+/// `resends` more times.
 #[derive(Default)]
 struct LossPlan {
-    skip: usize,
-    copies: usize,
-    /// The lost segment's sequence number, once it went.
+    seen: usize,
+    lose: Vec<usize>,
+    resends: usize,
+    /// The first lost segment's sequence number, once it went.
     seq: Option<[u8; 4]>,
 }
 
@@ -1024,10 +1026,14 @@ impl Device for DropData {
         if carries_data {
             let mut plan = self.plan.lock().unwrap();
             let seq: [u8; 4] = f[38..42].try_into().unwrap();
-            if plan.skip > 0 {
-                plan.skip -= 1;
-            } else if plan.copies > 0 && *plan.seq.get_or_insert(seq) == seq {
-                plan.copies -= 1;
+            let i = plan.seen;
+            plan.seen += 1;
+            if plan.lose.contains(&i) {
+                plan.seq.get_or_insert(seq);
+                return Ok(());
+            }
+            if plan.resends > 0 && plan.seq == Some(seq) {
+                plan.resends -= 1;
                 return Ok(());
             }
         }
@@ -1055,12 +1061,12 @@ impl Device for DropData {
 /// loses the one at index `lost`. Returns A's connection statistics before and after the
 /// flight and the virtual time the flight took, in ms.
 fn lose_one_of(segments: usize, lost: usize) -> (ConnStats, ConnStats, u64) {
-    lose_in_flight(segments, lost, 1)
+    lose_in_flight(segments, &[lost], 0)
 }
 
-/// [`lose_one_of`] with the segment at `lost` sent `copies` times before one arrives (its
-/// first `copies - 1` retransmissions lost as well).
-fn lose_in_flight(segments: usize, lost: usize, copies: usize) -> (ConnStats, ConnStats, u64) {
+/// [`lose_one_of`] with the segments at the indices `lost` lost, and the first of them
+/// lost again on its next `resends` retransmissions.
+fn lose_in_flight(segments: usize, lost: &[usize], resends: usize) -> (ConnStats, ConnStats, u64) {
     let plan = Arc::new(Mutex::new(LossPlan::default()));
     let arm = plan.clone();
     let mut p = Pair::with_devices(
@@ -1074,14 +1080,16 @@ fn lose_in_flight(segments: usize, lost: usize, copies: usize) -> (ConnStats, Co
     transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
     let before = p.a.tcp_connection(c).unwrap().stats();
     *plan.lock().unwrap() = LossPlan {
-        skip: lost,
-        copies,
-        seq: None,
+        lose: lost.to_vec(),
+        resends,
+        ..LossPlan::default()
     };
     // A segment's data: the MSS less the 12 bytes of the timestamps option.
     let data = p.a.tcp_connection(c).unwrap().mss().0 - 12;
     let ms = transfer(&mut p, c, s, segments * data, Duration::from_secs(10));
-    assert_eq!(plan.lock().unwrap().copies, 0, "not all were dropped");
+    let plan = plan.lock().unwrap();
+    let all_lost = plan.resends == 0 && plan.lose.iter().all(|&i| i < plan.seen);
+    assert!(all_lost, "not all were dropped");
     (before, p.a.tcp_connection(c).unwrap().stats(), ms)
 }
 
@@ -1112,7 +1120,7 @@ fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_ack
 /// waiting for its retransmission timer (200 ms at least), as it did before (one timeout).
 #[test]
 fn a_lost_retransmission_is_found_from_the_sack_scoreboard() {
-    let (before, after, ms) = lose_in_flight(100, 0, 2);
+    let (before, after, ms) = lose_in_flight(100, &[0], 1);
     assert_eq!(after.timeouts - before.timeouts, 0, "{after:?}");
     assert_eq!(
         after.fast_retransmits - before.fast_retransmits,
@@ -1121,6 +1129,26 @@ fn a_lost_retransmission_is_found_from_the_sack_scoreboard() {
     );
     let again = after.lost_retransmissions - before.lost_retransmissions;
     assert_eq!(again, 1, "{after:?}");
+    assert!(ms < 100, "the flight took {ms} ms");
+}
+
+/// Two of a flight of four lost, the first and the third: the scoreboard shows the second
+/// and fourth SACKed, too little for `IsLost` (three segments' worth) and, with four out,
+/// too many for early retransmit (fewer than four). A quarter of the smoothed RTT after
+/// the ACK that SACKed them (the reordering window) the first is deemed lost and fast
+/// retransmit starts; the partial ACK that follows resends the third. Without the window
+/// (before the tenth session) A waited for its retransmission timer.
+#[test]
+fn a_loss_in_a_short_flight_is_found_when_the_reordering_window_passes() {
+    let (before, after, ms) = lose_in_flight(4, &[0, 2], 0);
+    assert_eq!(after.timeouts - before.timeouts, 0, "{after:?}");
+    let window = after.reorder_window_losses - before.reorder_window_losses;
+    assert_eq!(window, 1, "{after:?}");
+    assert_eq!(
+        after.fast_retransmits - before.fast_retransmits,
+        1,
+        "{after:?}"
+    );
     assert!(ms < 100, "the flight took {ms} ms");
 }
 

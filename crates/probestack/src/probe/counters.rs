@@ -236,6 +236,9 @@ counters! {
     /// Retransmissions found lost during recovery (data sent after them SACKed) and sent
     /// again before the retransmission timer.
     TcpLostRetransmissions = "tcp.lost_retransmissions";
+    /// Fast retransmits started when the reordering window passed with SACKed data above
+    /// the first unacknowledged segment (`Connection::reorder_window`).
+    TcpReorderWindowLosses = "tcp.reorder_window_losses";
     /// Connections dropped after too many retransmissions or unanswered keepalives.
     TcpDropTimeout = "tcp.drop.timeout";
     /// Segments received out of order, and those the out-of-order queue had no room for.

@@ -279,6 +279,8 @@ pub struct ConnStats {
     pub retransmitted_segments: u64,
     pub timeouts: u64,
     pub fast_retransmits: u64,
+    /// Fast retransmits started when the reordering window passed (`reorder_window`).
+    pub reorder_window_losses: u64,
     /// Retransmissions of the first unacknowledged segment found lost during recovery and
     /// sent again (`Counter::TcpLostRetransmissions`).
     pub lost_retransmissions: u64,
@@ -357,6 +359,10 @@ pub struct Connection {
 
     // Timers.
     rtx_deadline: Option<Instant>,
+    /// When the segment at SND.UNA, outside recovery, is deemed lost although the
+    /// scoreboard's rules have not said so: set when an ACK SACKs data above it
+    /// (`reorder_window`).
+    reorder_deadline: Option<Instant>,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
     /// The end of the last short segment sent (Minshall's Nagle).
@@ -467,6 +473,7 @@ impl Connection {
             unacked_segments: 0,
             delack_deadline: None,
             rtx_deadline: None,
+            reorder_deadline: None,
             persist_deadline: None,
             persist_backoff: 0,
             snd_sml: iss,
@@ -850,6 +857,7 @@ impl Connection {
 
     fn clear_timers(&mut self) {
         self.rtx_deadline = None;
+        self.reorder_deadline = None;
         self.persist_deadline = None;
         self.delack_deadline = None;
         self.keepalive_deadline = None;
@@ -1227,7 +1235,8 @@ impl Connection {
         }
 
         let window_field = usize::from(seg.window_len) << self.snd_shift;
-        if ack.gt(self.snd_una) {
+        let advanced = ack.gt(self.snd_una);
+        if advanced {
             self.ack_new_data(ack, now);
         } else if ack == self.snd_una
             && seg.payload.is_empty()
@@ -1252,6 +1261,14 @@ impl Connection {
             self.enter_recovery(ledger);
         } else if newly_sacked > 0 && self.head_retransmission_lost() {
             self.resend_head(ledger);
+        } else if (newly_sacked > 0 || advanced)
+            && !self.scoreboard.is_empty()
+            && self.recovery.is_none()
+            && self.snd_max != self.snd_una
+            && self.retries == 0
+            && self.reorder_deadline.is_none()
+        {
+            self.reorder_deadline = self.reorder_window().map(|w| now + w);
         }
         // The send window (RFC 9293 §3.10.7.4, SND.WL1/WL2).
         if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
@@ -1365,6 +1382,8 @@ impl Connection {
             self.snd_nxt = ack;
         }
         self.scoreboard.advance(ack);
+        // A new first segment: its reordering window starts afresh (`reorder_window`).
+        self.reorder_deadline = None;
         if let Some(rtt) = self.rtt_timer.on_ack(ack, now) {
             self.rtt.sample(rtt);
         }
@@ -1515,6 +1534,23 @@ impl Connection {
         }
     }
 
+    /// How long after an ACK that SACKs data above SND.UNA the segment there is deemed
+    /// lost, when the scoreboard's rules (`head_lost`) have not found it so: a quarter of
+    /// the smoothed RTT. This is RACK's reordering window (RFC 8985 §6.2, `min_RTT / 4`,
+    /// here SRTT / 4) in a simplified form: RACK deems a segment lost when a segment sent
+    /// after it was delivered and its own RTT plus the window has passed since it was
+    /// sent; the SACKed data was sent after SND.UNA's segment (this is not asked after a
+    /// timeout, whose go-back-N resends the first segment last: `retries` is 0), so that
+    /// moment is at the latest this ACK's arrival plus the window. It finds a loss in a
+    /// short flight, too short for `IsLost` and too long or too full for early
+    /// retransmit, without waiting for the retransmission timer (200 ms at least).
+    /// `None` before the first RTT sample.
+    fn reorder_window(&self) -> Option<Duration> {
+        self.rtt
+            .srtt()
+            .map(|srtt| Duration::from_nanos(srtt.as_nanos() / 4))
+    }
+
     /// Sends the segment at SND.UNA again within the same recovery (no second congestion
     /// response: one per recovery, RFC 6582 §3.2, RFC 6675 §5).
     fn resend_head(&mut self, ledger: &Ledger) {
@@ -1534,6 +1570,7 @@ impl Connection {
         let flight = self.flight_size();
         self.ssthresh = (flight / 2).max(2 * self.snd_mss);
         self.cwnd = self.ssthresh + DUP_THRESH as usize * self.snd_mss;
+        self.reorder_deadline = None;
         self.recovery = Some(Recovery {
             recover: self.snd_max,
             high_rxt: self.snd_una,
@@ -2028,6 +2065,7 @@ impl Connection {
             }
         }
         let d = earlier(self.rtx_deadline, self.persist_deadline);
+        let d = earlier(d, self.reorder_deadline);
         let d = earlier(d, self.delack_deadline);
         let d = earlier(d, self.keepalive_deadline);
         earlier(d, self.close_deadline)
@@ -2083,6 +2121,19 @@ impl Connection {
             self.delack_deadline = None;
             self.ack_now = true;
             ledger.counters().inc(Counter::TcpDelayedAcks);
+        }
+        if self.reorder_deadline.is_some_and(|d| d <= now) {
+            self.reorder_deadline = None;
+            // Still no ACK for the first segment, and SACKed data above it.
+            if self.recovery.is_none()
+                && self.snd_una != self.snd_max
+                && !self.scoreboard.is_empty()
+                && self.state.is_synchronized()
+            {
+                self.stats.reorder_window_losses += 1;
+                ledger.counters().inc(Counter::TcpReorderWindowLosses);
+                self.enter_recovery(ledger);
+            }
         }
         if self.rtx_deadline.is_some_and(|d| d <= now) {
             self.rtx_deadline = None;
@@ -2143,6 +2194,7 @@ impl Connection {
         self.dup_acks = 0;
         self.rtx_pending = None;
         self.scoreboard.clear();
+        self.reorder_deadline = None;
         // Go back: everything from SND.UNA is sent again as the window allows.
         self.snd_nxt = self.snd_una;
         self.rtx_deadline = Some(now + self.rtt.rto());
