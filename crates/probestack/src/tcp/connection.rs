@@ -363,6 +363,18 @@ pub struct Connection {
     /// scoreboard's rules have not said so: set when an ACK SACKs data above it
     /// (`reorder_window`).
     reorder_deadline: Option<Instant>,
+    /// The reordering window in quarters of SRTT, 1 to 4 (RFC 8985 §6.2's
+    /// `reo_wnd_mult`): widened by a D-SACK, which says a segment arrived twice (a
+    /// retransmission that was not needed, or the network's copy).
+    reo_wnd_mult: u32,
+    /// Recoveries left before the window narrows back to a quarter (`reo_wnd_persist`).
+    reo_wnd_persist: u32,
+    /// SND.NXT when the window last widened: one widening per round trip
+    /// (`dsack_round`).
+    dsack_round: Option<SeqNumber>,
+    /// A duplicate segment's range, reported as the first SACK block of the next ACK
+    /// (RFC 2883 §4, a D-SACK block).
+    dsack: Option<(SeqNumber, SeqNumber)>,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
     /// The end of the last short segment sent (Minshall's Nagle).
@@ -474,6 +486,10 @@ impl Connection {
             delack_deadline: None,
             rtx_deadline: None,
             reorder_deadline: None,
+            reo_wnd_mult: 1,
+            reo_wnd_persist: 0,
+            dsack_round: None,
+            dsack: None,
             persist_deadline: None,
             persist_backoff: 0,
             snd_sml: iss,
@@ -1148,6 +1164,10 @@ impl Connection {
             if seg.control != Control::Rst {
                 ledger.counters().inc(Counter::TcpDropOutOfWindow);
                 self.ack_now = true;
+                let end = seq + seg.payload.len();
+                if !seg.payload.is_empty() && end.le(self.rcv_nxt) {
+                    self.note_duplicate(seq, end);
+                }
             }
             // A retransmission of the FIN TIME-WAIT acknowledged (it ends at RCV.NXT, so
             // it is never in the window): our ACK was lost, and the 2·MSL wait starts
@@ -1228,6 +1248,13 @@ impl Connection {
                 n += 1;
             }
             if n > 0 {
+                // RFC 2883 §4: a first block below the cumulative ACK, or inside the
+                // second, reports a segment that arrived twice.
+                let (l, r) = list[0];
+                let inside_second = n > 1 && list[1].0.le(l) && r.le(list[1].1);
+                if r.le(ack) || inside_second {
+                    self.widen_reorder_window();
+                }
                 newly_sacked = self
                     .scoreboard
                     .add_blocks(&list[..n], self.snd_una, self.snd_max);
@@ -1418,6 +1445,7 @@ impl Connection {
                 self.recovery = None;
                 self.dup_acks = 0;
                 self.rtx_pending = None;
+                self.recovery_ended();
             }
             None if !cwnd_limited => self.dup_acks = 0,
             None => {
@@ -1546,9 +1574,40 @@ impl Connection {
     /// retransmit, without waiting for the retransmission timer (200 ms at least).
     /// `None` before the first RTT sample.
     fn reorder_window(&self) -> Option<Duration> {
+        let quarters = u64::from(self.reo_wnd_mult.clamp(1, 4));
         self.rtt
             .srtt()
-            .map(|srtt| Duration::from_nanos(srtt.as_nanos() / 4))
+            .map(|srtt| Duration::from_nanos(srtt.as_nanos() / 4 * quarters))
+    }
+
+    /// A D-SACK came: the reordering window widens by a quarter of SRTT, at most once a
+    /// round trip and up to SRTT, and stays so for 16 recoveries (RFC 8985 §6.2; a
+    /// retransmission that was not needed means reordering went past the window).
+    fn widen_reorder_window(&mut self) {
+        if self.dsack_round.is_some_and(|round| self.snd_una.ge(round)) {
+            self.dsack_round = None;
+        }
+        if self.dsack_round.is_none() {
+            self.dsack_round = Some(self.snd_nxt);
+            self.reo_wnd_mult = (self.reo_wnd_mult + 1).min(4);
+            self.reo_wnd_persist = 16;
+        }
+    }
+
+    /// A recovery ended: after 16 without a D-SACK the window is a quarter again.
+    fn recovery_ended(&mut self) {
+        self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
+        if self.reo_wnd_persist == 0 {
+            self.reo_wnd_mult = 1;
+        }
+    }
+
+    /// A duplicate of data already received, `[start, end)`: reported in the next ACK's
+    /// first SACK block (RFC 2883), when SACK is in use.
+    fn note_duplicate(&mut self, start: SeqNumber, end: SeqNumber) {
+        if self.sack_enabled {
+            self.dsack = Some((start, end));
+        }
     }
 
     /// Sends the segment at SND.UNA again within the same recovery (no second congestion
@@ -1597,6 +1656,8 @@ impl Connection {
         // Trim what was already received.
         if seq.lt(self.rcv_nxt) {
             let dup = self.rcv_nxt.bytes_since(seq).min(data.len());
+            self.note_duplicate(seq, seq + dup);
+            self.ack_now = true;
             data = &data[dup..];
             seq += dup;
         }
@@ -1757,14 +1818,19 @@ impl Connection {
                     tsecr: self.ts_recent,
                 });
             }
-            if self.sack_enabled && !self.ooo.is_empty() {
+            if self.sack_enabled && (!self.ooo.is_empty() || self.dsack.is_some()) {
                 // With timestamps, 3 blocks fit in the 40 option bytes (RFC 2018 §3).
                 let fit = if self.ts_enabled { 3 } else { 4 };
-                let blocks = self.ooo.sack_ranges().into_iter().flatten().take(fit);
-                for (n, (start, end)) in blocks.enumerate() {
+                // A D-SACK block goes first (RFC 2883 §4).
+                let first = usize::from(self.dsack.is_some());
+                if let Some((l, r)) = self.dsack {
+                    repr.sack_ranges[0] = Some((l.0, r.0));
+                }
+                let blocks = self.ooo.sack_ranges().into_iter().flatten();
+                for (n, (start, end)) in blocks.take(fit - first).enumerate() {
                     let l = self.rcv_nxt + start;
                     let r = self.rcv_nxt + end;
-                    repr.sack_ranges[n] = Some((l.0, r.0));
+                    repr.sack_ranges[first + n] = Some((l.0, r.0));
                 }
             }
         }
@@ -1918,6 +1984,8 @@ impl Connection {
     /// has changed since), so the window is decided once per segment.
     fn note_ack_sent(&mut self, repr: &TcpRepr) {
         self.ack_now = false;
+        // A D-SACK block is reported once (RFC 2883 §4).
+        self.dsack = None;
         self.unacked_segments = 0;
         self.delack_deadline = None;
         if repr.control != Control::Syn {
@@ -2195,6 +2263,7 @@ impl Connection {
         self.rtx_pending = None;
         self.scoreboard.clear();
         self.reorder_deadline = None;
+        self.recovery_ended();
         // Go back: everything from SND.UNA is sent again as the window allows.
         self.snd_nxt = self.snd_una;
         self.rtx_deadline = Some(now + self.rtt.rto());
@@ -2429,5 +2498,83 @@ mod tests {
             idle_seen > 1000,
             "the idle test held only {idle_seen} times"
         );
+    }
+
+    /// Two connections joined by hand, ESTABLISHED, with SACK (and timestamps) agreed.
+    fn established(ledger: &Ledger, now: Instant) -> (Connection, Connection) {
+        let config = TcpConfig::default();
+        let mut a = Connection::new(END_A, END_B, config, SeqNumber(1000), 1460, false);
+        a.connect();
+        let syn = a.next_segment(now, 0).expect("SYN");
+        let mut b = Connection::new(END_B, END_A, config, SeqNumber(9_000_000), 1460, false);
+        b.accept_syn(&syn.repr, now);
+        flush(&mut b, &mut a, ledger, now, || false);
+        flush(&mut a, &mut b, ledger, now, || false);
+        assert_eq!((a.state, b.state), (State::Established, State::Established));
+        assert!(a.sack_enabled && b.sack_enabled);
+        (a, b)
+    }
+
+    /// A segment that arrives twice draws an ACK whose first SACK block is the duplicate
+    /// (a D-SACK block, RFC 2883 §4), once; a segment only partly old reports its old
+    /// part. The sender, given that ACK, widens its reordering window by a quarter of SRTT
+    /// once per round trip (RFC 8985 §6.2), up to SRTT.
+    #[test]
+    fn a_duplicate_segment_is_reported_by_a_d_sack_block_that_widens_the_window() {
+        let ledger = Ledger::new();
+        let now = Instant::from_nanos(1_000_000_000);
+        let (mut a, mut b) = established(&ledger, now);
+        let mut written = 0;
+        write(&mut a, &mut written, 2000);
+        let out = a.next_segment(now, 0).expect("data");
+        let payload: Vec<u8> = (0..out.data_len as u64)
+            .map(|i| (i % PERIOD) as u8)
+            .collect();
+        let seg = TcpRepr {
+            payload: &payload,
+            ..out.repr
+        };
+        let (start, end) = (seg.seq_number, seg.seq_number + payload.len());
+        // The rest goes too, and stays in flight (not delivered).
+        assert!(a.next_segment(now, 0).is_some_and(|o| o.data_len > 0));
+        for _ in 0..2 {
+            let _ = b.input(crate::probe::TESTED, &seg, false, true, &ledger, now);
+        }
+        let ack = b.next_segment(now, 0).expect("an ACK at once");
+        assert_eq!(ack.repr.sack_ranges[0], Some((start.0, end.0)));
+        assert_eq!(ack.repr.sack_ranges[1], None);
+        // Reported once.
+        b.ack_now = true;
+        assert_eq!(b.next_segment(now, 0).unwrap().repr.sack_ranges[0], None);
+        // Half old: the old half is reported.
+        let half = TcpRepr {
+            seq_number: start + payload.len() / 2,
+            payload: &payload[..payload.len() / 2],
+            ..seg
+        };
+        let _ = b.input(crate::probe::TESTED, &half, false, true, &ledger, now);
+        let ack2 = b.next_segment(now, 0).expect("an ACK at once");
+        assert_eq!(
+            ack2.repr.sack_ranges[0],
+            Some(((start + payload.len() / 2).0, end.0))
+        );
+
+        // The sender: a quarter of SRTT, then half after the D-SACK; once a round trip
+        // (the second D-SACK comes while the data sent before the first is in flight).
+        let quarters = |c: &Connection| {
+            let srtt = c.rtt.srtt().unwrap().as_nanos();
+            c.reorder_window().unwrap().as_nanos() / (srtt / 4)
+        };
+        a.rtt.sample(Duration::from_micros(400));
+        assert_eq!(quarters(&a), 1);
+        let _ = a.input(crate::probe::TESTED, &ack.repr, false, true, &ledger, now);
+        assert_eq!(quarters(&a), 2);
+        let _ = a.input(crate::probe::TESTED, &ack2.repr, false, true, &ledger, now);
+        assert_eq!(quarters(&a), 2);
+        // Sixteen recoveries without one, and it is a quarter again.
+        for _ in 0..16 {
+            a.recovery_ended();
+        }
+        assert_eq!(quarters(&a), 1);
     }
 }
