@@ -86,10 +86,13 @@ fn main() {
     println!(
         "{mib} MiB, {drop}% dropped, {reorder}% reordered and duplicated, seed {seed}: \
          {ms} ms virtual, {} retransmission timeouts, {} fast retransmits ({} after the \
-         reordering window), {} lost retransmissions resent, {} segments retransmitted",
+         reordering window), {} loss probes ({} repaired a loss), {} lost retransmissions \
+         resent, {} segments retransmitted",
         stats.timeouts,
         stats.fast_retransmits,
         stats.reorder_window_losses,
+        stats.loss_probes,
+        stats.loss_probe_repairs,
         stats.lost_retransmissions,
         stats.retransmitted_segments
     );

@@ -440,13 +440,14 @@ fn tcp_both_ways_through_a_lossy_tap() {
     let c = stack.ledger().counters();
     eprintln!(
         "both ways in {:?}; lost {} segments sent, {} received; the stack's TCP: {} fast \
-         retransmits ({} after the reordering window), {} lost retransmissions resent, {} \
-         timeouts, {} out-of-order segments in",
+         retransmits ({} after the reordering window), {} loss probes, {} lost \
+         retransmissions resent, {} timeouts, {} out-of-order segments in",
         started.elapsed(),
         lost[0],
         lost[1],
         c.get(Counter::TcpFastRetransmits),
         c.get(Counter::TcpReorderWindowLosses),
+        c.get(Counter::TcpLossProbes),
         c.get(Counter::TcpLostRetransmissions),
         c.get(Counter::TcpRetransmitTimeouts),
         c.get(Counter::TcpOutOfOrderSegments),

@@ -1152,6 +1152,24 @@ fn a_loss_in_a_short_flight_is_found_when_the_reordering_window_passes() {
     assert!(ms < 100, "the flight took {ms} ms");
 }
 
+/// The tail of a flight lost, the last two of four, with nothing more to send: the ACK
+/// of the first two shows no loss (no SACK block, no duplicate). Two smoothed RTTs later
+/// the tail loss probe resends the last segment; its SACK shows the other one lost
+/// (early retransmit: one of two outstanding SACKed), and fast retransmit sends it.
+/// Without the probe, A waited for its retransmission timer (200 ms at least).
+#[test]
+fn a_lost_tail_is_found_by_a_loss_probe() {
+    let (before, after, ms) = lose_in_flight(4, &[2, 3], 0);
+    assert_eq!(after.timeouts - before.timeouts, 0, "{after:?}");
+    assert_eq!(after.loss_probes - before.loss_probes, 1, "{after:?}");
+    assert_eq!(
+        after.fast_retransmits - before.fast_retransmits,
+        1,
+        "{after:?}"
+    );
+    assert!(ms < 100, "the flight took {ms} ms");
+}
+
 /// With `tcp_output_per_batch`, B answers a receive batch with one ACK, except for
 /// out-of-order data, which it acknowledges segment by segment as RFC 5681 §4.2 asks: the
 /// nine segments after a lost one bring A nine duplicate ACKs, each with its SACK block.

@@ -239,6 +239,8 @@ counters! {
     /// Fast retransmits started when the reordering window passed with SACKed data above
     /// the first unacknowledged segment (`Connection::reorder_window`).
     TcpReorderWindowLosses = "tcp.reorder_window_losses";
+    /// Tail loss probes sent (RFC 8985 §7).
+    TcpLossProbes = "tcp.loss_probes";
     /// Connections dropped after too many retransmissions or unanswered keepalives.
     TcpDropTimeout = "tcp.drop.timeout";
     /// Segments received out of order, and those the out-of-order queue had no room for.

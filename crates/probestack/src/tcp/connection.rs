@@ -256,6 +256,17 @@ enum Send {
     Probe,
 }
 
+/// What the retransmission timer's deadline is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LossTimer {
+    /// The retransmission timeout (RFC 6298).
+    Retransmit,
+    /// A tail loss probe (RFC 8985 §7, `arm_loss_probe`).
+    LossProbe,
+    /// The end of the reordering window (`reorder_window`).
+    ReorderWindow,
+}
+
 /// Loss recovery in progress (RFC 6582).
 #[derive(Clone, Copy, Debug)]
 struct Recovery {
@@ -279,6 +290,9 @@ pub struct ConnStats {
     pub retransmitted_segments: u64,
     pub timeouts: u64,
     pub fast_retransmits: u64,
+    /// Tail loss probes sent (RFC 8985 §7), and those that repaired a loss.
+    pub loss_probes: u64,
+    pub loss_probe_repairs: u64,
     /// Fast retransmits started when the reordering window passed (`reorder_window`).
     pub reorder_window_losses: u64,
     /// Retransmissions of the first unacknowledged segment found lost during recovery and
@@ -359,10 +373,17 @@ pub struct Connection {
 
     // Timers.
     rtx_deadline: Option<Instant>,
-    /// When the segment at SND.UNA, outside recovery, is deemed lost although the
-    /// scoreboard's rules have not said so: set when an ACK SACKs data above it
-    /// (`reorder_window`).
-    reorder_deadline: Option<Instant>,
+    /// What `rtx_deadline` is for: the retransmission timeout, or, armed in its place
+    /// because it comes sooner, a tail loss probe's or the reordering window's.
+    rtx_timer: LossTimer,
+    /// The loss probe sent and not yet acknowledged: SND.MAX after it (RFC 8985's
+    /// `TLP.end_seq`), and whether it was a retransmission (`TLP.is_retrans`).
+    tlp_end: Option<(SeqNumber, bool)>,
+    /// The probe's timeout passed with new data to send: one segment of it goes, past
+    /// the congestion window (with `probe_now`, which `next_segment` looks at first).
+    tlp_new_data: bool,
+    /// A D-SACK came while a retransmitted probe was out: the probe was not needed.
+    tlp_dsacked: bool,
     /// The reordering window in quarters of SRTT, 1 to 4 (RFC 8985 §6.2's
     /// `reo_wnd_mult`): widened by a D-SACK, which says a segment arrived twice (a
     /// retransmission that was not needed, or the network's copy).
@@ -485,7 +506,10 @@ impl Connection {
             unacked_segments: 0,
             delack_deadline: None,
             rtx_deadline: None,
-            reorder_deadline: None,
+            rtx_timer: LossTimer::Retransmit,
+            tlp_end: None,
+            tlp_new_data: false,
+            tlp_dsacked: false,
             reo_wnd_mult: 1,
             reo_wnd_persist: 0,
             dsack_round: None,
@@ -873,7 +897,7 @@ impl Connection {
 
     fn clear_timers(&mut self) {
         self.rtx_deadline = None;
-        self.reorder_deadline = None;
+        self.rtx_timer = LossTimer::Retransmit;
         self.persist_deadline = None;
         self.delack_deadline = None;
         self.keepalive_deadline = None;
@@ -1254,6 +1278,7 @@ impl Connection {
                 let inside_second = n > 1 && list[1].0.le(l) && r.le(list[1].1);
                 if r.le(ack) || inside_second {
                     self.widen_reorder_window();
+                    self.tlp_dsacked = true;
                 }
                 newly_sacked = self
                     .scoreboard
@@ -1293,9 +1318,15 @@ impl Connection {
             && self.recovery.is_none()
             && self.snd_max != self.snd_una
             && self.retries == 0
-            && self.reorder_deadline.is_none()
+            && self.rtx_timer != LossTimer::ReorderWindow
         {
-            self.reorder_deadline = self.reorder_window().map(|w| now + w);
+            // The window's end, in the retransmission timer's place (it is sooner).
+            if let Some(at) = self.reorder_window().map(|w| now + w) {
+                if self.rtx_deadline.is_none_or(|d| at < d) {
+                    self.rtx_deadline = Some(at);
+                    self.rtx_timer = LossTimer::ReorderWindow;
+                }
+            }
         }
         // The send window (RFC 9293 §3.10.7.4, SND.WL1/WL2).
         if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
@@ -1409,8 +1440,6 @@ impl Connection {
             self.snd_nxt = ack;
         }
         self.scoreboard.advance(ack);
-        // A new first segment: its reordering window starts afresh (`reorder_window`).
-        self.reorder_deadline = None;
         if let Some(rtt) = self.rtt_timer.on_ack(ack, now) {
             self.rtt.sample(rtt);
         }
@@ -1422,6 +1451,8 @@ impl Connection {
         } else {
             Some(now + self.rtt.rto())
         };
+        // A new first segment: the loss probe and the reordering window start afresh.
+        self.rtx_timer = LossTimer::Retransmit;
 
         match self.recovery {
             Some(r) if ack.lt(r.recover) => {
@@ -1463,6 +1494,82 @@ impl Connection {
                 }
             }
         }
+        if let Some((end, retransmitted)) = self.tlp_end {
+            if ack.ge(end) {
+                // RFC 8985 §7.4: the probe is answered. A retransmitted probe that no
+                // D-SACK shows was unneeded repaired a loss: the congestion response of
+                // a fast recovery (unless one is under way).
+                self.tlp_end = None;
+                if retransmitted && !self.tlp_dsacked && self.recovery.is_none() {
+                    let flight = self.flight_size();
+                    self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+                    self.cwnd = self.ssthresh;
+                    self.stats.loss_probe_repairs += 1;
+                }
+            }
+        }
+        self.arm_loss_probe(now);
+    }
+
+    /// RFC 8985 §7.2: with more than a segment in flight, outside recovery and with no
+    /// probe outstanding, a tail loss probe is due two smoothed RTTs after the last new
+    /// data went or new data was acknowledged, plus a timer tick (`TLP_MIN_EXTRA`, so a
+    /// smoothed RTT near zero does not fire it at once); armed in the retransmission
+    /// timer's place when it comes sooner. With SACK only (the probe's ACK is read by the
+    /// SACK rules: early retransmit, the reordering window). A flight of one segment gets
+    /// none: RFC 8985 adds the peer's worst-case delayed ACK then (200 ms), which makes the
+    /// probe no sooner than the retransmission timer with its 200 ms minimum (and the
+    /// test, on every request/response segment, cost 78 instructions a segment).
+    #[inline]
+    fn arm_loss_probe(&mut self, now: Instant) {
+        if self.snd_max.bytes_since(self.snd_una) <= self.snd_mss
+            || !self.sack_enabled
+            || self.tlp_end.is_some()
+            || self.recovery.is_some()
+            || self.retries != 0
+            || self.rtx_timer == LossTimer::ReorderWindow
+        {
+            return;
+        }
+        let Some(srtt) = self.rtt.srtt() else {
+            return;
+        };
+        let pto = Duration::from_nanos(2 * srtt.as_nanos()) + TLP_MIN_EXTRA;
+        let rto_at = match self.rtx_deadline {
+            Some(d) if self.rtx_timer == LossTimer::Retransmit => d,
+            _ => now + self.rtt.rto(),
+        };
+        if now + pto < rto_at {
+            self.rtx_deadline = Some(now + pto);
+            self.rtx_timer = LossTimer::LossProbe;
+        }
+    }
+
+    /// RFC 8985 §7.3: the probe's timeout passed. One segment goes: new data if there is
+    /// some and the receiver's window takes it (past the congestion window), else the
+    /// last segment sent again; then the retransmission timer runs.
+    fn send_loss_probe(&mut self, now: Instant, ledger: &Ledger) {
+        let (_, unsent) = self.sent_and_unsent();
+        let in_flight = self.snd_nxt.bytes_since(self.snd_una);
+        if unsent > 0 && self.snd_wnd > in_flight {
+            // Sent by `next_segment`, as the persist timer's probes are.
+            self.tlp_new_data = true;
+            self.probe_now = true;
+        } else {
+            let data_end = self.tx_head_seq() + self.tx.len();
+            let sent_end = if data_end.lt(self.snd_max) {
+                data_end
+            } else {
+                self.snd_max
+            };
+            let len = sent_end.bytes_since(self.snd_una).min(self.snd_mss);
+            self.rtx_pending = Some((sent_end - len, len));
+            self.tlp_end = Some((self.snd_max, true));
+            self.tlp_dsacked = false;
+        }
+        self.rtx_deadline = Some(now + self.rtt.rto());
+        self.stats.loss_probes += 1;
+        ledger.counters().inc(Counter::TcpLossProbes);
     }
 
     /// Queues for retransmission the next range of the recovery: with SACK, the next
@@ -1629,7 +1736,8 @@ impl Connection {
         let flight = self.flight_size();
         self.ssthresh = (flight / 2).max(2 * self.snd_mss);
         self.cwnd = self.ssthresh + DUP_THRESH as usize * self.snd_mss;
-        self.reorder_deadline = None;
+        self.tlp_end = None;
+        self.tlp_new_data = false;
         self.recovery = Some(Recovery {
             recover: self.snd_max,
             high_rxt: self.snd_una,
@@ -1894,7 +2002,21 @@ impl Connection {
             len -= len % mss;
         }
 
+        // A probe the timers asked for: a tail loss probe's new data, a zero-window probe
+        // or the override of silly-window avoidance.
         if std::mem::take(&mut self.probe_now) && unsent > 0 {
+            if std::mem::take(&mut self.tlp_new_data) {
+                // The tail loss probe: one segment of new data, whatever the congestion
+                // window says (RFC 8985 §7.3).
+                let len = unsent.min(mss).min(self.snd_wnd.saturating_sub(in_flight));
+                if len > 0 {
+                    let seq = self.snd_nxt;
+                    self.tlp_end = Some((seq + len, false));
+                    let out = self.emit_range(seq, len, Send::Next, now);
+                    self.tlp_end = Some((self.snd_max, false));
+                    return out;
+                }
+            }
             if self.snd_wnd == 0 {
                 // Zero-window probe: one byte past the window (RFC 9293 §3.8.6.1).
                 return self.emit_range(head + sent, 1, Send::Probe, now);
@@ -2106,6 +2228,9 @@ impl Connection {
         if kind != Send::Probe {
             self.persist_deadline = None;
         }
+        if kind == Send::Next {
+            self.arm_loss_probe(now);
+        }
         self.note_ack_sent(&repr);
         Some(Outgoing {
             repr,
@@ -2133,7 +2258,6 @@ impl Connection {
             }
         }
         let d = earlier(self.rtx_deadline, self.persist_deadline);
-        let d = earlier(d, self.reorder_deadline);
         let d = earlier(d, self.delack_deadline);
         let d = earlier(d, self.keepalive_deadline);
         earlier(d, self.close_deadline)
@@ -2190,23 +2314,31 @@ impl Connection {
             self.ack_now = true;
             ledger.counters().inc(Counter::TcpDelayedAcks);
         }
-        if self.reorder_deadline.is_some_and(|d| d <= now) {
-            self.reorder_deadline = None;
-            // Still no ACK for the first segment, and SACKed data above it.
-            if self.recovery.is_none()
-                && self.snd_una != self.snd_max
-                && !self.scoreboard.is_empty()
-                && self.state.is_synchronized()
-            {
-                self.stats.reorder_window_losses += 1;
-                ledger.counters().inc(Counter::TcpReorderWindowLosses);
-                self.enter_recovery(ledger);
-            }
-        }
         if self.rtx_deadline.is_some_and(|d| d <= now) {
             self.rtx_deadline = None;
-            if let Some(rst) = self.retransmit_timeout(now, ledger) {
-                return Some(rst);
+            // One timer for three events, as Linux's `icsk_pending` has it.
+            let outstanding = self.snd_una != self.snd_max;
+            let quiet = self.recovery.is_none() && outstanding;
+            match std::mem::replace(&mut self.rtx_timer, LossTimer::Retransmit) {
+                LossTimer::Retransmit => {
+                    if let Some(rst) = self.retransmit_timeout(now, ledger) {
+                        return Some(rst);
+                    }
+                }
+                LossTimer::LossProbe if quiet => self.send_loss_probe(now, ledger),
+                LossTimer::ReorderWindow
+                    if quiet && !self.scoreboard.is_empty() && self.state.is_synchronized() =>
+                {
+                    // Still no ACK for the first segment, and SACKed data above it.
+                    self.stats.reorder_window_losses += 1;
+                    ledger.counters().inc(Counter::TcpReorderWindowLosses);
+                    self.enter_recovery(ledger);
+                    self.rtx_deadline = Some(now + self.rtt.rto());
+                }
+                // Recovery began, or all was acknowledged, since: the retransmission
+                // timer runs on.
+                _ if outstanding => self.rtx_deadline = Some(now + self.rtt.rto()),
+                _ => {}
             }
             if self.state == State::Closed {
                 return None;
@@ -2262,7 +2394,8 @@ impl Connection {
         self.dup_acks = 0;
         self.rtx_pending = None;
         self.scoreboard.clear();
-        self.reorder_deadline = None;
+        self.tlp_end = None;
+        self.tlp_new_data = false;
         self.recovery_ended();
         // Go back: everything from SND.UNA is sent again as the window allows.
         self.snd_nxt = self.snd_una;
@@ -2299,6 +2432,11 @@ impl Connection {
         true
     }
 }
+
+/// What a tail loss probe waits beyond two smoothed RTTs: Linux's `TCP_TIMEOUT_MIN`, 2 ms
+/// (`tcp_schedule_loss_probe`), the timer granularity RFC 8985 §7.2 leaves to the
+/// implementation.
+const TLP_MIN_EXTRA: Duration = Duration::from_millis(2);
 
 /// The IPv4 and TCP headers without options: what the MSS leaves out of an MTU.
 pub const IP_TCP_HEADERS: usize = 40;
