@@ -175,6 +175,17 @@ impl Assembler {
         self.ranges.is_empty()
     }
 
+    /// Whether every byte of `[offset, offset + len)` is already held (a duplicate, which
+    /// RFC 2883 reports in a D-SACK block). `false` for no bytes.
+    pub fn holds(&self, offset: usize, len: usize) -> bool {
+        let end = offset.saturating_add(len);
+        len > 0
+            && self
+                .ranges
+                .iter()
+                .any(|r| r.start <= offset && end <= r.end)
+    }
+
     /// Bytes held in all ranges.
     pub fn bytes(&self) -> usize {
         self.ranges.iter().map(|r| r.end - r.start).sum()
@@ -222,6 +233,19 @@ mod tests {
 
     fn ranges_of(assembler: &Assembler) -> Vec<(usize, usize)> {
         assembler.ranges().collect()
+    }
+
+    #[test]
+    fn holds_only_ranges_wholly_inside_one_held_range() {
+        let mut a = Assembler::new(8);
+        a.add(100, 50).unwrap();
+        a.add(200, 10).unwrap();
+        assert!(a.holds(100, 50) && a.holds(120, 5) && a.holds(200, 10));
+        assert!(!a.holds(90, 20), "starts before");
+        assert!(!a.holds(140, 20), "runs past");
+        assert!(!a.holds(140, 70), "spans a gap");
+        assert!(!a.holds(120, 0), "no bytes");
+        assert!(!a.holds(usize::MAX - 1, 5));
     }
 
     fn sack_of(assembler: &Assembler) -> Vec<(usize, usize)> {

@@ -1791,6 +1791,11 @@ impl Connection {
         if offset > 0 {
             self.stats.ooo_segments_in += 1;
             ledger.counters().inc(Counter::TcpOutOfOrderSegments);
+            if self.ooo.holds(offset, data.len()) {
+                // A duplicate of queued data: a D-SACK block, then (refreshed by the add
+                // below, so reported first) the SACK block holding it (RFC 2883 §4).
+                self.note_duplicate(seq, seq + data.len());
+            }
         }
         if self.ooo.add(offset, data.len()).is_err() {
             self.stats.ooo_dropped += 1;
@@ -2696,6 +2701,30 @@ mod tests {
             ack2.repr.sack_ranges[0],
             Some(((start + payload.len() / 2).0, end.0))
         );
+        // A duplicate of queued out-of-order data: the D-SACK block, then the SACK block
+        // that holds it.
+        let ahead = TcpRepr {
+            seq_number: end + 1000,
+            payload: &payload[..100],
+            ..seg
+        };
+        let _ = b.input(crate::probe::TESTED, &ahead, false, true, &ledger, now);
+        b.next_segment(now, 0).expect("an ACK at once");
+        let inner = TcpRepr {
+            seq_number: end + 1010,
+            payload: &payload[..50],
+            ..seg
+        };
+        let _ = b.input(crate::probe::TESTED, &inner, false, true, &ledger, now);
+        let ack3 = b.next_segment(now, 0).expect("an ACK at once");
+        assert_eq!(
+            ack3.repr.sack_ranges[0],
+            Some(((end + 1010).0, (end + 1060).0))
+        );
+        assert_eq!(
+            ack3.repr.sack_ranges[1],
+            Some(((end + 1000).0, (end + 1100).0))
+        );
 
         // The sender: a quarter of SRTT, then half after the D-SACK; once a round trip
         // (the second D-SACK comes while the data sent before the first is in flight).
@@ -2714,5 +2743,10 @@ mod tests {
             a.recovery_ended();
         }
         assert_eq!(quarters(&a), 1);
+        // A D-SACK block inside the second block (a duplicate of queued data) widens it
+        // too, in a new round.
+        a.dsack_round = None;
+        let _ = a.input(crate::probe::TESTED, &ack3.repr, false, true, &ledger, now);
+        assert_eq!(quarters(&a), 2);
     }
 }
