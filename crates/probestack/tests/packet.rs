@@ -16,15 +16,14 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use common::netns::{
-    datagram, feature_on, pattern, set_feature, skip_unless_able, udp_echo_from_linux, BulkSink,
-    BulkSource, Feature, Netns, StopOnDrop, UdpFrame, Watched,
+    datagram, feature_on, linux_sends_pattern, set_feature, skip_unless_able, udp_echo_from_linux,
+    BulkSink, BulkSource, Feature, Netns, StopOnDrop, UdpFrame, Watched,
 };
 use probestack::checksum;
 use probestack::driver::packet::{PacketConfig, PacketDevice, PacketStats};
@@ -194,25 +193,8 @@ fn tcp_from_linux(n: u32, config: PacketConfig, wire: Wire) -> Option<PacketStat
             })
             .expect("runner");
         });
-        let data: Vec<u8> = (0..TOTAL).map(pattern).collect();
-        let started = std::time::Instant::now();
-        let mut sock = TcpStream::connect_timeout(
-            &"198.18.0.2:5001".parse().unwrap(),
-            StdDuration::from_secs(3),
-        )
-        .expect("connect");
-        sock.set_read_timeout(Some(StdDuration::from_secs(20)))
-            .unwrap();
-        sock.set_write_timeout(Some(StdDuration::from_secs(20)))
-            .unwrap();
-        sock.write_all(&data).expect("write 4 MiB");
-        sock.shutdown(Shutdown::Write).unwrap();
-        // The stack closes after reading everything: end of stream here.
-        let mut rest = Vec::new();
-        sock.read_to_end(&mut rest)
-            .expect("read until the stack's FIN");
-        assert!(rest.is_empty());
-        eprintln!("4 MiB in {:?}", started.elapsed());
+        let took = linux_sends_pattern(TOTAL, StdDuration::from_secs(20));
+        eprintln!("4 MiB in {took:?}");
     });
     let (got, intact) = *received.lock().unwrap();
     let st = *stats.lock().unwrap();

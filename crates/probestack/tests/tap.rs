@@ -12,15 +12,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::io::Read;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use common::netns::{
-    datagram, skip_unless_able, udp_echo_from_linux, BulkSink, BulkSource, Netns, StopOnDrop,
-    UdpFrame, Watched,
+    datagram, linux_sends_pattern, skip_unless_able, udp_echo_from_linux, BulkSink, BulkSource,
+    Netns, StopOnDrop, UdpFrame, Watched,
 };
 use probestack::buf::PacketBuf;
 use probestack::driver::tap::{TapConfig, TapDevice, TapStats, TUN_F_CSUM, TUN_F_TSO4};
@@ -158,25 +158,8 @@ fn tcp_4mib_from_linux_with_offload() {
             })
             .expect("runner");
         });
-        let data: Vec<u8> = (0..TOTAL).map(common::netns::pattern).collect();
-        let started = std::time::Instant::now();
-        let mut sock = TcpStream::connect_timeout(
-            &"198.18.0.2:5001".parse().unwrap(),
-            StdDuration::from_secs(3),
-        )
-        .expect("connect");
-        sock.set_read_timeout(Some(StdDuration::from_secs(20)))
-            .unwrap();
-        sock.set_write_timeout(Some(StdDuration::from_secs(20)))
-            .unwrap();
-        sock.write_all(&data).expect("write 4 MiB");
-        sock.shutdown(Shutdown::Write).unwrap();
-        // The stack closes after reading everything: end of stream here.
-        let mut rest = Vec::new();
-        sock.read_to_end(&mut rest)
-            .expect("read until the stack's FIN");
-        assert!(rest.is_empty());
-        eprintln!("4 MiB in {:?}", started.elapsed());
+        let took = linux_sends_pattern(TOTAL, StdDuration::from_secs(20));
+        eprintln!("4 MiB in {took:?}");
     });
     let (got, intact) = *received.lock().unwrap();
     let st = *stats.lock().unwrap();
@@ -409,22 +392,7 @@ fn tcp_both_ways_through_a_lossy_tap() {
             (got, intact)
         });
         // Linux writes to the stack.
-        let data: Vec<u8> = (0..TOTAL).map(common::netns::pattern).collect();
-        let mut sock = TcpStream::connect_timeout(
-            &"198.18.0.2:5001".parse().unwrap(),
-            StdDuration::from_secs(3),
-        )
-        .expect("connect");
-        sock.set_read_timeout(Some(StdDuration::from_secs(60)))
-            .unwrap();
-        sock.set_write_timeout(Some(StdDuration::from_secs(60)))
-            .unwrap();
-        sock.write_all(&data).expect("write 4 MiB");
-        sock.shutdown(Shutdown::Write).unwrap();
-        let mut rest = Vec::new();
-        sock.read_to_end(&mut rest)
-            .expect("read until the stack's FIN");
-        assert!(rest.is_empty());
+        linux_sends_pattern(TOTAL, StdDuration::from_secs(60));
         let (got, intact) = reader.join().expect("reader");
         assert_eq!(got, TOTAL, "Linux got {got} of the stack's bytes");
         assert!(intact, "the stack's bytes arrived changed");

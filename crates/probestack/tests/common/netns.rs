@@ -7,8 +7,8 @@
 //! when the [`Netns`] is dropped, also on a panic.
 
 use std::fs::File;
-use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -262,6 +262,29 @@ impl Drop for StopOnDrop<'_> {
 /// The byte at offset `i` of a bulk transfer's stream.
 pub fn pattern(i: usize) -> u8 {
     (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ (i >> 20) as u8
+}
+
+/// A Linux socket's side of a bulk transfer to the stack at 198.18.0.2:5001: connects,
+/// writes `total` bytes of [`pattern`], shuts its side, and reads until the stack's FIN
+/// (nothing else may come), each step within `timeout`. Returns how long it took.
+pub fn linux_sends_pattern(total: usize, timeout: StdDuration) -> StdDuration {
+    let data: Vec<u8> = (0..total).map(pattern).collect();
+    let started = std::time::Instant::now();
+    let mut sock = TcpStream::connect_timeout(
+        &"198.18.0.2:5001".parse().unwrap(),
+        StdDuration::from_secs(3),
+    )
+    .expect("connect");
+    sock.set_read_timeout(Some(timeout)).unwrap();
+    sock.set_write_timeout(Some(timeout)).unwrap();
+    sock.write_all(&data).expect("write to the stack");
+    sock.shutdown(Shutdown::Write).unwrap();
+    // The stack closes after reading everything: end of stream here.
+    let mut rest = Vec::new();
+    sock.read_to_end(&mut rest)
+        .expect("read until the stack's FIN");
+    assert!(rest.is_empty());
+    started.elapsed()
 }
 
 /// The payload of datagram number `seq`.
