@@ -1545,6 +1545,15 @@ impl Connection {
         }
     }
 
+    /// A recovery or a timeout begins: a probe outstanding or about to go is forgotten
+    /// (RFC 8985 §7.1; the recovery makes its own congestion response).
+    fn forget_loss_probe(&mut self) {
+        self.tlp_end = None;
+        if std::mem::take(&mut self.tlp_new_data) {
+            self.probe_now = false;
+        }
+    }
+
     /// RFC 8985 §7.3: the probe's timeout passed. One segment goes: new data if there is
     /// some and the receiver's window takes it (past the congestion window), else the
     /// last segment sent again; then the retransmission timer runs.
@@ -1674,9 +1683,10 @@ impl Connection {
     /// the smoothed RTT. This is RACK's reordering window (RFC 8985 §6.2, `min_RTT / 4`,
     /// here SRTT / 4) in a simplified form: RACK deems a segment lost when a segment sent
     /// after it was delivered and its own RTT plus the window has passed since it was
-    /// sent; the SACKed data was sent after SND.UNA's segment (this is not asked after a
-    /// timeout, whose go-back-N resends the first segment last: `retries` is 0), so that
-    /// moment is at the latest this ACK's arrival plus the window. It finds a loss in a
+    /// sent; the SACKed data was sent after SND.UNA's segment, so that moment is at the
+    /// latest this ACK's arrival plus the window. (Not so after a timeout, when the SACKed
+    /// data may be an original sent before the first segment's retransmission: the window
+    /// is not asked until an ACK of new data sets `retries` to 0.) It finds a loss in a
     /// short flight, too short for `IsLost` and too long or too full for early
     /// retransmit, without waiting for the retransmission timer (200 ms at least).
     /// `None` before the first RTT sample.
@@ -1736,8 +1746,7 @@ impl Connection {
         let flight = self.flight_size();
         self.ssthresh = (flight / 2).max(2 * self.snd_mss);
         self.cwnd = self.ssthresh + DUP_THRESH as usize * self.snd_mss;
-        self.tlp_end = None;
-        self.tlp_new_data = false;
+        self.forget_loss_probe();
         self.recovery = Some(Recovery {
             recover: self.snd_max,
             high_rxt: self.snd_una,
@@ -2399,8 +2408,7 @@ impl Connection {
         self.dup_acks = 0;
         self.rtx_pending = None;
         self.scoreboard.clear();
-        self.tlp_end = None;
-        self.tlp_new_data = false;
+        self.forget_loss_probe();
         self.recovery_ended();
         // Go back: everything from SND.UNA is sent again as the window allows.
         self.snd_nxt = self.snd_una;
