@@ -1,13 +1,15 @@
 //! Loss recovery on the virtual clock: A sends B a pattern over the memory link, whose
 //! wire drops (and, if asked, reorders and duplicates) a share of the frames each way;
-//! prints the virtual time the transfer took and how A recovered (fast retransmits, lost
-//! retransmissions sent again, retransmission timeouts). Deterministic: the same arguments give the same figures.
+//! prints the virtual time the transfer took and how A recovered (fast retransmits, loss
+//! probes, lost retransmissions sent again, retransmission timeouts). Deterministic: the
+//! same arguments give the same figures.
 //!
-//! `cargo run --release -p probestack --example tcp_loss -- [MIB] [DROP_%] [REORDER_%] [SEED] [bsd|fast]`
+//! `cargo run --release -p probestack --example tcp_loss -- [MIB] [DROP_%] [REORDER_%] [SEED] [bsd|fast] [no-rack,no-tlp]`
 //!
 //! `REORDER_%` also sets the share of duplicated frames (as `FaultConfig::lossy` has them
-//! equal). Defaults: 16 MiB, 1% dropped, none reordered, seed 7 (B's wire seed + 1),
-//! `Tuning::fast()`, MTU 1500.
+//! equal). The last word turns off `TcpConfig::rack` and `TcpConfig::tail_loss_probes` at
+//! both ends. Defaults: 16 MiB, 1% dropped, none reordered, seed 7 (B's wire seed + 1),
+//! `Tuning::fast()`, MTU 1500, both on.
 
 mod harness;
 
@@ -23,6 +25,7 @@ fn main() {
     let reorder: f64 = harness::arg(3, 0.0);
     let seed: u64 = harness::arg(4, 7);
     let tuning = harness::tuning(harness::word(5).as_deref());
+    let off = harness::word(6).unwrap_or_default();
     let wire = |seed| FaultConfig {
         drop: drop / 100.0,
         reorder: reorder / 100.0,
@@ -32,6 +35,8 @@ fn main() {
     let host = |seed| {
         let mut h = HostConfig::with_mtu(1500);
         h.stack.tuning = tuning;
+        h.stack.tcp.rack = !off.contains("no-rack");
+        h.stack.tcp.tail_loss_probes = !off.contains("no-tlp");
         h.nic.rx_faults = wire(seed);
         h
     };

@@ -18,7 +18,7 @@ use probestack::driver::{
 use probestack::probe::Counter;
 use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
-use probestack::tcp::{ConnStats, State};
+use probestack::tcp::{ConnStats, State, TcpConfig};
 use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
 use probestack::wire::ethernet;
@@ -1067,11 +1067,26 @@ fn lose_one_of(segments: usize, lost: usize) -> (ConnStats, ConnStats, u64) {
 /// [`lose_one_of`] with the segments at the indices `lost` lost, and the first of them
 /// lost again on its next `resends` retransmissions.
 fn lose_in_flight(segments: usize, lost: &[usize], resends: usize) -> (ConnStats, ConnStats, u64) {
+    lose_in_flight_with(segments, lost, resends, |_| {})
+}
+
+/// [`lose_in_flight`] with both ends' TCP settings changed by `tcp`.
+fn lose_in_flight_with(
+    segments: usize,
+    lost: &[usize],
+    resends: usize,
+    tcp: impl Fn(&mut TcpConfig),
+) -> (ConnStats, ConnStats, u64) {
     let plan = Arc::new(Mutex::new(LossPlan::default()));
     let arm = plan.clone();
+    let host = || {
+        let mut h = host(1500, Tuning::fast());
+        tcp(&mut h.stack.tcp);
+        h
+    };
     let mut p = Pair::with_devices(
-        host(1500, Tuning::fast()),
-        host(1500, Tuning::fast()),
+        host(),
+        host(),
         |inner| Box::new(DropData { inner, plan: arm }),
         |n| Box::new(n),
     )
@@ -1130,6 +1145,10 @@ fn a_lost_retransmission_is_found_from_the_sack_scoreboard() {
     let again = after.lost_retransmissions - before.lost_retransmissions;
     assert_eq!(again, 1, "{after:?}");
     assert!(ms < 100, "the flight took {ms} ms");
+    // With `TcpConfig::rack` off, the retransmission timer.
+    let (before, after, _) = lose_in_flight_with(100, &[0], 1, |t| t.rack = false);
+    assert_eq!(after.timeouts - before.timeouts, 1, "{after:?}");
+    assert_eq!(after.lost_retransmissions, 0, "{after:?}");
 }
 
 /// Two of a flight of four lost, the first and the third: the scoreboard shows the second
@@ -1150,6 +1169,16 @@ fn a_loss_in_a_short_flight_is_found_when_the_reordering_window_passes() {
         "{after:?}"
     );
     assert!(ms < 100, "the flight took {ms} ms");
+    // With `TcpConfig::rack` off, a tail loss probe two RTTs later brings the SACKs that
+    // start it; with the probes off too, the retransmission timer.
+    let (before, after, _) = lose_in_flight_with(4, &[0, 2], 0, |t| t.rack = false);
+    assert_eq!(after.reorder_window_losses, 0, "{after:?}");
+    assert_eq!(after.loss_probes - before.loss_probes, 1, "{after:?}");
+    let (before, after, _) = lose_in_flight_with(4, &[0, 2], 0, |t| {
+        t.rack = false;
+        t.tail_loss_probes = false;
+    });
+    assert_eq!(after.timeouts - before.timeouts, 1, "{after:?}");
 }
 
 /// The tail of a flight lost, the last two of four, with nothing more to send: the ACK
@@ -1168,6 +1197,11 @@ fn a_lost_tail_is_found_by_a_loss_probe() {
         "{after:?}"
     );
     assert!(ms < 100, "the flight took {ms} ms");
+    // With `TcpConfig::tail_loss_probes` off, the retransmission timer.
+    let off = |t: &mut TcpConfig| t.tail_loss_probes = false;
+    let (before, after, _) = lose_in_flight_with(4, &[2, 3], 0, off);
+    assert_eq!(after.timeouts - before.timeouts, 1, "{after:?}");
+    assert_eq!(after.loss_probes, 0, "{after:?}");
 }
 
 /// With `tcp_output_per_batch`, B answers a receive batch with one ACK, except for

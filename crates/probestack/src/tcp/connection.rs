@@ -149,6 +149,13 @@ pub struct TcpConfig {
     /// A listener whose backlog is full answers SYNs with SYN cookies (RFC 4987 §3.6,
     /// [`syn_cookie`](super::syn_cookie)) instead of dropping them.
     pub syn_cookies: bool,
+    /// RACK's two ideas (RFC 8985) on the SACK scoreboard: a retransmission lost too is
+    /// found from the data SACKed after it, and a first segment with SACKed data above it
+    /// is deemed lost once the reordering window passes. Off: RFC 6675's `IsLost` and
+    /// early retransmit only.
+    pub rack: bool,
+    /// Tail loss probes (RFC 8985 §7), with SACK.
+    pub tail_loss_probes: bool,
 }
 
 impl TcpConfig {
@@ -180,6 +187,8 @@ impl Default for TcpConfig {
             initial_window_segments: 10,
             fin_wait2_timeout: Duration::from_secs(60),
             syn_cookies: true,
+            rack: true,
+            tail_loss_probes: true,
         }
     }
 }
@@ -1314,6 +1323,7 @@ impl Connection {
         } else if newly_sacked > 0 && self.head_retransmission_lost() {
             self.resend_head(ledger);
         } else if (newly_sacked > 0 || advanced)
+            && self.config.rack
             && !self.scoreboard.is_empty()
             && self.recovery.is_none()
             && self.snd_max != self.snd_una
@@ -1524,6 +1534,7 @@ impl Connection {
     fn arm_loss_probe(&mut self, now: Instant) {
         if self.snd_max.bytes_since(self.snd_una) <= self.snd_mss
             || !self.sack_enabled
+            || !self.config.tail_loss_probes
             || self.tlp_end.is_some()
             || self.recovery.is_some()
             || self.retries != 0
@@ -1669,6 +1680,9 @@ impl Connection {
     /// it before RACK; RFC 6675 alone never finds a lost retransmission, which then
     /// waits for the retransmission timer.
     fn head_retransmission_lost(&self) -> bool {
+        if !self.config.rack {
+            return false;
+        }
         match self.recovery {
             Some(Recovery {
                 head_resent_below: Some(mark),
