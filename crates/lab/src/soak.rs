@@ -116,6 +116,9 @@ pub struct Phase {
     pub drops: BTreeMap<String, u64>,
     /// TCP segments retransmitted (`tcp.retransmitted_segments`).
     pub tcp_retransmitted_segments: u64,
+    /// How TCP found its losses, by counter: fast retransmits (and those the reordering
+    /// window started), loss probes, lost retransmissions resent, retransmission timeouts.
+    pub tcp_recovery: BTreeMap<String, u64>,
     pub virtual_seconds: f64,
     pub wall_seconds: f64,
 }
@@ -254,6 +257,13 @@ fn account(st: &Stack, ph: &mut Phase) {
             "driver.frames_in" => ph.frames_in += v,
             "driver.frames_out" => ph.frames_out += v,
             "tcp.retransmitted_segments" => ph.tcp_retransmitted_segments += v,
+            "tcp.fast_retransmits"
+            | "tcp.reorder_window_losses"
+            | "tcp.loss_probes"
+            | "tcp.lost_retransmissions"
+            | "tcp.retransmit_timeouts" => {
+                *ph.tcp_recovery.entry(name.to_string()).or_default() += v;
+            }
             _ => {}
         }
         if let Some(kind) = name.strip_prefix("driver.fault.") {
@@ -581,27 +591,23 @@ pub fn tables(r: &Report) -> Vec<Table> {
     both(&mut t, "virtual / wall seconds", &|p| {
         format!("{:.1} / {:.1}", p.virtual_seconds, p.wall_seconds)
     });
-    let kinds: std::collections::BTreeSet<&String> = r
-        .phase
-        .faults_injected
-        .keys()
-        .chain(r.elision_phase.faults_injected.keys())
-        .collect();
-    for k in kinds {
-        both(&mut t, &format!("fault: {k}"), &|p| {
-            p.faults_injected.get(k).copied().unwrap_or(0).to_string()
-        });
-    }
-    let reasons: std::collections::BTreeSet<&String> = r
-        .phase
-        .drops
-        .keys()
-        .chain(r.elision_phase.drops.keys())
-        .collect();
-    for k in reasons {
-        both(&mut t, &format!("drop: {k}"), &|p| {
-            p.drops.get(k).copied().unwrap_or(0).to_string()
-        });
+    // One row per key either phase has, of each counter map.
+    type CounterMap = fn(&Phase) -> &BTreeMap<String, u64>;
+    let maps: [(&str, CounterMap); 3] = [
+        ("recovery", |p| &p.tcp_recovery),
+        ("fault", |p| &p.faults_injected),
+        ("drop", |p| &p.drops),
+    ];
+    for (label, map) in maps {
+        let keys: std::collections::BTreeSet<&String> = map(&r.phase)
+            .keys()
+            .chain(map(&r.elision_phase).keys())
+            .collect();
+        for k in keys {
+            both(&mut t, &format!("{label}: {k}"), &|p| {
+                map(p).get(k).copied().unwrap_or(0).to_string()
+            });
+        }
     }
     let mut s = Table::new("soak: verdict".to_string(), &["", ""]);
     s.row(vec![
