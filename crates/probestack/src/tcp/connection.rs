@@ -1529,7 +1529,8 @@ impl Connection {
     /// SACK rules: early retransmit, the reordering window). A flight of one segment gets
     /// none: RFC 8985 adds the peer's worst-case delayed ACK then (200 ms), which makes the
     /// probe no sooner than the retransmission timer with its 200 ms minimum (and the
-    /// test, on every request/response segment, cost 78 instructions a segment).
+    /// arming, on every request/response segment, cost 72 of `tcp_rr`'s instructions a
+    /// transaction).
     #[inline]
     fn arm_loss_probe(&mut self, now: Instant) {
         if self.snd_max.bytes_since(self.snd_una) <= self.snd_mss
