@@ -117,7 +117,8 @@ pub struct Phase {
     /// TCP segments retransmitted (`tcp.retransmitted_segments`).
     pub tcp_retransmitted_segments: u64,
     /// How TCP found its losses, by counter: fast retransmits (and those the reordering
-    /// window started), loss probes, lost retransmissions resent, retransmission timeouts.
+    /// window started), loss probes, lost retransmissions resent, retransmission timeouts,
+    /// and congestion responses undone (D-SACKs showed them unneeded).
     pub tcp_recovery: BTreeMap<String, u64>,
     pub virtual_seconds: f64,
     pub wall_seconds: f64,
@@ -261,6 +262,7 @@ fn account(st: &Stack, ph: &mut Phase) {
             | "tcp.reorder_window_losses"
             | "tcp.loss_probes"
             | "tcp.lost_retransmissions"
+            | "tcp.spurious_undos"
             | "tcp.retransmit_timeouts" => {
                 *ph.tcp_recovery.entry(name.to_string()).or_default() += v;
             }

@@ -1,15 +1,17 @@
 //! Loss recovery on the virtual clock: A sends B a pattern over the memory link, whose
 //! wire drops (and, if asked, reorders and duplicates) a share of the frames each way;
 //! prints the virtual time the transfer took and how A recovered (fast retransmits, loss
-//! probes, lost retransmissions sent again, retransmission timeouts). Deterministic: the
-//! same arguments give the same figures.
+//! probes, lost retransmissions sent again, retransmission timeouts, congestion responses
+//! undone). Deterministic: the same arguments give the same figures.
 //!
-//! `cargo run --release -p probestack --example tcp_loss -- [MIB] [DROP_%] [REORDER_%] [SEED] [bsd|fast] [no-rack,no-tlp]`
+//! `cargo run --release -p probestack --example tcp_loss -- [MIB] [DROP_%] [REORDER_%] [SEED] [bsd|fast] [no-rack,no-tlp,no-undo|all] [DEPTH]`
 //!
 //! `REORDER_%` also sets the share of duplicated frames (as `FaultConfig::lossy` has them
-//! equal). The last word turns off `TcpConfig::rack` and `TcpConfig::tail_loss_probes` at
-//! both ends. Defaults: 16 MiB, 1% dropped, none reordered, seed 7 (B's wire seed + 1),
-//! `Tuning::fast()`, MTU 1500, both on.
+//! equal). The last word turns off `TcpConfig::rack`, `TcpConfig::tail_loss_probes` and
+//! `TcpConfig::spurious_undo` at both ends (`all` leaves them on). `DEPTH` is how many
+//! frames a reordered one lets pass (`FaultConfig::reorder_depth`). Defaults: 16 MiB, 1%
+//! dropped, none reordered, seed 7 (B's wire seed + 1), `Tuning::fast()`, MTU 1500, all
+//! on, depth 1.
 
 mod harness;
 
@@ -26,10 +28,12 @@ fn main() {
     let seed: u64 = harness::arg(4, 7);
     let tuning = harness::tuning(harness::word(5).as_deref());
     let off = harness::word(6).unwrap_or_default();
+    let depth: u32 = harness::arg(7, 1);
     let wire = |seed| FaultConfig {
         drop: drop / 100.0,
         reorder: reorder / 100.0,
         duplicate: reorder / 100.0,
+        reorder_depth: depth,
         ..FaultConfig::lossy(seed)
     };
     let host = |seed| {
@@ -37,6 +41,7 @@ fn main() {
         h.stack.tuning = tuning;
         h.stack.tcp.rack = !off.contains("no-rack");
         h.stack.tcp.tail_loss_probes = !off.contains("no-tlp");
+        h.stack.tcp.spurious_undo = !off.contains("no-undo");
         h.nic.rx_faults = wire(seed);
         h
     };
@@ -89,16 +94,18 @@ fn main() {
     let ms = (p.now() - start).as_millis();
     let stats = p.a.tcp_connection(a).expect("A's connection").stats();
     println!(
-        "{mib} MiB, {drop}% dropped, {reorder}% reordered and duplicated, seed {seed}: \
+        "{mib} MiB, {drop}% dropped, {reorder}% reordered (depth {depth}) and duplicated, \
+         seed {seed}: \
          {ms} ms virtual, {} retransmission timeouts, {} fast retransmits ({} after the \
          reordering window), {} loss probes ({} repaired a loss), {} lost retransmissions \
-         resent, {} segments retransmitted",
+         resent, {} segments retransmitted, {} responses undone",
         stats.timeouts,
         stats.fast_retransmits,
         stats.reorder_window_losses,
         stats.loss_probes,
         stats.loss_probe_repairs,
         stats.lost_retransmissions,
-        stats.retransmitted_segments
+        stats.retransmitted_segments,
+        stats.spurious_undos
     );
 }

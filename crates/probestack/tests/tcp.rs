@@ -991,14 +991,23 @@ fn poll_returns_the_deadline_next_deadline_gives() {
 
 /// Which of A's TCP segments with data its NIC loses: those at the indices `lose` (in
 /// the order they go, counted from when the plan is set), and the first of them again
-/// `resends` more times.
+/// `resends` more times. With `hold`, the first is not lost but delayed: it goes just
+/// before its first retransmission, which then arrives second (reordering, not loss).
+/// Those at the indices `twice` go twice (the network's duplicates), the copies right
+/// after the segment at the index `copies_after`.
 #[derive(Default)]
 struct LossPlan {
     seen: usize,
     lose: Vec<usize>,
     resends: usize,
+    hold: bool,
+    twice: Vec<usize>,
+    copies_after: usize,
+    copies: Vec<(PacketBuf, TxMeta)>,
     /// The first lost segment's sequence number, once it went.
     seq: Option<[u8; 4]>,
+    /// The segment held back (`hold`), until its retransmission comes.
+    held: Option<(PacketBuf, TxMeta)>,
 }
 
 /// A's NIC, losing segments as its `LossPlan` says.
@@ -1029,7 +1038,26 @@ impl Device for DropData {
             let i = plan.seen;
             plan.seen += 1;
             if plan.lose.contains(&i) {
+                if plan.hold && plan.seq.is_none() {
+                    plan.held = Some((frame, meta));
+                }
                 plan.seq.get_or_insert(seq);
+                return Ok(());
+            }
+            if plan.seq == Some(seq) {
+                if let Some((held, held_meta)) = plan.held.take() {
+                    self.inner.transmit(held, held_meta, cx)?;
+                }
+            }
+            if plan.twice.contains(&i) {
+                let copy = PacketBuf::from_slice(frame.data(), frame.headroom()).unwrap();
+                plan.copies.push((copy, meta));
+            }
+            if i == plan.copies_after && !plan.copies.is_empty() {
+                self.inner.transmit(frame, meta, cx)?;
+                for (copy, meta) in plan.copies.drain(..) {
+                    self.inner.transmit(copy, meta, cx)?;
+                }
                 return Ok(());
             }
             if plan.resends > 0 && plan.seq == Some(seq) {
@@ -1077,6 +1105,23 @@ fn lose_in_flight_with(
     resends: usize,
     tcp: impl Fn(&mut TcpConfig),
 ) -> (ConnStats, ConnStats, u64) {
+    let plan = LossPlan {
+        lose: lost.to_vec(),
+        resends,
+        ..LossPlan::default()
+    };
+    let (before, after, ms, _) = run_flight(segments, plan, tcp);
+    (before, after, ms)
+}
+
+/// The flight of [`lose_in_flight_with`] with A's NIC following `plan`; also returns A's
+/// congestion window at the end.
+fn run_flight(
+    segments: usize,
+    plan: LossPlan,
+    tcp: impl Fn(&mut TcpConfig),
+) -> (ConnStats, ConnStats, u64, usize) {
+    let wanted = plan;
     let plan = Arc::new(Mutex::new(LossPlan::default()));
     let arm = plan.clone();
     let host = || {
@@ -1094,18 +1139,17 @@ fn lose_in_flight_with(
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
     let before = p.a.tcp_connection(c).unwrap().stats();
-    *plan.lock().unwrap() = LossPlan {
-        lose: lost.to_vec(),
-        resends,
-        ..LossPlan::default()
-    };
+    *plan.lock().unwrap() = wanted;
     // A segment's data: the MSS less the 12 bytes of the timestamps option.
     let data = p.a.tcp_connection(c).unwrap().mss().0 - 12;
     let ms = transfer(&mut p, c, s, segments * data, Duration::from_secs(10));
     let plan = plan.lock().unwrap();
     let all_lost = plan.resends == 0 && plan.lose.iter().all(|&i| i < plan.seen);
     assert!(all_lost, "not all were dropped");
-    (before, p.a.tcp_connection(c).unwrap().stats(), ms)
+    assert!(plan.held.is_none(), "the held segment never went");
+    assert!(plan.copies.is_empty(), "the copies never went");
+    let a = p.a.tcp_connection(c).unwrap();
+    (before, a.stats(), ms, a.cwnd())
 }
 
 /// One segment of a flight written at once is lost. B takes the rest in one receive batch
@@ -1202,6 +1246,75 @@ fn a_lost_tail_is_found_by_a_loss_probe() {
     let (before, after, _) = lose_in_flight_with(4, &[2, 3], 0, off);
     assert_eq!(after.timeouts - before.timeouts, 1, "{after:?}");
     assert_eq!(after.loss_probes, 0, "{after:?}");
+}
+
+/// Reordering, not loss: the first segment of a flight of 20 is delayed until after the
+/// others, so the SACKs of those above it start a fast retransmit, and the original
+/// arrives just before its retransmission. B reports the retransmission with a D-SACK
+/// (RFC 2883); it was the recovery's only one, so the recovery was not needed and A puts
+/// back the window it had (RFC 3708's detection, `TcpConfig::spurious_undo`). Off, the
+/// window stays halved.
+#[test]
+fn a_fast_retransmit_that_d_sacks_show_unneeded_is_undone() {
+    let delay_first = || LossPlan {
+        lose: vec![0],
+        hold: true,
+        ..LossPlan::default()
+    };
+    let (before, after, _, cwnd) = run_flight(20, delay_first(), |_| {});
+    assert_eq!(
+        after.fast_retransmits - before.fast_retransmits,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(
+        after.retransmitted_segments - before.retransmitted_segments,
+        1
+    );
+    assert_eq!(after.spurious_undos - before.spurious_undos, 1, "{after:?}");
+    let (before, after, _, cwnd_off) = run_flight(20, delay_first(), |t| t.spurious_undo = false);
+    assert_eq!(
+        after.fast_retransmits - before.fast_retransmits,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(after.spurious_undos, 0, "{after:?}");
+    assert!(
+        cwnd > cwnd_off * 3 / 2,
+        "window {cwnd} undone, {cwnd_off} not"
+    );
+    // A segment really lost: its one retransmission gets no D-SACK, nothing is undone.
+    let (before, after, _) = lose_one_of(20, 0);
+    assert_eq!(
+        after.fast_retransmits - before.fast_retransmits,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(after.spurious_undos, 0, "{after:?}");
+}
+
+/// The network duplicates four segments of a flight of 20, the copies arriving after the
+/// 16th: B answers each copy at once with an ACK whose only SACK block is a D-SACK (RFC
+/// 2883), and the last three acknowledge nothing new. They are not duplicate ACKs in RFC
+/// 6675 §2's sense (none SACKs new data), so they start no fast retransmit: nothing was
+/// lost. (Counted as RFC 5681's duplicates, as before the eleventh session, they did, and
+/// every such retransmission was unneeded.)
+#[test]
+fn acks_that_only_report_duplicates_start_no_fast_retransmit() {
+    let plan = LossPlan {
+        twice: vec![3, 4, 5, 6],
+        copies_after: 15,
+        ..LossPlan::default()
+    };
+    let (before, after, ms, _) = run_flight(20, plan, |_| {});
+    assert_eq!(after.dup_acks_in - before.dup_acks_in, 0, "{after:?}");
+    assert_eq!(
+        after.fast_retransmits - before.fast_retransmits,
+        0,
+        "{after:?}"
+    );
+    assert_eq!(after.retransmitted_segments, before.retransmitted_segments);
+    assert!(ms < 100, "the flight took {ms} ms");
 }
 
 /// With `tcp_output_per_batch`, B answers a receive batch with one ACK, except for

@@ -20,10 +20,11 @@
 //!    the checksum's known blind spot, and would make "nothing corrupted gets through"
 //!    untestable;
 //! 5. **reorder** it ([`FaultConfig::reorder`]): hold it back and deliver it right after
-//!    the next frame that gets this far. A held frame waits at most
-//!    [`FaultConfig::reorder_hold`] after it was sent; then it goes on alone (it was
-//!    delayed, not reordered). While a frame is held the next one is never held, so a
-//!    reorder is always one swap of two neighbours;
+//!    the next frame that gets this far, or the next [`FaultConfig::reorder_depth`]. A
+//!    held frame waits at most [`FaultConfig::reorder_hold`] after it was sent; then it
+//!    goes on alone (it was delayed, not reordered). While a frame is held the next ones
+//!    are never held, so a reorder always moves one frame back past at most `depth`
+//!    others (with depth 1, one swap of two neighbours);
 //! 6. **delay** it: every frame takes [`FaultConfig::latency`] plus a uniform jitter in
 //!    `0..=jitter` from the moment it was sent (or released from the reorder hold). The
 //!    wire is first-in first-out: jitter spreads arrival times but never reorders, so a
@@ -55,8 +56,12 @@ pub struct FaultConfig {
     pub drop: f64,
     /// Probability of delivering a frame twice.
     pub duplicate: f64,
-    /// Probability of holding a frame back and delivering it after the next one.
+    /// Probability of holding a frame back and delivering it after the next one (or the
+    /// next `reorder_depth`).
     pub reorder: f64,
+    /// How many frames a held frame lets pass (1: it swaps with the next; more is the
+    /// deeper reordering of parallel paths, which starts fast retransmits).
+    pub reorder_depth: u32,
     /// The longest a held frame waits for a next one.
     pub reorder_hold: Duration,
     /// Fixed one-way latency.
@@ -84,6 +89,7 @@ impl FaultConfig {
             duplicate: 0.0,
             reorder: 0.0,
             reorder_hold: Duration::from_millis(1),
+            reorder_depth: 1,
             latency: Duration::ZERO,
             jitter: Duration::ZERO,
             flip_caught: 0.0,
@@ -193,6 +199,8 @@ pub(crate) struct InFlight {
 #[derive(Debug)]
 struct Held {
     frame: PacketBuf,
+    /// Frames delivered since it was held.
+    passed: u32,
     /// When the hold ends if no next frame comes.
     expires: Instant,
 }
@@ -328,15 +336,22 @@ impl Wire {
         if self.held.is_none() && self.rng.chance(self.cfg.reorder) {
             self.held = Some(Held {
                 frame,
+                passed: 0,
                 expires: sent_at + self.cfg.reorder_hold,
             });
             return;
         }
         self.deliver(frame, sent_at, counters);
-        if let Some(h) = self.held.take() {
-            self.stats.reordered += 1;
-            counters.inc(Counter::DriverFaultReorder);
-            self.deliver(h.frame, sent_at, counters);
+        let Some(h) = self.held.as_mut() else {
+            return;
+        };
+        h.passed += 1;
+        if h.passed >= self.cfg.reorder_depth {
+            if let Some(h) = self.held.take() {
+                self.stats.reordered += 1;
+                counters.inc(Counter::DriverFaultReorder);
+                self.deliver(h.frame, sent_at, counters);
+            }
         }
     }
 
@@ -572,6 +587,30 @@ mod tests {
         seen.sort_unstable();
         assert!(seen.iter().enumerate().all(|(i, &q)| q == i as u32));
         assert_eq!(run(cfg, n), (out, s));
+    }
+
+    #[test]
+    fn a_deeper_reorder_lets_that_many_frames_pass() {
+        let cfg = FaultConfig {
+            reorder: 0.05,
+            reorder_depth: 4,
+            ..FaultConfig::seeded(6)
+        };
+        let n = 20_000;
+        let (out, s) = run(cfg, n);
+        assert_eq!(out.len(), n as usize);
+        assert!(s.reordered > 0 && s.reorder_expired == 0, "{s:?}");
+        // Each held frame arrives four places late, the four it let pass one early each.
+        let late = out
+            .iter()
+            .enumerate()
+            .filter(|&(i, f)| f.0 as usize + 4 == i)
+            .count() as u64;
+        assert_eq!(late, s.reordered);
+        assert!(out
+            .iter()
+            .enumerate()
+            .all(|(i, f)| (f.0 as i64 - i as i64) <= 1 && (i as i64 - f.0 as i64) <= 4));
     }
 
     #[test]

@@ -236,6 +236,9 @@ counters! {
     /// Retransmissions found lost during recovery (data sent after them SACKed) and sent
     /// again before the retransmission timer.
     TcpLostRetransmissions = "tcp.lost_retransmissions";
+    /// Congestion responses undone: every retransmission they made was reported by a
+    /// D-SACK as not needed (RFC 3708).
+    TcpSpuriousUndos = "tcp.spurious_undos";
     /// Fast retransmits started when the reordering window passed with SACKed data above
     /// the first unacknowledged segment (`Connection::reorder_window`).
     TcpReorderWindowLosses = "tcp.reorder_window_losses";

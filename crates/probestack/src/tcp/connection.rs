@@ -156,6 +156,10 @@ pub struct TcpConfig {
     pub rack: bool,
     /// Tail loss probes (RFC 8985 §7), with SACK.
     pub tail_loss_probes: bool,
+    /// A congestion response is undone when D-SACKs show that every retransmission it
+    /// made was unneeded (RFC 3708's detection; [`Connection`]'s `Undo`). Off: a fast
+    /// retransmit or timeout that reordering or delay caused keeps its reduced window.
+    pub spurious_undo: bool,
 }
 
 impl TcpConfig {
@@ -189,6 +193,7 @@ impl Default for TcpConfig {
             syn_cookies: true,
             rack: true,
             tail_loss_probes: true,
+            spurious_undo: true,
         }
     }
 }
@@ -291,6 +296,56 @@ struct Recovery {
     head_resent_below: Option<SeqNumber>,
 }
 
+/// A congestion response that may prove unneeded (RFC 3708 §3): the window before it, and
+/// the ranges it retransmitted that no D-SACK has reported yet. When a D-SACK has covered
+/// each, the segments were not lost but delayed or reordered, and the window goes back
+/// to what it was (the response Linux makes, `tcp_try_undo_dsack`; RFC 4015 makes the
+/// same for a timeout Eifel finds spurious). A range counts only when one D-SACK block
+/// covers it whole, so a super-segment resent after a timeout (the receiver reports its
+/// duplicates segment by segment) is never taken as unneeded. A network that duplicates
+/// the original of a retransmitted segment can still fool it, as RFC 3708 §5 says.
+#[derive(Clone, Copy, Debug)]
+struct Undo {
+    cwnd: usize,
+    ssthresh: usize,
+    unproven: [Option<(SeqNumber, SeqNumber)>; UNDO_RANGES],
+    /// A D-SACK has covered one of the ranges.
+    proven: bool,
+}
+
+/// The most retransmissions a congestion response can make and still be undone: one
+/// that reordering or delay caused resends a segment or two.
+const UNDO_RANGES: usize = 4;
+
+impl Undo {
+    /// `[start, end)` was retransmitted: false when the response has made more
+    /// retransmissions than it can follow (it will not be undone).
+    fn resent(&mut self, start: SeqNumber, end: SeqNumber) -> bool {
+        match self.unproven.iter_mut().find(|r| r.is_none()) {
+            Some(slot) => {
+                *slot = Some((start, end));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A D-SACK reported `[l, r)` received twice: the ranges it covers were not needed.
+    fn dsack(&mut self, l: SeqNumber, r: SeqNumber) {
+        for slot in &mut self.unproven {
+            if slot.is_some_and(|(start, end)| l.le(start) && end.le(r)) {
+                *slot = None;
+                self.proven = true;
+            }
+        }
+    }
+
+    /// Every range retransmitted has been reported unneeded.
+    fn all_proven(&self) -> bool {
+        self.proven && self.unproven.iter().all(Option::is_none)
+    }
+}
+
 /// Counts of what happened to this connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConnStats {
@@ -307,6 +362,9 @@ pub struct ConnStats {
     /// Retransmissions of the first unacknowledged segment found lost during recovery and
     /// sent again (`Counter::TcpLostRetransmissions`).
     pub lost_retransmissions: u64,
+    /// Congestion responses undone because D-SACKs reported all their retransmissions
+    /// (`Counter::TcpSpuriousUndos`).
+    pub spurious_undos: u64,
     pub hp_ack_hits: u64,
     pub hp_data_hits: u64,
     pub hp_misses: u64,
@@ -405,6 +463,14 @@ pub struct Connection {
     /// A duplicate segment's range, reported as the first SACK block of the next ACK
     /// (RFC 2883 §4, a D-SACK block).
     dsack: Option<(SeqNumber, SeqNumber)>,
+    /// The last congestion response, while it may still be undone (`spurious_undo`).
+    undo: Option<Undo>,
+    /// The end of what the last recovery retransmitted, when it ended below that: those
+    /// retransmissions may still be on their way, and a response that begins before
+    /// SND.UNA passes it cannot be undone (a D-SACK of its own retransmission of such a
+    /// segment shows only that the earlier one arrived, not that the original did; Linux
+    /// counts retransmissions in flight into `undo_retrans` for the same reason).
+    resent_beyond_recovery: Option<SeqNumber>,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
     /// The end of the last short segment sent (Minshall's Nagle).
@@ -523,6 +589,8 @@ impl Connection {
             reo_wnd_persist: 0,
             dsack_round: None,
             dsack: None,
+            undo: None,
+            resent_beyond_recovery: None,
             persist_deadline: None,
             persist_backoff: 0,
             snd_sml: iss,
@@ -1288,6 +1356,9 @@ impl Connection {
                 if r.le(ack) || inside_second {
                     self.widen_reorder_window();
                     self.tlp_dsacked = true;
+                    if let Some(u) = self.undo.as_mut() {
+                        u.dsack(l, r);
+                    }
                 }
                 newly_sacked = self
                     .scoreboard
@@ -1304,8 +1375,12 @@ impl Connection {
             && seg.control == Control::None
             && window_field == self.snd_wnd
             && self.snd_max != self.snd_una
+            && (newly_sacked > 0 || !self.sack_enabled)
         {
-            // RFC 5681 §2's duplicate ACK.
+            // RFC 5681 §2's duplicate ACK; with SACK, RFC 6675 §2's: one that SACKs data
+            // not SACKed before. An ACK for a segment that arrived twice (the network's
+            // copy, or a retransmission that was not needed) carries only a D-SACK and
+            // says nothing of a loss.
             self.stats.dup_acks_in += 1;
             self.on_dup_ack(ledger);
         }
@@ -1337,6 +1412,9 @@ impl Connection {
                     self.rtx_timer = LossTimer::ReorderWindow;
                 }
             }
+        }
+        if self.undo.is_some_and(|u| u.all_proven()) {
+            self.undo_response(ledger);
         }
         // The send window (RFC 9293 §3.10.7.4, SND.WL1/WL2).
         if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
@@ -1478,8 +1556,9 @@ impl Connection {
                 }
                 self.queue_retransmission(from);
             }
-            Some(_) => {
+            Some(r) => {
                 // Full ACK: leave recovery (RFC 6582 §3.2 step 4, option 1).
+                self.resent_beyond_recovery = r.high_rxt.gt(ack).then_some(r.high_rxt);
                 self.cwnd = self
                     .ssthresh
                     .min(self.flight_size().max(self.snd_mss) + self.snd_mss);
@@ -1735,10 +1814,13 @@ impl Connection {
     }
 
     /// A duplicate of data already received, `[start, end)`: reported in the next ACK's
-    /// first SACK block (RFC 2883), when SACK is in use.
+    /// first SACK block (RFC 2883), when SACK is in use, an ACK sent at once even in a
+    /// batch, so that each duplicate is reported (the sender counts them to learn that
+    /// its retransmissions were not needed, `Undo`).
     fn note_duplicate(&mut self, start: SeqNumber, end: SeqNumber) {
         if self.sack_enabled {
             self.dsack = Some((start, end));
+            self.ack_at_once = true;
         }
     }
 
@@ -1755,9 +1837,39 @@ impl Connection {
         ledger.counters().inc(Counter::TcpLostRetransmissions);
     }
 
+    /// A congestion response begins: the window before it is kept, to be put back if
+    /// D-SACKs show its retransmissions were not needed (`Undo`).
+    fn begin_undo(&mut self) {
+        let resent_before = self
+            .resent_beyond_recovery
+            .is_some_and(|end| end.gt(self.snd_una));
+        self.undo = (self.config.spurious_undo && !resent_before).then_some(Undo {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            unproven: [None; UNDO_RANGES],
+            proven: false,
+        });
+    }
+
+    /// Every retransmission of the last congestion response was reported unneeded: once
+    /// recovery is over, the window and threshold go back to what they were before it
+    /// (never lower than now).
+    fn undo_response(&mut self, ledger: &Ledger) {
+        if self.recovery.is_some() {
+            return;
+        }
+        if let Some(u) = self.undo.take() {
+            self.cwnd = self.cwnd.max(u.cwnd);
+            self.ssthresh = self.ssthresh.max(u.ssthresh);
+            self.stats.spurious_undos += 1;
+            ledger.counters().inc(Counter::TcpSpuriousUndos);
+        }
+    }
+
     /// Fast retransmit: the segment at SND.UNA goes again at once and NewReno recovery
     /// begins (RFC 5681 §3.2 steps 2-3, RFC 6582 §3.2).
     fn enter_recovery(&mut self, ledger: &Ledger) {
+        self.begin_undo();
         let flight = self.flight_size();
         self.ssthresh = (flight / 2).max(2 * self.snd_mss);
         self.cwnd = self.ssthresh + DUP_THRESH as usize * self.snd_mss;
@@ -2239,6 +2351,9 @@ impl Connection {
                 // Karn: no RTT sample from a segment sent twice.
                 self.rtt_timer.cancel();
                 self.stats.retransmitted_segments += 1;
+                if self.undo.as_mut().is_some_and(|u| !u.resent(seq, end)) {
+                    self.undo = None;
+                }
             }
             Send::Next => self.rtt_timer.start(seg_end, now),
             _ => {}
@@ -2415,6 +2530,11 @@ impl Connection {
         self.rtt.back_off();
         self.rtt_timer.cancel();
         if self.state.is_synchronized() {
+            // The first timeout of a run starts a response (one during recovery keeps
+            // the recovery's, which holds the window before both).
+            if self.retries == 1 && self.recovery.is_none() {
+                self.begin_undo();
+            }
             let flight = self.flight_size();
             self.ssthresh = (flight / 2).max(2 * self.snd_mss);
             self.cwnd = self.snd_mss;
@@ -2685,6 +2805,32 @@ mod tests {
     /// (a D-SACK block, RFC 2883 §4), once; a segment only partly old reports its old
     /// part. The sender, given that ACK, widens its reordering window by a quarter of SRTT
     /// once per round trip (RFC 8985 §6.2), up to SRTT.
+    #[test]
+    fn a_response_begun_over_the_last_recoverys_retransmissions_cannot_be_undone() {
+        let ledger = Ledger::new();
+        let now = Instant::from_nanos(1_000_000_000);
+        let (mut a, _b) = established(&ledger, now);
+        let mut written = 0;
+        write(&mut a, &mut written, 20_000);
+        while a.next_segment(now, 0).is_some_and(|o| o.data_len > 0) {}
+        let una = a.snd_una;
+        // The last recovery ended with a retransmission above SND.UNA perhaps in flight: a
+        // D-SACK of this recovery's would not show the original arrived.
+        a.resent_beyond_recovery = Some(una + 1000);
+        a.enter_recovery(&ledger);
+        assert!(a.undo.is_none());
+        // Once SND.UNA has passed them, it can be.
+        a.recovery = None;
+        a.resent_beyond_recovery = Some(una);
+        a.enter_recovery(&ledger);
+        assert!(a.undo.is_some());
+        // Not with the switch off.
+        a.recovery = None;
+        a.config.spurious_undo = false;
+        a.enter_recovery(&ledger);
+        assert!(a.undo.is_none());
+    }
+
     #[test]
     fn a_duplicate_segment_is_reported_by_a_d_sack_block_that_widens_the_window() {
         let ledger = Ledger::new();
