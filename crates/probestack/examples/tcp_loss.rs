@@ -98,7 +98,7 @@ fn main() {
          seed {seed}: \
          {ms} ms virtual, {} retransmission timeouts, {} fast retransmits ({} after the \
          reordering window), {} loss probes ({} repaired a loss), {} lost retransmissions \
-         resent, {} segments retransmitted, {} responses undone",
+         resent, {} segments retransmitted, {} responses undone, DupThresh {} at the end",
         stats.timeouts,
         stats.fast_retransmits,
         stats.reorder_window_losses,
@@ -106,6 +106,7 @@ fn main() {
         stats.loss_probe_repairs,
         stats.lost_retransmissions,
         stats.retransmitted_segments,
-        stats.spurious_undos
+        stats.spurious_undos,
+        p.a.tcp_connection(a).expect("A's connection").dup_thresh()
     );
 }

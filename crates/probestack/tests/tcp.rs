@@ -992,7 +992,8 @@ fn poll_returns_the_deadline_next_deadline_gives() {
 /// Which of A's TCP segments with data its NIC loses: those at the indices `lose` (in
 /// the order they go, counted from when the plan is set), and the first of them again
 /// `resends` more times. With `hold`, the first is not lost but delayed: it goes just
-/// before its first retransmission, which then arrives second (reordering, not loss).
+/// before its first retransmission, which then arrives second (reordering, not loss), or
+/// right after the segment at the index `release_after` if that comes first.
 /// Those at the indices `twice` go twice (the network's duplicates), the copies right
 /// after the segment at the index `copies_after`.
 #[derive(Default)]
@@ -1001,6 +1002,7 @@ struct LossPlan {
     lose: Vec<usize>,
     resends: usize,
     hold: bool,
+    release_after: Option<usize>,
     twice: Vec<usize>,
     copies_after: usize,
     copies: Vec<(PacketBuf, TxMeta)>,
@@ -1047,6 +1049,12 @@ impl Device for DropData {
             if plan.seq == Some(seq) {
                 if let Some((held, held_meta)) = plan.held.take() {
                     self.inner.transmit(held, held_meta, cx)?;
+                }
+            }
+            if plan.release_after == Some(i) {
+                if let Some((held, held_meta)) = plan.held.take() {
+                    self.inner.transmit(frame, meta, cx)?;
+                    return self.inner.transmit(held, held_meta, cx);
                 }
             }
             if plan.twice.contains(&i) {
@@ -1110,18 +1118,23 @@ fn lose_in_flight_with(
         resends,
         ..LossPlan::default()
     };
-    let (before, after, ms, _) = run_flight(segments, plan, tcp);
-    (before, after, ms)
+    let f = run_flights(segments, vec![plan], tcp).remove(0);
+    (f.before, f.after, f.ms)
 }
 
-/// The flight of [`lose_in_flight_with`] with A's NIC following `plan`; also returns A's
-/// congestion window at the end.
-fn run_flight(
-    segments: usize,
-    plan: LossPlan,
-    tcp: impl Fn(&mut TcpConfig),
-) -> (ConnStats, ConnStats, u64, usize) {
-    let wanted = plan;
+/// A flight of [`run_flights`]: A's statistics before and after, the virtual time it
+/// took, and A's congestion window and DupThresh at its end.
+struct Flight {
+    before: ConnStats,
+    after: ConnStats,
+    ms: u64,
+    cwnd: usize,
+    dup_thresh: usize,
+}
+
+/// The flight of [`lose_in_flight_with`], once for each of `plans`, one after the other on
+/// the same connection, A's NIC following each plan in its turn.
+fn run_flights(segments: usize, plans: Vec<LossPlan>, tcp: impl Fn(&mut TcpConfig)) -> Vec<Flight> {
     let plan = Arc::new(Mutex::new(LossPlan::default()));
     let arm = plan.clone();
     let host = || {
@@ -1138,18 +1151,28 @@ fn run_flight(
     .unwrap();
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, 200_000, Duration::from_secs(10));
-    let before = p.a.tcp_connection(c).unwrap().stats();
-    *plan.lock().unwrap() = wanted;
     // A segment's data: the MSS less the 12 bytes of the timestamps option.
     let data = p.a.tcp_connection(c).unwrap().mss().0 - 12;
-    let ms = transfer(&mut p, c, s, segments * data, Duration::from_secs(10));
-    let plan = plan.lock().unwrap();
-    let all_lost = plan.resends == 0 && plan.lose.iter().all(|&i| i < plan.seen);
-    assert!(all_lost, "not all were dropped");
-    assert!(plan.held.is_none(), "the held segment never went");
-    assert!(plan.copies.is_empty(), "the copies never went");
-    let a = p.a.tcp_connection(c).unwrap();
-    (before, a.stats(), ms, a.cwnd())
+    let mut flights = Vec::new();
+    for wanted in plans {
+        let before = p.a.tcp_connection(c).unwrap().stats();
+        *plan.lock().unwrap() = wanted;
+        let ms = transfer(&mut p, c, s, segments * data, Duration::from_secs(10));
+        let plan = plan.lock().unwrap();
+        let all_lost = plan.resends == 0 && plan.lose.iter().all(|&i| i < plan.seen);
+        assert!(all_lost, "not all were dropped");
+        assert!(plan.held.is_none(), "the held segment never went");
+        assert!(plan.copies.is_empty(), "the copies never went");
+        let a = p.a.tcp_connection(c).unwrap();
+        flights.push(Flight {
+            before,
+            after: a.stats(),
+            ms,
+            cwnd: a.cwnd(),
+            dup_thresh: a.dup_thresh(),
+        });
+    }
+    flights
 }
 
 /// One segment of a flight written at once is lost. B takes the rest in one receive batch
@@ -1252,8 +1275,10 @@ fn a_lost_tail_is_found_by_a_loss_probe() {
 /// others, so the SACKs of those above it start a fast retransmit, and the original
 /// arrives just before its retransmission. B reports the retransmission with a D-SACK
 /// (RFC 2883); it was the recovery's only one, so the recovery was not needed and A puts
-/// back the window it had (RFC 3708's detection, `TcpConfig::spurious_undo`). Off, the
-/// window stays halved.
+/// back the window it had (RFC 3708's detection, `TcpConfig::spurious_undo`), and raises
+/// its DupThresh past the 19 segments that overtook the late one. In the next flight the
+/// first segment arrives after the other 19 again, and, no longer taken for lost, is not
+/// retransmitted. Off, the window stays halved and the next flight retransmits again.
 #[test]
 fn a_fast_retransmit_that_d_sacks_show_unneeded_is_undone() {
     let delay_first = || LossPlan {
@@ -1261,7 +1286,12 @@ fn a_fast_retransmit_that_d_sacks_show_unneeded_is_undone() {
         hold: true,
         ..LossPlan::default()
     };
-    let (before, after, _, cwnd) = run_flight(20, delay_first(), |_| {});
+    let after_the_rest = || LossPlan {
+        release_after: Some(19),
+        ..delay_first()
+    };
+    let on = run_flights(20, vec![delay_first(), after_the_rest()], |_| {});
+    let (before, after) = (on[0].before, on[0].after);
     assert_eq!(
         after.fast_retransmits - before.fast_retransmits,
         1,
@@ -1272,13 +1302,18 @@ fn a_fast_retransmit_that_d_sacks_show_unneeded_is_undone() {
         1
     );
     assert_eq!(after.spurious_undos - before.spurious_undos, 1, "{after:?}");
-    let (before, after, _, cwnd_off) = run_flight(20, delay_first(), |t| t.spurious_undo = false);
-    assert_eq!(
-        after.fast_retransmits - before.fast_retransmits,
-        1,
-        "{after:?}"
-    );
+    assert_eq!(on[0].dup_thresh, 20);
+    let (before, after) = (on[1].before, on[1].after);
+    assert_eq!(after.fast_retransmits, before.fast_retransmits, "{after:?}");
+    assert_eq!(after.retransmitted_segments, before.retransmitted_segments);
+    let off = run_flights(20, vec![delay_first(), after_the_rest()], |t| {
+        t.spurious_undo = false
+    });
+    let after = off[1].after;
+    assert_eq!(after.fast_retransmits, 2, "{after:?}");
     assert_eq!(after.spurious_undos, 0, "{after:?}");
+    assert_eq!(off[1].dup_thresh, 3);
+    let (cwnd, cwnd_off) = (on[0].cwnd, off[0].cwnd);
     assert!(
         cwnd > cwnd_off * 3 / 2,
         "window {cwnd} undone, {cwnd_off} not"
@@ -1306,7 +1341,8 @@ fn acks_that_only_report_duplicates_start_no_fast_retransmit() {
         copies_after: 15,
         ..LossPlan::default()
     };
-    let (before, after, ms, _) = run_flight(20, plan, |_| {});
+    let f = run_flights(20, vec![plan], |_| {}).remove(0);
+    let (before, after, ms) = (f.before, f.after, f.ms);
     assert_eq!(after.dup_acks_in - before.dup_acks_in, 0, "{after:?}");
     assert_eq!(
         after.fast_retransmits - before.fast_retransmits,

@@ -157,8 +157,10 @@ pub struct TcpConfig {
     /// Tail loss probes (RFC 8985 §7), with SACK.
     pub tail_loss_probes: bool,
     /// A congestion response is undone when D-SACKs show that every retransmission it
-    /// made was unneeded (RFC 3708's detection; [`Connection`]'s `Undo`). Off: a fast
-    /// retransmit or timeout that reordering or delay caused keeps its reduced window.
+    /// made was unneeded (RFC 3708's detection; [`Connection`]'s `Undo`), and a fast
+    /// retransmit so undone raises DupThresh past the reordering it met. Off: a fast
+    /// retransmit or timeout that reordering or delay caused keeps its reduced window, and
+    /// DupThresh stays 3.
     pub spurious_undo: bool,
 }
 
@@ -298,12 +300,16 @@ struct Recovery {
 
 /// A congestion response that may prove unneeded (RFC 3708 §3): the window before it, and
 /// the ranges it retransmitted that no D-SACK has reported yet. When a D-SACK has covered
-/// each, the segments were not lost but delayed or reordered, and the window goes back
-/// to what it was (the response Linux makes, `tcp_try_undo_dsack`; RFC 4015 makes the
-/// same for a timeout Eifel finds spurious). A range counts only when one D-SACK block
-/// covers it whole, so a super-segment resent after a timeout (the receiver reports its
-/// duplicates segment by segment) is never taken as unneeded. A network that duplicates
-/// the original of a retransmitted segment can still fool it, as RFC 3708 §5 says.
+/// each, the segments were not lost but delayed or reordered, and the window goes back to
+/// what it was (the response Linux makes, `tcp_try_undo_dsack`; RFC 4015 makes the same
+/// for a timeout Eifel finds spurious). An undone fast retransmit also raises DupThresh
+/// above the segments that overtook the late one (`reordering`), as Linux raises
+/// `tp->reordering`, so the same reordering is not taken for a loss again; a real loss is
+/// then still found by the reordering window, a loss probe or the timer. A range counts
+/// only when one D-SACK block covers it whole, so a super-segment resent after a timeout
+/// (the receiver reports its duplicates segment by segment) is never taken as unneeded. A
+/// network that duplicates the original of a retransmitted segment can still fool it, as
+/// RFC 3708 §5 says.
 #[derive(Clone, Copy, Debug)]
 struct Undo {
     cwnd: usize,
@@ -311,6 +317,10 @@ struct Undo {
     unproven: [Option<(SeqNumber, SeqNumber)>; UNDO_RANGES],
     /// A D-SACK has covered one of the ranges.
     proven: bool,
+    /// For a fast retransmit, the most segments SACKed above SND.UNA during its recovery:
+    /// if the one it deemed lost was only late, this many arrived before it, reordering
+    /// that deep, which DupThresh must then exceed.
+    reordering: usize,
 }
 
 /// The most retransmissions a congestion response can make and still be undone: one
@@ -513,9 +523,6 @@ pub struct Connection {
 /// Challenge ACKs per second (RFC 5961 §7 suggests a limit; Linux uses 1000 per host).
 const CHALLENGE_ACK_LIMIT: u32 = 100;
 
-/// RFC 5681 §3.2: three duplicate ACKs start fast retransmit.
-const DUP_THRESH: u32 = 3;
-
 /// The timestamp clock: one tick per millisecond (RFC 7323 §5.4 asks for 1 ms to 1 s).
 fn ts_clock(now: Instant) -> u32 {
     (now.as_nanos() / 1_000_000) as u32
@@ -667,6 +674,12 @@ impl Connection {
 
     pub fn cwnd(&self) -> usize {
         self.cwnd
+    }
+
+    /// DupThresh in force: 3, or more once a fast retransmit proved unneeded showed
+    /// deeper reordering (`TcpConfig::spurious_undo`).
+    pub fn dup_thresh(&self) -> usize {
+        self.scoreboard.dup_thresh()
     }
 
     pub fn stats(&self) -> ConnStats {
@@ -1363,6 +1376,12 @@ impl Connection {
                 newly_sacked = self
                     .scoreboard
                     .add_blocks(&list[..n], self.snd_una, self.snd_max);
+                if self.recovery.is_some() {
+                    if let Some(u) = self.undo.as_mut() {
+                        let sacked = self.scoreboard.sacked_bytes();
+                        u.reordering = u.reordering.max(sacked.div_ceil(self.snd_mss.max(1)));
+                    }
+                }
             }
         }
 
@@ -1719,7 +1738,9 @@ impl Connection {
         // third duplicate ACK: a receiver that answers a batch of out-of-order segments
         // with one ACK (as probestack's `tcp_output_per_batch` does) may send fewer than
         // three.
-        let lost = self.dup_acks == DUP_THRESH || (self.dup_acks < DUP_THRESH && self.head_lost());
+        // (RFC 5681 §3.2's three, or more once reordering has been seen: `Undo`.)
+        let thresh = u32::try_from(self.scoreboard.dup_thresh()).unwrap_or(u32::MAX);
+        let lost = self.dup_acks == thresh || (self.dup_acks < thresh && self.head_lost());
         if lost {
             self.enter_recovery(ledger);
         }
@@ -1839,7 +1860,7 @@ impl Connection {
 
     /// A congestion response begins: the window before it is kept, to be put back if
     /// D-SACKs show its retransmissions were not needed (`Undo`).
-    fn begin_undo(&mut self) {
+    fn begin_undo(&mut self, reordering: usize) {
         let resent_before = self
             .resent_beyond_recovery
             .is_some_and(|end| end.gt(self.snd_una));
@@ -1848,6 +1869,7 @@ impl Connection {
             ssthresh: self.ssthresh,
             unproven: [None; UNDO_RANGES],
             proven: false,
+            reordering,
         });
     }
 
@@ -1861,6 +1883,9 @@ impl Connection {
         if let Some(u) = self.undo.take() {
             self.cwnd = self.cwnd.max(u.cwnd);
             self.ssthresh = self.ssthresh.max(u.ssthresh);
+            if u.reordering >= self.scoreboard.dup_thresh() {
+                self.scoreboard.set_dup_thresh(u.reordering + 1);
+            }
             self.stats.spurious_undos += 1;
             ledger.counters().inc(Counter::TcpSpuriousUndos);
         }
@@ -1869,10 +1894,11 @@ impl Connection {
     /// Fast retransmit: the segment at SND.UNA goes again at once and NewReno recovery
     /// begins (RFC 5681 §3.2 steps 2-3, RFC 6582 §3.2).
     fn enter_recovery(&mut self, ledger: &Ledger) {
-        self.begin_undo();
+        let sacked = self.scoreboard.sacked_bytes().div_ceil(self.snd_mss.max(1));
+        self.begin_undo(sacked);
         let flight = self.flight_size();
         self.ssthresh = (flight / 2).max(2 * self.snd_mss);
-        self.cwnd = self.ssthresh + DUP_THRESH as usize * self.snd_mss;
+        self.cwnd = self.ssthresh + self.scoreboard.dup_thresh() * self.snd_mss;
         self.forget_loss_probe();
         self.recovery = Some(Recovery {
             recover: self.snd_max,
@@ -2533,7 +2559,7 @@ impl Connection {
             // The first timeout of a run starts a response (one during recovery keeps
             // the recovery's, which holds the window before both).
             if self.retries == 1 && self.recovery.is_none() {
-                self.begin_undo();
+                self.begin_undo(0);
             }
             let flight = self.flight_size();
             self.ssthresh = (flight / 2).max(2 * self.snd_mss);

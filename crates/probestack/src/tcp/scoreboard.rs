@@ -34,6 +34,9 @@ pub const MAX_RANGES: usize = 64;
 /// RFC 6675's DupThresh: how many discontiguous SACKed pieces above a byte mark it lost.
 pub const DUP_THRESH: usize = 3;
 
+/// The highest DupThresh a sender raises its own to ([`Scoreboard::set_dup_thresh`]).
+pub const MAX_DUP_THRESH: usize = 32;
+
 /// Sequence spans at or above this cannot be ordered by modular comparison.
 const HALF_SPACE: usize = 1 << 31;
 
@@ -43,6 +46,9 @@ pub struct Scoreboard {
     /// `[start, end)` ranges, sorted, disjoint, non-adjacent and non-empty, at most
     /// [`MAX_RANGES`] of them.
     ranges: Vec<(SeqNumber, SeqNumber)>,
+    /// DupThresh for [`is_lost`](Self::is_lost): [`DUP_THRESH`] unless the sender has
+    /// seen deeper reordering.
+    dup_thresh: usize,
 }
 
 impl Default for Scoreboard {
@@ -56,7 +62,21 @@ impl Scoreboard {
     pub fn new() -> Scoreboard {
         Scoreboard {
             ranges: Vec::with_capacity(MAX_RANGES),
+            dup_thresh: DUP_THRESH,
         }
+    }
+
+    /// DupThresh in force.
+    pub fn dup_thresh(&self) -> usize {
+        self.dup_thresh
+    }
+
+    /// Sets DupThresh, from [`DUP_THRESH`] to [`MAX_DUP_THRESH`]: a sender that has seen
+    /// reordering deeper than three segments raises it so that the same reordering is
+    /// not taken for a loss again (RFC 4653's idea; Linux's `tp->reordering`). Kept
+    /// across [`clear`](Self::clear).
+    pub fn set_dup_thresh(&mut self, n: usize) {
+        self.dup_thresh = n.clamp(DUP_THRESH, MAX_DUP_THRESH);
     }
 
     /// Records the SACK blocks of one ACK whose cumulative acknowledgment is `snd_una`,
@@ -179,15 +199,15 @@ impl Scoreboard {
     }
 
     /// RFC 6675 §4 `IsLost(seq)`: whether the byte `seq` is deemed lost because at least
-    /// DupThresh (3) discontiguous SACKed ranges, or more than (DupThresh - 1) · `mss`
-    /// SACKed bytes, lie above it.
+    /// DupThresh (3 unless [set](Self::set_dup_thresh)) discontiguous SACKed ranges, or
+    /// more than (DupThresh - 1) · `mss` SACKed bytes, lie above it.
     ///
     /// "Discontiguous SACKed sequences" are counted as separate ranges on the board. As
     /// `seq` rises, fewer SACKed bytes lie above it, so once a byte is not lost no byte
     /// after it is either.
     pub fn is_lost(&self, seq: SeqNumber, mss: usize) -> bool {
         let (pieces, bytes) = self.sacked_above(seq);
-        pieces >= DUP_THRESH || bytes > (DUP_THRESH - 1).saturating_mul(mss)
+        pieces >= self.dup_thresh || bytes > (self.dup_thresh - 1).saturating_mul(mss)
     }
 
     /// RFC 6675 §4 `NextSeg()` rule (1), simplified: the first un-SACKed bytes at or after
@@ -417,6 +437,17 @@ mod tests {
         assert!(b.is_lost(seq(999), mss));
         // Above 1000 lie 1001..1201, exactly 200 bytes.
         assert!(!b.is_lost(seq(1000), mss));
+        // A raised DupThresh asks for more, and stays across a clear.
+        b.set_dup_thresh(4);
+        assert!(!b.is_lost(seq(0), mss));
+        b.add_blocks(&[blk(1300, 1400)], una, max);
+        assert!(b.is_lost(seq(0), mss));
+        b.clear();
+        assert_eq!(b.dup_thresh(), 4);
+        b.set_dup_thresh(1000);
+        assert_eq!(b.dup_thresh(), MAX_DUP_THRESH);
+        b.set_dup_thresh(0);
+        assert_eq!(b.dup_thresh(), DUP_THRESH);
     }
 
     /// The board of RFC 6675's usual picture: with mss 100 and snd_una 1000, segments
