@@ -1200,6 +1200,7 @@ fn a_loss_the_sack_scoreboard_shows_is_retransmitted_without_three_duplicate_ack
 /// the scoreboard soon shows three segments' worth of it, all sent after the
 /// retransmission, SACKed: A sends the first segment a third time at once, without
 /// waiting for its retransmission timer (200 ms at least), as it did before (one timeout).
+/// With less sent after the retransmission, the reordering window decides.
 #[test]
 fn a_lost_retransmission_is_found_from_the_sack_scoreboard() {
     let (before, after, ms) = lose_in_flight(100, &[0], 1);
@@ -1216,6 +1217,15 @@ fn a_lost_retransmission_is_found_from_the_sack_scoreboard() {
     let (before, after, _) = lose_in_flight_with(100, &[0], 1, |t| t.rack = false);
     assert_eq!(after.timeouts - before.timeouts, 1, "{after:?}");
     assert_eq!(after.lost_retransmissions, 0, "{after:?}");
+    // A flight of 27 or 28: only one or two segments go after the retransmission, too
+    // few for `IsLost`; once SACKed, the reordering window passes and the third goes
+    // (before the eleventh session: the retransmission timer).
+    for segments in [27, 28] {
+        let (before, after, _) = lose_in_flight(segments, &[0], 1);
+        assert_eq!(after.timeouts - before.timeouts, 0, "{segments}: {after:?}");
+        let again = after.lost_retransmissions - before.lost_retransmissions;
+        assert_eq!(again, 1, "{segments}: {after:?}");
+    }
 }
 
 /// Two of a flight of four lost, the first and the third: the scoreboard shows the second

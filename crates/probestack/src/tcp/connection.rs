@@ -1416,6 +1416,19 @@ impl Connection {
             self.enter_recovery(ledger);
         } else if newly_sacked > 0 && self.head_retransmission_lost() {
             self.resend_head(ledger);
+        } else if newly_sacked > 0
+            && self.head_retransmission_late()
+            && self.rtx_timer != LossTimer::ReorderWindow
+        {
+            // Data sent after the head's retransmission SACKed, too little for
+            // `head_retransmission_lost`: the window's end, when the retransmission is
+            // deemed lost (RACK's rule, RFC 8985 §6.2, in sequence space).
+            if let Some(at) = self.reorder_window().map(|w| now + w) {
+                if self.rtx_deadline.is_none_or(|d| at < d) {
+                    self.rtx_deadline = Some(at);
+                    self.rtx_timer = LossTimer::ReorderWindow;
+                }
+            }
         } else if (newly_sacked > 0 || advanced)
             && self.config.rack
             && !self.scoreboard.is_empty()
@@ -1789,6 +1802,23 @@ impl Connection {
                 head_resent_below: Some(mark),
                 ..
             }) => self.scoreboard.is_lost(mark - 1, self.snd_mss),
+            _ => false,
+        }
+    }
+
+    /// In recovery, whether data sent after the retransmission of the segment at SND.UNA
+    /// has been SACKed, and that segment not acknowledged: the retransmission is late, and
+    /// lost if the reordering window passes before it is acknowledged (with fewer SACKed
+    /// than `head_retransmission_lost` asks; in a small window no more may come).
+    fn head_retransmission_late(&self) -> bool {
+        if !self.config.rack {
+            return false;
+        }
+        match self.recovery {
+            Some(Recovery {
+                head_resent_below: Some(mark),
+                ..
+            }) => self.scoreboard.any_sacked_above(mark - 1),
             _ => false,
         }
     }
@@ -2503,6 +2533,12 @@ impl Connection {
                     self.stats.reorder_window_losses += 1;
                     ledger.counters().inc(Counter::TcpReorderWindowLosses);
                     self.enter_recovery(ledger);
+                    self.rtx_deadline = Some(now + self.rtt.rto());
+                }
+                LossTimer::ReorderWindow if self.head_retransmission_late() => {
+                    // The head's retransmission still unacknowledged, data sent after
+                    // it SACKed: lost too.
+                    self.resend_head(ledger);
                     self.rtx_deadline = Some(now + self.rtt.rto());
                 }
                 // Recovery began, or all was acknowledged, since: the retransmission

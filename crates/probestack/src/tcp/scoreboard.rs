@@ -182,6 +182,11 @@ impl Scoreboard {
         self.ranges.last().map(|&(_, e)| e)
     }
 
+    /// Whether any byte above `seq` is SACKed.
+    pub fn any_sacked_above(&self, seq: SeqNumber) -> bool {
+        self.ranges.last().is_some_and(|&(_, e)| (seq + 1).lt(e))
+    }
+
     /// How many discontiguous SACKed ranges have bytes above `seq`, and how many SACKed
     /// bytes lie above it.
     fn sacked_above(&self, seq: SeqNumber) -> (usize, usize) {
@@ -437,6 +442,9 @@ mod tests {
         assert!(b.is_lost(seq(999), mss));
         // Above 1000 lie 1001..1201, exactly 200 bytes.
         assert!(!b.is_lost(seq(1000), mss));
+        // Any SACKed byte above: up to the last range's end.
+        assert!(b.any_sacked_above(seq(1199)));
+        assert!(!b.any_sacked_above(seq(1200)));
         // A raised DupThresh asks for more, and stays across a clear.
         b.set_dup_thresh(4);
         assert!(!b.is_lost(seq(0), mss));
