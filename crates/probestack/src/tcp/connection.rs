@@ -1416,28 +1416,20 @@ impl Connection {
             self.enter_recovery(ledger);
         } else if newly_sacked > 0 && self.head_retransmission_lost() {
             self.resend_head(ledger);
-        } else if newly_sacked > 0
-            && self.head_retransmission_late()
-            && self.rtx_timer != LossTimer::ReorderWindow
+        } else if self.rtx_timer != LossTimer::ReorderWindow
+            && (newly_sacked > 0 && self.head_retransmission_late()
+                || (newly_sacked > 0 || advanced)
+                    && self.config.rack
+                    && !self.scoreboard.is_empty()
+                    && self.recovery.is_none()
+                    && self.snd_max != self.snd_una
+                    && self.retries == 0)
         {
-            // Data sent after the head's retransmission SACKed, too little for
-            // `head_retransmission_lost`: the window's end, when the retransmission is
-            // deemed lost (RACK's rule, RFC 8985 §6.2, in sequence space).
-            if let Some(at) = self.reorder_window().map(|w| now + w) {
-                if self.rtx_deadline.is_none_or(|d| at < d) {
-                    self.rtx_deadline = Some(at);
-                    self.rtx_timer = LossTimer::ReorderWindow;
-                }
-            }
-        } else if (newly_sacked > 0 || advanced)
-            && self.config.rack
-            && !self.scoreboard.is_empty()
-            && self.recovery.is_none()
-            && self.snd_max != self.snd_una
-            && self.retries == 0
-            && self.rtx_timer != LossTimer::ReorderWindow
-        {
-            // The window's end, in the retransmission timer's place (it is sooner).
+            // In recovery, data sent after the head's retransmission SACKed, too little
+            // for `head_retransmission_lost`; outside it, SACKed data above a first
+            // segment `head_lost` does not find lost: when the window ends, it is (RACK's
+            // rule, RFC 8985 §6.2, in sequence space). In the retransmission timer's
+            // place, as it is sooner.
             if let Some(at) = self.reorder_window().map(|w| now + w) {
                 if self.rtx_deadline.is_none_or(|d| at < d) {
                     self.rtx_deadline = Some(at);
@@ -1794,15 +1786,19 @@ impl Connection {
     /// it before RACK; RFC 6675 alone never finds a lost retransmission, which then
     /// waits for the retransmission timer.
     fn head_retransmission_lost(&self) -> bool {
-        if !self.config.rack {
-            return false;
-        }
+        self.head_resent_mark()
+            .is_some_and(|mark| self.scoreboard.is_lost(mark - 1, self.snd_mss))
+    }
+
+    /// With `rack`, in a recovery that has resent the segment at SND.UNA, SND.MAX then
+    /// (`Recovery::head_resent_below`): data above it was sent after the retransmission.
+    fn head_resent_mark(&self) -> Option<SeqNumber> {
         match self.recovery {
             Some(Recovery {
                 head_resent_below: Some(mark),
                 ..
-            }) => self.scoreboard.is_lost(mark - 1, self.snd_mss),
-            _ => false,
+            }) if self.config.rack => Some(mark),
+            _ => None,
         }
     }
 
@@ -1811,16 +1807,8 @@ impl Connection {
     /// lost if the reordering window passes before it is acknowledged (with fewer SACKed
     /// than `head_retransmission_lost` asks; in a small window no more may come).
     fn head_retransmission_late(&self) -> bool {
-        if !self.config.rack {
-            return false;
-        }
-        match self.recovery {
-            Some(Recovery {
-                head_resent_below: Some(mark),
-                ..
-            }) => self.scoreboard.any_sacked_above(mark - 1),
-            _ => false,
-        }
+        self.head_resent_mark()
+            .is_some_and(|mark| self.scoreboard.any_sacked_above(mark - 1))
     }
 
     /// How long after an ACK that SACKs data above SND.UNA the segment there is deemed
