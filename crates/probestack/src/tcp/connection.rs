@@ -1916,6 +1916,8 @@ impl Connection {
         self.begin_undo(sacked);
         let flight = self.flight_size();
         self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+        // Inflated by the segments that have left the network (RFC 5681 §3.2 step 4's
+        // three): DupThresh of them, as many as it took to find the loss.
         self.cwnd = self.ssthresh + self.scoreboard.dup_thresh() * self.snd_mss;
         self.forget_loss_probe();
         self.recovery = Some(Recovery {
@@ -2851,10 +2853,9 @@ mod tests {
         (a, b)
     }
 
-    /// A segment that arrives twice draws an ACK whose first SACK block is the duplicate
-    /// (a D-SACK block, RFC 2883 §4), once; a segment only partly old reports its old
-    /// part. The sender, given that ACK, widens its reordering window by a quarter of SRTT
-    /// once per round trip (RFC 8985 §6.2), up to SRTT.
+    /// A response begun while the last recovery's retransmissions above SND.UNA may be in
+    /// flight cannot be undone; one begun after SND.UNA passed them can, unless the switch
+    /// is off.
     #[test]
     fn a_response_begun_over_the_last_recoverys_retransmissions_cannot_be_undone() {
         let ledger = Ledger::new();
@@ -2881,6 +2882,10 @@ mod tests {
         assert!(a.undo.is_none());
     }
 
+    /// A segment that arrives twice draws an ACK whose first SACK block is the duplicate
+    /// (a D-SACK block, RFC 2883 §4), once; a segment only partly old reports its old
+    /// part. The sender, given that ACK, widens its reordering window by a quarter of SRTT
+    /// once per round trip (RFC 8985 §6.2), up to SRTT.
     #[test]
     fn a_duplicate_segment_is_reported_by_a_d_sack_block_that_widens_the_window() {
         let ledger = Ledger::new();
