@@ -12,15 +12,14 @@
 
 mod common;
 
-use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use common::netns::{
-    datagram, linux_sends_pattern, skip_unless_able, udp_echo_from_linux, BulkSink, BulkSource,
-    Netns, StopOnDrop, UdpFrame, Watched,
+    datagram, linux_receives_pattern, linux_sends_pattern, skip_unless_able, udp_echo_from_linux,
+    BulkSink, BulkSource, Netns, StopOnDrop, UdpFrame, Watched,
 };
 use probestack::buf::PacketBuf;
 use probestack::driver::tap::{TapConfig, TapDevice, TapStats, TUN_F_CSUM, TUN_F_TSO4};
@@ -256,45 +255,25 @@ fn transmit_checksums_reach_linux() {
     }
 }
 
-/// Segments a [`Lossy`] device saw or lost, by side (0 transmit, 1 receive) and kind (0
+/// Segments a [`Lossy`] link saw or lost, by side (0 transmit, 1 receive) and kind (0
 /// with data, 1 without).
 type SegmentCounts = [[usize; 2]; 2];
 
-/// A device that loses every `every`-th TCP segment with data and every `every`-th
-/// without (SYNs aside), each way, counted apart: a lossy link with Linux on the other
-/// side, deterministic in what it drops (4 MiB each way are thousands of segments, so
-/// each kind is lost on each side).
-struct Lossy<D> {
+/// What a test's link between the stack and the TAP does to the frames.
+trait Tamper: Send {
+    /// The frames to hand the TAP for one the stack sends (none: it is lost or held).
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)>;
+    /// Whether the stack gets a frame the TAP received.
+    fn deliver(&mut self, frame: &[u8]) -> bool;
+}
+
+/// A TAP behind a [`Tamper`].
+struct Tampered<D, T> {
     dev: D,
-    every: usize,
-    seen: SegmentCounts,
-    lost: Arc<Mutex<SegmentCounts>>,
+    tamper: T,
 }
 
-impl<D> Lossy<D> {
-    /// Whether `frame` is a TCP segment (IPv4, no SYN) to lose, counting it on `side`.
-    fn lose(&mut self, frame: &[u8], side: usize) -> bool {
-        let ihl = usize::from(frame.get(14).copied().unwrap_or(0) & 0x0f) * 4;
-        let tcp = frame.len() >= 14 + ihl + 20
-            && frame[12..14] == [0x08, 0x00]
-            && frame[23] == 6
-            && frame[14 + ihl + 13] & 0x02 == 0;
-        if !tcp {
-            return false;
-        }
-        let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
-        let headers = ihl + usize::from(frame[14 + ihl + 12] >> 4) * 4;
-        let kind = usize::from(total <= headers);
-        self.seen[side][kind] += 1;
-        let lose = self.seen[side][kind].is_multiple_of(self.every);
-        if lose {
-            self.lost.lock().unwrap()[side][kind] += 1;
-        }
-        lose
-    }
-}
-
-impl<D: Device> Device for Lossy<D> {
+impl<D: Device, T: Tamper> Device for Tampered<D, T> {
     fn caps(&self) -> DeviceCaps {
         self.dev.caps()
     }
@@ -304,10 +283,10 @@ impl<D: Device> Device for Lossy<D> {
         meta: TxMeta,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
-        if self.lose(frame.data(), 0) {
-            return Ok(());
+        for (frame, meta) in self.tamper.send(frame, meta) {
+            self.dev.transmit(frame, meta, cx)?;
         }
-        self.dev.transmit(frame, meta, cx)
+        Ok(())
     }
     fn tx_ready(&self) -> bool {
         self.dev.tx_ready()
@@ -318,7 +297,7 @@ impl<D: Device> Device for Lossy<D> {
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
         loop {
             let f = self.dev.receive(cx)?;
-            if !self.lose(f.frame.data(), 1) {
+            if self.tamper.deliver(f.frame.data()) {
                 return Some(f);
             }
         }
@@ -329,6 +308,171 @@ impl<D: Device> Device for Lossy<D> {
     fn readiness_fd(&self) -> Option<i32> {
         self.dev.readiness_fd()
     }
+}
+
+/// A TCP segment's IP header length and whether it carries data (SYNs are left out:
+/// `None`), for an Ethernet frame holding IPv4.
+fn tcp_segment(frame: &[u8]) -> Option<(usize, bool)> {
+    let ihl = usize::from(frame.get(14).copied().unwrap_or(0) & 0x0f) * 4;
+    let tcp = frame.len() >= 14 + ihl + 20
+        && frame[12..14] == [0x08, 0x00]
+        && frame[23] == 6
+        && frame[14 + ihl + 13] & 0x02 == 0;
+    if !tcp {
+        return None;
+    }
+    let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+    let headers = ihl + usize::from(frame[14 + ihl + 12] >> 4) * 4;
+    Some((ihl, total > headers))
+}
+
+/// A link that loses every `every`-th TCP segment with data and every `every`-th without
+/// (SYNs aside), each way, counted apart: a lossy link with Linux on the other side,
+/// deterministic in what it drops (4 MiB each way are thousands of segments, so each kind
+/// is lost on each side).
+struct Lossy {
+    every: usize,
+    seen: SegmentCounts,
+    lost: Arc<Mutex<SegmentCounts>>,
+}
+
+impl Lossy {
+    /// Whether `frame` is a TCP segment to lose, counting it on `side`.
+    fn lose(&mut self, frame: &[u8], side: usize) -> bool {
+        let Some((_, data)) = tcp_segment(frame) else {
+            return false;
+        };
+        let kind = usize::from(!data);
+        self.seen[side][kind] += 1;
+        let lose = self.seen[side][kind].is_multiple_of(self.every);
+        if lose {
+            self.lost.lock().unwrap()[side][kind] += 1;
+        }
+        lose
+    }
+}
+
+impl Tamper for Lossy {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        if self.lose(frame.data(), 0) {
+            return Vec::new();
+        }
+        vec![(frame, meta)]
+    }
+    fn deliver(&mut self, frame: &[u8]) -> bool {
+        !self.lose(frame, 1)
+    }
+}
+
+/// A link that holds back every `every`-th TCP segment with data the stack sends (of those
+/// sent while none is held) until the stack sends that segment again, and delivers it just before the copy: reordering
+/// deep enough that the stack takes the segment for lost, and a retransmission that was
+/// not needed, which Linux reports with a D-SACK. Counts the segments held.
+struct Reordering {
+    every: usize,
+    seen: usize,
+    held: Option<(PacketBuf, TxMeta)>,
+    count: Arc<Mutex<usize>>,
+}
+
+impl Tamper for Reordering {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        let Some((ihl, true)) = tcp_segment(frame.data()) else {
+            return vec![(frame, meta)];
+        };
+        let seq_at = 14 + ihl + 4..14 + ihl + 8;
+        if let Some((held, held_meta)) = self.held.take() {
+            if held.data()[seq_at.clone()] == frame.data()[seq_at] {
+                return vec![(held, held_meta), (frame, meta)];
+            }
+            self.held = Some((held, held_meta));
+            return vec![(frame, meta)];
+        }
+        self.seen += 1;
+        if self.seen.is_multiple_of(self.every) {
+            self.held = Some((frame, meta));
+            *self.count.lock().unwrap() += 1;
+            return Vec::new();
+        }
+        vec![(frame, meta)]
+    }
+    fn deliver(&mut self, _frame: &[u8]) -> bool {
+        true
+    }
+}
+
+/// The stack sends Linux 4 MiB through a TAP that holds back a data segment every 100
+/// until the stack sends it again (`Reordering`): each time, the segments after it draw
+/// SACKs from Linux, the stack retransmits it, and Linux, getting it twice, answers with
+/// a D-SACK (RFC 2883, on by default in Linux). The stack must take those D-SACKs as
+/// showing its response unneeded and undo it (`TcpConfig::spurious_undo`), raising its
+/// DupThresh past the reordering; every byte must arrive intact. Figures printed.
+#[test]
+fn linux_d_sacks_undo_the_stacks_unneeded_fast_retransmits() {
+    skip_unless_able!("/dev/net/tun");
+    const TOTAL: usize = 4 << 20;
+    let held = Arc::new(Mutex::new(0usize));
+    let count = held.clone();
+    let Some(Setup {
+        ns: _ns, mut stack, ..
+    }) = setup_wrapped(7, TapConfig::default(), |tap| {
+        Box::new(Tampered {
+            dev: tap,
+            tamper: Reordering {
+                every: 100,
+                seen: 0,
+                held: None,
+                count,
+            },
+        })
+    })
+    else {
+        return;
+    };
+    let linux = std::net::TcpListener::bind("198.18.0.1:5003").expect("bind in the namespace");
+    let stop = AtomicBool::new(false);
+    let dup_thresh = Mutex::new(0usize);
+    let started = std::time::Instant::now();
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        let stack = &mut stack;
+        let stop = &stop;
+        let dup_thresh = &dup_thresh;
+        s.spawn(move || {
+            let clock = RealClock::new();
+            let mut source =
+                BulkSource::connect(stack, (Ipv4Address::new(198, 18, 0, 1), 5003), TOTAL);
+            runner::run(stack, &clock, stop, |st, _| {
+                source.turn(st);
+                if let Ok(c) = st.tcp_connection(source.handle()) {
+                    let mut d = dup_thresh.lock().unwrap();
+                    *d = (*d).max(c.dup_thresh());
+                }
+            })
+            .expect("runner");
+        });
+        let (got, intact) = linux_receives_pattern(linux, StdDuration::from_secs(60));
+        assert_eq!(got, TOTAL, "Linux got {got} of the stack's bytes");
+        assert!(intact, "the stack's bytes arrived changed");
+        stop.store(true, Ordering::Relaxed);
+    });
+    let c = stack.ledger().counters();
+    let held = *held.lock().unwrap();
+    let dup_thresh = *dup_thresh.lock().unwrap();
+    eprintln!(
+        "4 MiB in {:?}; {held} segments held back; the stack's TCP: {} fast retransmits ({} \
+         after the reordering window), {} segments retransmitted, {} responses undone, \
+         DupThresh up to {dup_thresh}, {} timeouts",
+        started.elapsed(),
+        c.get(Counter::TcpFastRetransmits),
+        c.get(Counter::TcpReorderWindowLosses),
+        c.get(Counter::TcpRetransmittedSegments),
+        c.get(Counter::TcpSpuriousUndos),
+        c.get(Counter::TcpRetransmitTimeouts),
+    );
+    assert!(held > 0, "nothing was held back");
+    assert!(c.get(Counter::TcpSpuriousUndos) > 0, "nothing was undone");
+    assert!(dup_thresh > 3, "DupThresh stayed {dup_thresh}");
 }
 
 /// TCP both ways at once, 4 MiB each, between Linux and the stack through a TAP that
@@ -345,11 +489,13 @@ fn tcp_both_ways_through_a_lossy_tap() {
     let Some(Setup {
         ns: _ns, mut stack, ..
     }) = setup_wrapped(6, TapConfig::default(), |tap| {
-        Box::new(Lossy {
+        Box::new(Tampered {
             dev: tap,
-            every: 40,
-            seen: SegmentCounts::default(),
-            lost: counts,
+            tamper: Lossy {
+                every: 40,
+                seen: SegmentCounts::default(),
+                lost: counts,
+            },
         })
     })
     else {
@@ -378,25 +524,7 @@ fn tcp_both_ways_through_a_lossy_tap() {
             .expect("runner");
         });
         // Linux reads what the stack sends, checking every byte.
-        let reader = s.spawn(move || {
-            let (mut conn, _) = linux.accept().expect("accept the stack's connection");
-            conn.set_read_timeout(Some(StdDuration::from_secs(60)))
-                .unwrap();
-            let mut buf = vec![0u8; 64 * 1024];
-            let (mut got, mut intact) = (0usize, true);
-            loop {
-                let n = conn.read(&mut buf).expect("read from the stack");
-                if n == 0 {
-                    break;
-                }
-                intact &= buf[..n]
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &b)| b == common::netns::pattern(got + i));
-                got += n;
-            }
-            (got, intact)
-        });
+        let reader = s.spawn(move || linux_receives_pattern(linux, StdDuration::from_secs(60)));
         // Linux writes to the stack.
         linux_sends_pattern(TOTAL, StdDuration::from_secs(60));
         let (got, intact) = reader.join().expect("reader");

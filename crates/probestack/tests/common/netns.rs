@@ -287,6 +287,30 @@ pub fn linux_sends_pattern(total: usize, timeout: StdDuration) -> StdDuration {
     started.elapsed()
 }
 
+/// A Linux socket's side of a bulk transfer from the stack: accepts one connection on
+/// `listener` and reads until end of stream, each read within `timeout`. Returns the
+/// bytes read and whether each was [`pattern`]'s.
+pub fn linux_receives_pattern(
+    listener: std::net::TcpListener,
+    timeout: StdDuration,
+) -> (usize, bool) {
+    let (mut conn, _) = listener.accept().expect("accept the stack's connection");
+    conn.set_read_timeout(Some(timeout)).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut got, mut intact) = (0usize, true);
+    loop {
+        let n = conn.read(&mut buf).expect("read from the stack");
+        if n == 0 {
+            return (got, intact);
+        }
+        intact &= buf[..n]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(got + i));
+        got += n;
+    }
+}
+
 /// The payload of datagram number `seq`.
 pub fn datagram(seq: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + seq * 7 + 3) as u8).collect()
@@ -369,6 +393,11 @@ impl BulkSource {
             sent: 0,
             closed: false,
         }
+    }
+
+    /// The connection.
+    pub fn handle(&self) -> TcpHandle {
+        self.conn
     }
 
     /// One turn: queue as much as the send buffer takes; close after the last byte.
