@@ -21,9 +21,10 @@ use common::netns::{
     datagram, linux_receives_pattern, linux_sends_pattern, skip_unless_able, udp_echo_from_linux,
     BulkSink, BulkSource, Netns, StopOnDrop, UdpFrame, Watched,
 };
+use common::tamper::{tcp_segment, tcp_seq, Tamper, Tampered};
 use probestack::buf::PacketBuf;
 use probestack::driver::tap::{TapConfig, TapDevice, TapStats, TUN_F_CSUM, TUN_F_TSO4};
-use probestack::driver::{Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta};
+use probestack::driver::{Device, DeviceContext, TxMeta};
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Counter;
 use probestack::runner;
@@ -259,73 +260,6 @@ fn transmit_checksums_reach_linux() {
 /// with data, 1 without).
 type SegmentCounts = [[usize; 2]; 2];
 
-/// What a test's link between the stack and the TAP does to the frames.
-trait Tamper: Send {
-    /// The frames to hand the TAP for one the stack sends (none: it is lost or held).
-    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)>;
-    /// Whether the stack gets a frame the TAP received.
-    fn deliver(&mut self, frame: &[u8]) -> bool;
-}
-
-/// A TAP behind a [`Tamper`].
-struct Tampered<D, T> {
-    dev: D,
-    tamper: T,
-}
-
-impl<D: Device, T: Tamper> Device for Tampered<D, T> {
-    fn caps(&self) -> DeviceCaps {
-        self.dev.caps()
-    }
-    fn transmit(
-        &mut self,
-        frame: PacketBuf,
-        meta: TxMeta,
-        cx: &DeviceContext<'_>,
-    ) -> Result<(), DeviceError> {
-        for (frame, meta) in self.tamper.send(frame, meta) {
-            self.dev.transmit(frame, meta, cx)?;
-        }
-        Ok(())
-    }
-    fn tx_ready(&self) -> bool {
-        self.dev.tx_ready()
-    }
-    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
-        self.dev.take_notification(cx)
-    }
-    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
-        loop {
-            let f = self.dev.receive(cx)?;
-            if self.tamper.deliver(f.frame.data()) {
-                return Some(f);
-            }
-        }
-    }
-    fn next_deadline(&self) -> Option<Instant> {
-        self.dev.next_deadline()
-    }
-    fn readiness_fd(&self) -> Option<i32> {
-        self.dev.readiness_fd()
-    }
-}
-
-/// A TCP segment's IP header length and whether it carries data (SYNs are left out:
-/// `None`), for an Ethernet frame holding IPv4.
-fn tcp_segment(frame: &[u8]) -> Option<(usize, bool)> {
-    let ihl = usize::from(frame.get(14).copied().unwrap_or(0) & 0x0f) * 4;
-    let tcp = frame.len() >= 14 + ihl + 20
-        && frame[12..14] == [0x08, 0x00]
-        && frame[23] == 6
-        && frame[14 + ihl + 13] & 0x02 == 0;
-    if !tcp {
-        return None;
-    }
-    let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
-    let headers = ihl + usize::from(frame[14 + ihl + 12] >> 4) * 4;
-    Some((ihl, total > headers))
-}
-
 /// A link that loses every `every`-th TCP segment with data and every `every`-th without
 /// (SYNs aside), each way, counted apart: a lossy link with Linux on the other side,
 /// deterministic in what it drops (4 MiB each way are thousands of segments, so each kind
@@ -377,12 +311,11 @@ struct Reordering {
 
 impl Tamper for Reordering {
     fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
-        let Some((ihl, true)) = tcp_segment(frame.data()) else {
+        let Some((tcp, true)) = tcp_segment(frame.data()) else {
             return vec![(frame, meta)];
         };
-        let seq_at = 14 + ihl + 4..14 + ihl + 8;
         if let Some((held, held_meta)) = self.held.take() {
-            if held.data()[seq_at.clone()] == frame.data()[seq_at] {
+            if tcp_seq(held.data(), tcp) == tcp_seq(frame.data(), tcp) {
                 return vec![(held, held_meta), (frame, meta)];
             }
             self.held = Some((held, held_meta));
@@ -395,9 +328,6 @@ impl Tamper for Reordering {
             return Vec::new();
         }
         vec![(frame, meta)]
-    }
-    fn deliver(&mut self, _frame: &[u8]) -> bool {
-        true
     }
 }
 

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
+use common::tamper::{tcp_segment, tcp_seq, Tamper, Tampered};
 use common::transfer::{fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -1012,83 +1013,49 @@ struct LossPlan {
     held: Option<(PacketBuf, TxMeta)>,
 }
 
-/// A's NIC, losing segments as its `LossPlan` says.
-struct DropData {
-    inner: MemoryNic,
-    plan: Arc<Mutex<LossPlan>>,
-}
+/// A's link, losing, holding back and copying segments as its `LossPlan` says.
+struct Planned(Arc<Mutex<LossPlan>>);
 
-impl Device for DropData {
-    fn caps(&self) -> DeviceCaps {
-        self.inner.caps()
-    }
-    fn transmit(
-        &mut self,
-        frame: PacketBuf,
-        meta: TxMeta,
-        cx: &DeviceContext<'_>,
-    ) -> Result<(), DeviceError> {
-        let f = frame.data();
-        // Ethernet II, IPv4 without options, TCP: data past the TCP header.
-        let carries_data = f.len() > 54
-            && f[12..14] == [0x08, 0x00]
-            && f[23] == 6
-            && f.len() > 34 + usize::from(f[46] >> 4) * 4;
-        if carries_data {
-            let mut plan = self.plan.lock().unwrap();
-            let seq: [u8; 4] = f[38..42].try_into().unwrap();
-            let i = plan.seen;
-            plan.seen += 1;
-            if plan.lose.contains(&i) {
-                if plan.hold && plan.seq.is_none() {
-                    plan.held = Some((frame, meta));
-                }
-                plan.seq.get_or_insert(seq);
-                return Ok(());
+impl Tamper for Planned {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        let Some((tcp, true)) = tcp_segment(frame.data()) else {
+            return vec![(frame, meta)];
+        };
+        let seq = tcp_seq(frame.data(), tcp);
+        let mut plan = self.0.lock().unwrap();
+        let i = plan.seen;
+        plan.seen += 1;
+        if plan.lose.contains(&i) {
+            if plan.hold && plan.seq.is_none() {
+                plan.held = Some((frame, meta));
             }
-            if plan.seq == Some(seq) {
-                if let Some((held, held_meta)) = plan.held.take() {
-                    self.inner.transmit(held, held_meta, cx)?;
-                }
-            }
-            if plan.release_after == Some(i) {
-                if let Some((held, held_meta)) = plan.held.take() {
-                    self.inner.transmit(frame, meta, cx)?;
-                    return self.inner.transmit(held, held_meta, cx);
-                }
-            }
-            if plan.twice.contains(&i) {
-                let copy = PacketBuf::from_slice(frame.data(), frame.headroom()).unwrap();
-                plan.copies.push((copy, meta));
-            }
-            if i == plan.copies_after && !plan.copies.is_empty() {
-                self.inner.transmit(frame, meta, cx)?;
-                for (copy, meta) in plan.copies.drain(..) {
-                    self.inner.transmit(copy, meta, cx)?;
-                }
-                return Ok(());
-            }
-            if plan.resends > 0 && plan.seq == Some(seq) {
-                plan.resends -= 1;
-                return Ok(());
+            plan.seq.get_or_insert(seq);
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        if plan.seq == Some(seq) {
+            out.extend(plan.held.take());
+        }
+        if plan.release_after == Some(i) {
+            if let Some(held) = plan.held.take() {
+                return vec![(frame, meta), held];
             }
         }
-        self.inner.transmit(frame, meta, cx)
-    }
-    fn tx_ready(&self) -> bool {
-        self.inner.tx_ready()
-    }
-    fn tx_room(&self) -> usize {
-        self.inner.tx_room()
-    }
-    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
-        self.inner.take_notification(cx)
-    }
-    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
-        self.inner.receive(cx)
-    }
-    fn next_deadline(&self) -> Option<Instant> {
-        self.inner.next_deadline()
+        if plan.twice.contains(&i) {
+            let copy = PacketBuf::from_slice(frame.data(), frame.headroom()).unwrap();
+            plan.copies.push((copy, meta));
+        }
+        if i == plan.copies_after && !plan.copies.is_empty() {
+            out.push((frame, meta));
+            out.append(&mut plan.copies);
+            return out;
+        }
+        if plan.resends > 0 && plan.seq == Some(seq) {
+            plan.resends -= 1;
+            return out;
+        }
+        out.push((frame, meta));
+        out
     }
 }
 
@@ -1145,7 +1112,12 @@ fn run_flights(segments: usize, plans: Vec<LossPlan>, tcp: impl Fn(&mut TcpConfi
     let mut p = Pair::with_devices(
         host(),
         host(),
-        |inner| Box::new(DropData { inner, plan: arm }),
+        |dev| {
+            Box::new(Tampered {
+                dev,
+                tamper: Planned(arm),
+            })
+        },
         |n| Box::new(n),
     )
     .unwrap();

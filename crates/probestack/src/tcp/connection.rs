@@ -1614,8 +1614,7 @@ impl Connection {
                 // a fast recovery (unless one is under way).
                 self.tlp_end = None;
                 if retransmitted && !self.tlp_dsacked && self.recovery.is_none() {
-                    let flight = self.flight_size();
-                    self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+                    self.halve_ssthresh();
                     self.cwnd = self.ssthresh;
                     self.stats.loss_probe_repairs += 1;
                 }
@@ -1909,13 +1908,19 @@ impl Connection {
         }
     }
 
+    /// The congestion response's threshold: half the data in flight, at least two segments
+    /// (RFC 5681 §3.1, equation 4).
+    fn halve_ssthresh(&mut self) {
+        self.ssthresh = (self.flight_size() / 2).max(2 * self.snd_mss);
+    }
+
     /// Fast retransmit: the segment at SND.UNA goes again at once and NewReno recovery
     /// begins (RFC 5681 §3.2 steps 2-3, RFC 6582 §3.2).
     fn enter_recovery(&mut self, ledger: &Ledger) {
         let sacked = self.scoreboard.sacked_bytes().div_ceil(self.snd_mss.max(1));
         self.begin_undo(sacked);
         let flight = self.flight_size();
-        self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+        self.halve_ssthresh();
         // Inflated by the segments that have left the network (RFC 5681 §3.2 step 4's
         // three): DupThresh of them, as many as it took to find the loss.
         self.cwnd = self.ssthresh + self.scoreboard.dup_thresh() * self.snd_mss;
@@ -2587,8 +2592,7 @@ impl Connection {
             if self.retries == 1 && self.recovery.is_none() {
                 self.begin_undo(0);
             }
-            let flight = self.flight_size();
-            self.ssthresh = (flight / 2).max(2 * self.snd_mss);
+            self.halve_ssthresh();
             self.cwnd = self.snd_mss;
         }
         self.recovery = None;
