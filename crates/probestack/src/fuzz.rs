@@ -369,7 +369,8 @@ pub const FRAGMENT_RECORD: usize = 6;
 ///
 /// After every fragment the held bytes and datagrams stay within the caps; a datagram that
 /// completes has every byte from a fragment that was sent for it at that offset (payload
-/// byte at offset `i` is `fill ^ i`, so a byte from nowhere or from the wrong place shows).
+/// byte at offset `i` is `fill ^ i`, so a byte from nowhere or from the wrong place shows),
+/// and its buffer goes back as the spare (`Reassembler::recycle`) as the stack's does.
 pub fn ipv4_reassembly(data: &[u8]) {
     let Some((&config, records)) = data.split_first() else {
         return;
@@ -438,6 +439,9 @@ pub fn ipv4_reassembly(data: &[u8]) {
                         "reassembled byte {i} ({b:#04x}) came from no fragment"
                     );
                 }
+                // Given back, as the stack does: the next datagrams may grow into it,
+                // and a stale byte of this one would show in theirs.
+                r.recycle(done.payload);
             }
             Ok(None) => {}
             Err(ReassemblyError::Malformed) => {

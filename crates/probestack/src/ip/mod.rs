@@ -227,6 +227,9 @@ impl Stack {
             if r.is_ok() {
                 p.payload_mut().copy_from_slice(&payload);
             }
+            // The buffer goes back for the next datagram (freed here, a 64 KiB one cost
+            // the allocator's heap trimming and fresh pages for the next).
+            self.reassembler.recycle(payload);
             r
         };
         if emitted.is_err() {

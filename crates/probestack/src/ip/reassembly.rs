@@ -53,6 +53,15 @@
 //! (or straight to the datagram's length once the last fragment is known), but only into
 //! room that is free: nothing is ever evicted for growth slack.
 //!
+//! **One spare buffer.** The caller may give a reassembled datagram's payload buffer back
+//! ([`Reassembler::recycle`]) once it has copied the datagram out; the reassembler keeps
+//! the largest one, charged in `bytes_held` like a datagram's and released before any
+//! datagram is evicted, and a datagram whose buffer must grow past its allocation takes
+//! it instead of allocating. Without it, every large datagram allocated its buffer afresh
+//! and freed it again: at 64 KiB, above what the allocator keeps at the top of its heap,
+//! each one cost two `brk` calls and about 14 page faults on fresh pages (`lab ping` at
+//! 65,507 bytes), time the ledger could not place.
+//!
 //! # The queue
 //!
 //! The queue is a plain `Vec` of entries in arrival order, searched linearly, as 4.3BSD's
@@ -208,6 +217,8 @@ pub struct ReassemblyStats {
     pub overlaps_dropped: u64,
     /// Datagrams dropped because fragments disagreed about the end.
     pub conflicting_ends_dropped: u64,
+    /// Datagrams that grew into the spare buffer rather than a new allocation.
+    pub spare_reused: u64,
     /// Fragments dropped because their key was poisoned.
     pub poisoned_fragments_dropped: u64,
     /// Malformed fragments dropped.
@@ -257,8 +268,10 @@ struct Datagram {
     key: FragKey,
     /// When its first fragment arrived: the timer runs from here (RFC 791 §3.2).
     first_arrival: Instant,
-    /// The payload, indexed by fragment offset; allocated exactly, grown by copying.
-    buffer: Box<[u8]>,
+    /// The payload, indexed by fragment offset: its length is what the fragments may
+    /// fill; grown by copying into an exact allocation, or in place or into the spare
+    /// buffer when their allocation is larger (charged as allocated).
+    buffer: Vec<u8>,
     /// Ranges not yet received, sorted and disjoint (RFC 815).
     holes: Vec<Hole>,
     /// Fragments received, sorted by start and disjoint.
@@ -274,7 +287,7 @@ impl Datagram {
         Datagram {
             key,
             first_arrival: now,
-            buffer: Box::default(),
+            buffer: Vec::new(),
             holes: vec![Hole {
                 start: 0,
                 end: UNBOUNDED,
@@ -288,7 +301,7 @@ impl Datagram {
     /// Bytes this datagram is charged against `max_bytes`.
     fn charge(&self) -> usize {
         size_of::<Datagram>()
-            + self.buffer.len()
+            + self.buffer.capacity()
             + self.first_header.as_ref().map_or(0, |h| h.len())
             + self.holes.len() * size_of::<Hole>()
             + self.received.len() * size_of::<Received>()
@@ -395,16 +408,31 @@ impl Datagram {
         }
     }
 
-    /// Grows the buffer to `new_len` bytes (never shrinks), keeping its contents.
-    fn grow_buffer(&mut self, new_len: usize) {
+    /// Grows the buffer to `new_len` bytes (never shrinks), keeping its contents: in
+    /// place if its allocation is large enough, else into `spare` if that is, else into an
+    /// exact new allocation. Returns the spare's allocation if it took it (its charge
+    /// moves to this datagram).
+    fn grow_buffer(&mut self, new_len: usize, spare: &mut Option<Vec<u8>>) -> usize {
         if new_len <= self.buffer.len() {
-            return;
+            return 0;
         }
-        let mut grown = vec![0u8; new_len].into_boxed_slice();
+        if new_len <= self.buffer.capacity() {
+            self.buffer.resize(new_len, 0);
+            return 0;
+        }
+        if let Some(mut grown) = spare.take_if(|b| b.capacity() >= new_len) {
+            grown.clear();
+            grown.extend_from_slice(&self.buffer);
+            grown.resize(new_len, 0);
+            self.buffer = grown;
+            return self.buffer.capacity();
+        }
+        let mut grown = vec![0u8; new_len];
         if let Some(dst) = grown.get_mut(..self.buffer.len()) {
             dst.copy_from_slice(&self.buffer);
         }
         self.buffer = grown;
+        0
     }
 
     fn is_complete(&self) -> bool {
@@ -429,7 +457,7 @@ impl Datagram {
     /// The reassembled datagram; call when complete.
     fn into_reassembled(self) -> Reassembled {
         let total = self.payload_len.unwrap_or(0);
-        let mut payload = Vec::from(self.buffer);
+        let mut payload = self.buffer;
         payload.truncate(total);
         Reassembled {
             header: self.first_header.map(Vec::from).unwrap_or_default(),
@@ -453,8 +481,11 @@ pub struct Reassembler {
     queue: Vec<Datagram>,
     /// Keys refused after an overlap, oldest first.
     poisoned: Vec<Poisoned>,
-    /// Sum of the queue's charges.
+    /// Sum of the queue's charges and the spare's allocation.
     bytes_held: usize,
+    /// A payload buffer given back by [`recycle`](Self::recycle), empty, for the next
+    /// datagram that grows past its own.
+    spare: Option<Vec<u8>>,
     stats: ReassemblyStats,
 }
 
@@ -471,6 +502,7 @@ impl Reassembler {
             queue: Vec::new(),
             poisoned: Vec::new(),
             bytes_held: 0,
+            spare: None,
             stats: ReassemblyStats::default(),
         }
     }
@@ -602,6 +634,7 @@ impl Reassembler {
             return Ok(None);
         };
         let old_charge = datagram.charge();
+        let mut from_spare = 0;
         let min_len = datagram.buffer.len().max(end);
         if min_len > datagram.buffer.len() {
             let known_end = if more_frags {
@@ -617,11 +650,14 @@ impl Reassembler {
                     .clamp(min_len, limit.max(min_len))
             });
             let slack_room = min_len.saturating_add(free / 2);
-            datagram.grow_buffer(wanted.min(slack_room).max(min_len));
+            from_spare = datagram.grow_buffer(wanted.min(slack_room).max(min_len), &mut self.spare);
+            if from_spare > 0 {
+                self.stats.spare_reused += 1;
+            }
         }
         datagram.place(hole_index, start, more_frags, header, payload);
         let new_charge = datagram.charge();
-        self.bytes_held = self.bytes_held.saturating_sub(old_charge) + new_charge;
+        self.bytes_held = self.bytes_held.saturating_sub(old_charge + from_spare) + new_charge;
 
         if datagram.is_complete() {
             let done = self.remove_at(index);
@@ -695,10 +731,39 @@ impl Reassembler {
         }
     }
 
-    /// Bytes charged for the incomplete datagrams (see the module documentation); never
-    /// more than `max_bytes`.
+    /// Bytes charged for the incomplete datagrams and the spare buffer (see the module
+    /// documentation); never more than `max_bytes`.
     pub fn bytes_held(&self) -> usize {
         self.bytes_held
+    }
+
+    /// Takes back a reassembled datagram's payload buffer once the caller is done with
+    /// it, as the spare (see the module documentation): kept if it is larger than the
+    /// spare held and fits under `max_bytes`, else freed.
+    pub fn recycle(&mut self, mut buffer: Vec<u8>) {
+        let size = buffer.capacity();
+        if self.spare.as_ref().is_some_and(|b| b.capacity() >= size) {
+            return;
+        }
+        self.release_spare();
+        if size == 0 || self.bytes_held.saturating_add(size) > self.config.max_bytes {
+            return;
+        }
+        buffer.clear();
+        self.bytes_held += size;
+        self.spare = Some(buffer);
+    }
+
+    /// Bytes the spare buffer holds (counted in [`bytes_held`](Self::bytes_held)).
+    pub fn spare_bytes(&self) -> usize {
+        self.spare.as_ref().map_or(0, Vec::capacity)
+    }
+
+    /// Frees the spare buffer, if any.
+    fn release_spare(&mut self) {
+        if let Some(b) = self.spare.take() {
+            self.bytes_held = self.bytes_held.saturating_sub(b.capacity());
+        }
     }
 
     /// Incomplete datagrams held.
@@ -722,11 +787,11 @@ impl Reassembler {
         }
     }
 
-    /// Most bytes `datagram` grows by when it takes payload `[start, end)`: the buffer up
-    /// to `end`, the header if it is fragment zero's, one fragment descriptor, and one
-    /// more hole (a hole split in two).
+    /// Most bytes `datagram` grows by when it takes payload `[start, end)`: the buffer's
+    /// allocation up to `end`, the header if it is fragment zero's, one fragment
+    /// descriptor, and one more hole (a hole split in two).
     fn bytes_needed(datagram: &Datagram, start: usize, end: usize, header: &[u8]) -> usize {
-        let buffer = end.saturating_sub(datagram.buffer.len());
+        let buffer = end.saturating_sub(datagram.buffer.capacity());
         let header = if start == 0 && datagram.first_header.is_none() {
             header.len()
         } else {
@@ -735,9 +800,12 @@ impl Reassembler {
         buffer + header + size_of::<Received>() + size_of::<Hole>()
     }
 
-    /// Evicts the oldest datagrams other than the one at `keep` until `need` more bytes
-    /// fit under `max_bytes`. Returns where `keep` is afterwards.
+    /// Frees the spare, then evicts the oldest datagrams other than the one at `keep`,
+    /// until `need` more bytes fit under `max_bytes`. Returns where `keep` is afterwards.
     fn make_room(&mut self, need: usize, mut keep: Option<usize>) -> Option<usize> {
+        if self.bytes_held.saturating_add(need) > self.config.max_bytes {
+            self.release_spare();
+        }
         while self.bytes_held.saturating_add(need) > self.config.max_bytes {
             let before = self.queue.len();
             keep = self.evict_oldest(keep);
@@ -862,7 +930,8 @@ mod tests {
 
     /// Checks what must hold after every call.
     fn check_invariants(r: &Reassembler) {
-        let sum: usize = r.queue.iter().map(Datagram::charge).sum();
+        let sum: usize = r.queue.iter().map(Datagram::charge).sum::<usize>()
+            + r.spare.as_ref().map_or(0, Vec::capacity);
         assert_eq!(r.bytes_held, sum, "bytes_held is the sum of charges");
         assert!(r.bytes_held <= r.config.max_bytes, "memory cap exceeded");
         assert!(r.queue.len() <= r.config.max_datagrams);
@@ -906,6 +975,89 @@ mod tests {
         add(r, last, ident, T0)
             .expect("accepted")
             .expect("complete")
+    }
+
+    /// The spare (`recycle`): a buffer given back is charged while held, taken by the next
+    /// datagram that grows past its own allocation (once: it then grows in place), and
+    /// given back again; the bytes come out right each time.
+    #[test]
+    fn a_recycled_buffer_is_charged_and_reused() {
+        let mut r = Reassembler::default();
+        let first = random_payload(30_000, 1);
+        let frags = fragment(&first, 1480);
+        let done = feed_all(&mut r, &frags.iter().collect::<Vec<_>>(), 1);
+        assert_eq!(done.payload, first);
+        assert_eq!(r.stats().spare_reused, 0);
+        let size = done.payload.capacity();
+        assert!(size >= 30_000);
+        r.recycle(done.payload);
+        assert_eq!(
+            (r.bytes_held(), r.spare_bytes()),
+            (size, size),
+            "the spare is charged"
+        );
+        // A smaller buffer does not replace it; a larger one would.
+        r.recycle(vec![0; 100]);
+        assert_eq!(r.bytes_held(), size);
+
+        for ident in 2..5 {
+            let payload = random_payload(20_000 + ident as usize, ident.into());
+            let frags = fragment(&payload, 1480);
+            assert_eq!(add(&mut r, &frags[0], ident, T0), Ok(None));
+            // The first fragment took the spare, and the datagram is charged for all of it.
+            assert_eq!(r.stats().spare_reused, u64::from(ident) - 1);
+            assert_eq!(r.queue[0].buffer.capacity(), size);
+            let rest: Vec<&Frag> = frags[1..].iter().collect();
+            let done = feed_all(&mut r, &rest, ident);
+            assert_eq!(done.payload, payload);
+            assert_eq!(
+                r.stats().spare_reused,
+                u64::from(ident) - 1,
+                "grown in place"
+            );
+            assert_eq!(r.bytes_held(), 0);
+            r.recycle(done.payload);
+            assert_eq!(r.bytes_held(), size);
+        }
+    }
+
+    /// The spare never costs a datagram its place: it is freed before anything is
+    /// evicted, and not kept when it would not fit under the cap.
+    #[test]
+    fn the_spare_goes_before_any_datagram_is_evicted() {
+        let config = ReassemblyConfig {
+            max_bytes: 20_000,
+            ..ReassemblyConfig::default()
+        };
+        let mut r = Reassembler::new(config);
+        r.recycle(vec![0; 30_000]);
+        assert_eq!(r.bytes_held(), 0, "too large for the cap: freed");
+        r.recycle(vec![0; 12_000]);
+        assert_eq!(r.bytes_held(), 12_000);
+        // One datagram held in the spare, a smaller spare given back, then another
+        // datagram too large for that spare whose first fragment needs its room.
+        let a = random_payload(6_000, 3);
+        let b = random_payload(6_000, 4);
+        let (fa, fb) = (fragment(&a, 2000), fragment(&b, 5600));
+        assert_eq!(add(&mut r, &fa[0], 1, T0), Ok(None));
+        assert_eq!(
+            r.stats().spare_reused,
+            1,
+            "the first datagram took the spare"
+        );
+        r.recycle(vec![0; 5_000]);
+        assert!(r.spare.is_some());
+        assert_eq!(add(&mut r, &fb[0], 2, T0), Ok(None));
+        assert!(
+            r.spare.is_none(),
+            "the spare was freed for the second datagram"
+        );
+        assert_eq!(r.datagrams_held(), 2);
+        assert_eq!(add(&mut r, &fb[1], 2, T0).unwrap().unwrap().payload, b);
+        let rest: Vec<&Frag> = fa[1..].iter().collect();
+        assert_eq!(feed_all(&mut r, &rest, 1).payload, a);
+        assert_eq!(r.stats().evicted_for_memory, 0);
+        assert_eq!(r.stats().spare_reused, 1);
     }
 
     #[test]
@@ -1642,7 +1794,13 @@ mod tests {
                 let payload = vec![fill % 2; len * 13 % 8200];
                 let now = Instant::from_millis(secs * 1000);
                 match r.add(key(ident), offset, more, &h, &payload, now) {
-                    Ok(_) => accepted += 1,
+                    Ok(done) => {
+                        accepted += 1;
+                        // Buffers given back become the spare, under the same caps.
+                        if let Some(done) = done {
+                            r.recycle(done.payload);
+                        }
+                    }
                     Err(_) => errors += 1,
                 }
                 check_invariants(&r);
