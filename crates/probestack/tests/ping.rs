@@ -56,9 +56,20 @@ fn every_size_at_every_mtu() {
         if mtu < 65535 {
             assert!(frag > 0, "mtu {mtu}: large pings should have fragmented");
         }
-        // Nothing incomplete is left: all that is held is the spare buffer.
+        // Nothing incomplete is left: all that is held is the spare buffer, which IP gave
+        // back after each datagram and the later large ones grew into.
         let r = p.b.reassembler();
         assert_eq!((r.datagrams_held(), r.bytes_held()), (0, r.spare_bytes()));
+        if mtu < 65535 {
+            assert!(
+                r.stats().spare_reused > 0,
+                "mtu {mtu}: the spare was never reused"
+            );
+            assert!(
+                r.spare_bytes() >= 65_000,
+                "mtu {mtu}: the largest buffer is kept"
+            );
+        }
         assert_eq!(p.a.ledger().counters().get(Counter::ArpRequestsOut), 1);
     }
 }
