@@ -111,7 +111,7 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::vnet::{self, Read, RxBlocks, VnetStats, ETHERNET_HEADER_LEN};
+use super::vnet::{self, DeviceBlocks, Read, VnetStats, ETHERNET_HEADER_LEN};
 use super::{Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta};
 use crate::buf::PacketBuf;
 use crate::time::Instant;
@@ -215,7 +215,7 @@ pub struct PacketDevice {
     mac: [u8; 6],
     config: PacketConfig,
     ignore_outgoing: bool,
-    rx: RxBlocks,
+    blocks: DeviceBlocks,
     stats: PacketStats,
     /// The kernel's counters so far: `PACKET_STATISTICS` resets them on each read.
     kernel: Cell<(u64, u64)>,
@@ -387,7 +387,7 @@ impl PacketDevice {
             mac,
             config,
             ignore_outgoing,
-            rx: RxBlocks::default(),
+            blocks: DeviceBlocks::default(),
             stats: PacketStats::default(),
             kernel: Cell::new((0, 0)),
         })
@@ -483,7 +483,7 @@ impl Device for PacketDevice {
             meta,
             csum,
             max,
-            &mut self.stats.vnet,
+            (&mut self.stats.vnet, &mut self.blocks),
             cx,
             |hdr, data| {
                 let mut iov = vnet::iovecs(hdr, data);
@@ -514,7 +514,7 @@ impl Device for PacketDevice {
             rx_undescribed,
             ..
         } = &mut self.stats;
-        vnet::receive(&mut self.rx, stats, trust, cx, |hdr, window| {
+        vnet::receive(&mut self.blocks, stats, trust, cx, |hdr, window| {
             let mut iov = [
                 libc::iovec {
                     iov_base: hdr.as_mut_ptr().cast(),
@@ -562,6 +562,10 @@ impl Device for PacketDevice {
 
     fn next_deadline(&self) -> Option<Instant> {
         None
+    }
+
+    fn buffer_depot(&self) -> Option<crate::buf::Depot> {
+        Some(self.blocks.depot())
     }
 
     fn readiness_fd(&self) -> Option<i32> {

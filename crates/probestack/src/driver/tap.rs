@@ -48,7 +48,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::vnet::{self, Read, RxBlocks, ETHERNET_HEADER_LEN};
+use super::vnet::{self, DeviceBlocks, Read, ETHERNET_HEADER_LEN};
 use super::{Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta};
 use crate::buf::PacketBuf;
 use crate::time::Instant;
@@ -112,7 +112,7 @@ pub struct TapDevice {
     config: TapConfig,
     offloads: u32,
     /// The block the next read goes into (taken up by a large frame).
-    rx: RxBlocks,
+    blocks: DeviceBlocks,
     stats: TapStats,
 }
 
@@ -215,7 +215,7 @@ impl TapDevice {
             name,
             config,
             offloads,
-            rx: RxBlocks::default(),
+            blocks: DeviceBlocks::default(),
             stats: TapStats::default(),
         })
     }
@@ -264,13 +264,21 @@ impl Device for TapDevice {
         let max = self.max_frame_len();
         let csum = self.csum_offload();
         let fd = self.fd.as_raw_fd();
-        vnet::transmit(frame, meta, csum, max, &mut self.stats, cx, |hdr, data| {
-            let iov = vnet::iovecs(hdr, data);
-            // SAFETY: both iovecs describe memory borrowed for the call (the header, the
-            // frame's window), with their exact lengths; writev only reads it despite the
-            // `*mut` in `iovec`. `fd` is open: `self` owns it.
-            vnet::cvt(unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as _) })
-        })
+        vnet::transmit(
+            frame,
+            meta,
+            csum,
+            max,
+            (&mut self.stats, &mut self.blocks),
+            cx,
+            |hdr, data| {
+                let iov = vnet::iovecs(hdr, data);
+                // SAFETY: both iovecs describe memory borrowed for the call (the header, the
+                // frame's window), with their exact lengths; writev only reads it despite the
+                // `*mut` in `iovec`. `fd` is open: `self` owns it.
+                vnet::cvt(unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as _) })
+            },
+        )
     }
 
     fn take_notification(&mut self, _cx: &DeviceContext<'_>) -> bool {
@@ -280,35 +288,45 @@ impl Device for TapDevice {
 
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
         let fd = self.fd.as_raw_fd();
-        vnet::receive(&mut self.rx, &mut self.stats, true, cx, |hdr, window| {
-            let iov = [
-                libc::iovec {
-                    iov_base: hdr.as_mut_ptr().cast(),
-                    iov_len: hdr.len(),
-                },
-                libc::iovec {
-                    iov_base: window.as_mut_ptr().cast(),
-                    iov_len: window.len(),
-                },
-            ];
-            // SAFETY: both iovecs describe writable memory borrowed mutably for the call
-            // (the header array, the block's window), with their exact lengths; the
-            // kernel writes at most that much. `fd` is open: `self` owns it.
-            match vnet::cvt(unsafe { libc::readv(fd, iov.as_ptr(), iov.len() as _) }) {
-                // A TAP read does not say whether the frame was cut short; the shared
-                // code drops one that filled the whole window.
-                Ok(n) => Ok(Read::Frame {
-                    n,
-                    truncated: false,
-                }),
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(Read::Empty),
-                Err(e) => Err(e),
-            }
-        })
+        vnet::receive(
+            &mut self.blocks,
+            &mut self.stats,
+            true,
+            cx,
+            |hdr, window| {
+                let iov = [
+                    libc::iovec {
+                        iov_base: hdr.as_mut_ptr().cast(),
+                        iov_len: hdr.len(),
+                    },
+                    libc::iovec {
+                        iov_base: window.as_mut_ptr().cast(),
+                        iov_len: window.len(),
+                    },
+                ];
+                // SAFETY: both iovecs describe writable memory borrowed mutably for the call
+                // (the header array, the block's window), with their exact lengths; the
+                // kernel writes at most that much. `fd` is open: `self` owns it.
+                match vnet::cvt(unsafe { libc::readv(fd, iov.as_ptr(), iov.len() as _) }) {
+                    // A TAP read does not say whether the frame was cut short; the shared
+                    // code drops one that filled the whole window.
+                    Ok(n) => Ok(Read::Frame {
+                        n,
+                        truncated: false,
+                    }),
+                    Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(Read::Empty),
+                    Err(e) => Err(e),
+                }
+            },
+        )
     }
 
     fn next_deadline(&self) -> Option<Instant> {
         None
+    }
+
+    fn buffer_depot(&self) -> Option<crate::buf::Depot> {
+        Some(self.blocks.depot())
     }
 
     fn readiness_fd(&self) -> Option<i32> {

@@ -50,7 +50,7 @@ use super::memlink::offload::{checksum_field_fits, complete_checksum, fill_ipv4_
 use super::{
     ChecksumOffload, CopyMode, DeviceCaps, DeviceContext, DeviceError, RxChecksum, RxFrame, TxMeta,
 };
-use crate::buf::{PacketBuf, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE};
+use crate::buf::{Depot, PacketBuf, Pool, PoolConfig, CLUSTER_SIZE, HEADROOM, JUMBO64K_SIZE};
 use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 
 /// The length of the legacy `struct virtio_net_hdr`, which both devices use.
@@ -346,7 +346,7 @@ pub(crate) fn transmit(
     meta: TxMeta,
     csum_offload: bool,
     max: usize,
-    stats: &mut VnetStats,
+    (stats, blocks): (&mut VnetStats, &mut DeviceBlocks),
     cx: &DeviceContext<'_>,
     mut write: impl FnMut(&[u8; VNET_HDR_LEN], &[u8]) -> io::Result<usize>,
 ) -> Result<(), DeviceError> {
@@ -361,6 +361,7 @@ pub(crate) fn transmit(
     };
     if len > max {
         stats.tx_too_large += 1;
+        blocks.give_back(frame);
         return Err(DeviceError::TooLarge { len, max });
     }
     let hdr = prepare_tx(s, frame.data_mut(), meta, csum_offload, stats, cx);
@@ -375,6 +376,10 @@ pub(crate) fn transmit(
             }
         }
     };
+    {
+        let _free = cx.ledger.probe(s, Layer::Driver, Side::Send, Op::BufFree);
+        blocks.give_back(frame);
+    }
     match written {
         Ok(n) if n == VNET_HDR_LEN + len => {
             stats.tx_frames += 1;
@@ -419,22 +424,64 @@ pub(crate) enum Read {
     Empty,
 }
 
-/// The receive block the next read goes into, kept between reads.
-#[derive(Debug, Default)]
-pub(crate) struct RxBlocks {
+/// The device's blocks: the receive block the next read goes into, kept between reads,
+/// and a pool that shares a [`Depot`] with the stack's pool
+/// ([`Device::buffer_depot`](super::Device::buffer_depot)). Blocks circulate as on the
+/// memory link: a frame read is handed up in a block from this pool and freed into the
+/// stack's, a frame written comes back here once written, and each pool passes its
+/// surplus to the depot a magazine at a time and takes from it when empty. Without it,
+/// every super-frame read took a new 64 KiB block and every super-segment the stack sent
+/// left it to be allocated again: zeroed fresh pages and the allocator's heap growing and
+/// trimming, for each frame.
+#[derive(Debug)]
+pub(crate) struct DeviceBlocks {
     block: Option<PacketBuf>,
+    pool: Pool,
+    depot: Depot,
 }
 
-impl RxBlocks {
+impl Default for DeviceBlocks {
+    fn default() -> Self {
+        let depot = Depot::default();
+        let mut pool = Pool::new(PoolConfig::new(true));
+        pool.set_depot(Some(depot.clone()));
+        DeviceBlocks {
+            block: None,
+            pool,
+            depot,
+        }
+    }
+}
+
+impl DeviceBlocks {
     /// A block with an [`RX_WINDOW`]-byte window at [`HEADROOM`], ready for a read: the
-    /// kept one if there is one, else a new one.
+    /// kept one if there is one, else one from the pool.
     fn take(&mut self) -> Option<PacketBuf> {
         if let Some(mut b) = self.block.take() {
             if b.reset(HEADROOM).is_ok() && b.append(RX_WINDOW).is_ok() {
                 return Some(b);
             }
         }
-        PacketBuf::new(RX_WINDOW, HEADROOM, 0).ok()
+        self.alloc(RX_WINDOW)
+    }
+
+    /// A buffer of `len` bytes at [`HEADROOM`] from the pool, no longer counted by it:
+    /// it leaves for the stack, whose pool frees it (a new buffer if the pool refuses).
+    fn alloc(&mut self, len: usize) -> Option<PacketBuf> {
+        match self.pool.alloc(len, HEADROOM) {
+            Ok(b) => Some(self.pool.detach(b)),
+            Err(_) => PacketBuf::new(len, HEADROOM, 0).ok(),
+        }
+    }
+
+    /// Takes a written frame's buffer back into the pool.
+    fn give_back(&mut self, frame: PacketBuf) {
+        self.pool.free(frame);
+    }
+
+    /// The depot the stack's pool should share.
+    pub(crate) fn depot(&self) -> Depot {
+        self.depot.clone()
     }
 }
 
@@ -449,7 +496,7 @@ impl RxBlocks {
 /// another. So a stream of small frames costs no 64 KiB allocation each, and a
 /// super-frame is not copied twice.
 pub(crate) fn receive(
-    blocks: &mut RxBlocks,
+    blocks: &mut DeviceBlocks,
     stats: &mut VnetStats,
     trust: bool,
     cx: &DeviceContext<'_>,
@@ -539,10 +586,14 @@ pub(crate) fn receive(
                 let _alloc = cx
                     .ledger
                     .probe(s, Layer::Driver, Side::Receive, Op::BufAlloc);
-                PacketBuf::new(len, HEADROOM, SMALL_FRAME - len)
+                // A whole cluster, as before the pool: the frame's tailroom stays.
+                blocks
+                    .alloc(SMALL_FRAME)
+                    .filter(|b| b.capacity() == CLUSTER_SIZE)
+                    .and_then(|mut b| b.trim_back(SMALL_FRAME - len).is_ok().then_some(b))
             };
             match small {
-                Ok(mut small) => {
+                Some(mut small) => {
                     let _copy = cx
                         .ledger
                         .probe(s, Layer::Driver, Side::Receive, Op::DeviceCopy);
@@ -551,7 +602,7 @@ pub(crate) fn receive(
                     small
                 }
                 // No small block: hand up the large one instead.
-                Err(_) => block,
+                None => block,
             }
         } else {
             block
@@ -796,13 +847,14 @@ mod tests {
             f[24..26].copy_from_slice(&[0xAB, 0xCD]); // a stale IPv4 header checksum
             let seed = [f[40], f[41]];
             let mut stats = VnetStats::default();
+            let mut blocks = DeviceBlocks::default();
             let mut sent = None;
             let r = transmit(
                 PacketBuf::from_slice(&f, HEADROOM).unwrap(),
                 meta,
                 offload,
                 1514,
-                &mut stats,
+                (&mut stats, &mut blocks),
                 &cx,
                 |h, d| {
                     sent = Some((*h, d.to_vec()));
@@ -832,6 +884,7 @@ mod tests {
         let cx = cx(&ledger);
         let frame = || PacketBuf::from_slice(&[0u8; 60], 0).unwrap();
         let mut stats = VnetStats::default();
+        let mut blocks = DeviceBlocks::default();
         let bad_offsets = TxMeta {
             ipv4_checksum: false,
             l4_checksum: Some((34, 40)),
@@ -839,12 +892,28 @@ mod tests {
         };
         let ok = |h: &[u8; 10], d: &[u8]| Ok(h.len() + d.len());
         assert_eq!(
-            transmit(frame(), bad_offsets, true, 1514, &mut stats, &cx, ok),
+            transmit(
+                frame(),
+                bad_offsets,
+                true,
+                1514,
+                (&mut stats, &mut blocks),
+                &cx,
+                ok
+            ),
             Ok(())
         );
         assert_eq!((stats.tx_errors, stats.tx_csum_offloaded), (1, 0));
         assert_eq!(
-            transmit(frame(), TxMeta::default(), true, 59, &mut stats, &cx, ok),
+            transmit(
+                frame(),
+                TxMeta::default(),
+                true,
+                59,
+                (&mut stats, &mut blocks),
+                &cx,
+                ok
+            ),
             Err(DeviceError::TooLarge { len: 60, max: 59 })
         );
         let errno = |e: i32| move |_: &[u8; 10], _: &[u8]| Err(io::Error::from_raw_os_error(e));
@@ -859,7 +928,7 @@ mod tests {
                 TxMeta::default(),
                 true,
                 1514,
-                &mut stats,
+                (&mut stats, &mut blocks),
                 &cx,
                 errno(e),
             );
@@ -871,7 +940,7 @@ mod tests {
             TxMeta::default(),
             true,
             1514,
-            &mut stats,
+            (&mut stats, &mut blocks),
             &cx,
             |h, d| {
                 tries += 1;
@@ -967,7 +1036,7 @@ mod tests {
                 r => r,
             })
         };
-        let mut blocks = RxBlocks::default();
+        let mut blocks = DeviceBlocks::default();
         let mut stats = VnetStats::default();
         // Skip, too short, truncated and a bad flag are passed over to the partial frame.
         // Trusted: vouched for, and not summed (the seed stays in the field).
@@ -1000,5 +1069,69 @@ mod tests {
             (2, 1, 1)
         );
         assert_eq!(stats.rx_largest, big.len() as u64);
+    }
+
+    /// The device's blocks and the stack's circulate through the depot: super-frames read
+    /// and freed by the stack, and super-segments the stack allocates and the device
+    /// writes, take new 64 KiB blocks only until the first magazines come round.
+    #[test]
+    fn blocks_circulate_between_the_device_and_the_stack() {
+        let ledger = Ledger::new();
+        let cx = cx(&ledger);
+        let mut blocks = DeviceBlocks::default();
+        let mut stack = Pool::new(PoolConfig::new(true));
+        stack.set_depot(Some(blocks.depot()));
+        let (big, _) = partial_frame(6, l4(20 + 14_480), 16);
+        let mut read = |h: &mut [u8; 10], w: &mut [u8]| -> io::Result<Read> {
+            *h = vnet(1, VNET_GSO_TCPV4, 1448, 34, 16);
+            w[..big.len()].copy_from_slice(&big);
+            Ok(Read::Frame {
+                n: VNET_HDR_LEN + big.len(),
+                truncated: false,
+            })
+        };
+        let mut stats = VnetStats::default();
+        const FRAMES: u64 = 1000;
+        for _ in 0..FRAMES {
+            let f = receive(&mut blocks, &mut stats, true, &cx, &mut read).unwrap();
+            assert_eq!(f.frame.capacity(), JUMBO64K_SIZE);
+            stack.free(f.frame);
+        }
+        let (device, shared) = (blocks.pool.stats(), stack.stats());
+        let jumbo = |s: &crate::buf::PoolStats| s.classes[crate::buf::Class::Jumbo64k.index()];
+        assert_eq!(jumbo(&device).allocs, FRAMES);
+        assert_eq!(jumbo(&device).outstanding, 0, "handed up, not counted");
+        assert!(jumbo(&device).from_depot > FRAMES / 2, "{device:?}");
+        assert!(jumbo(&device).global_allocs < FRAMES / 4, "{device:?}");
+        assert_eq!(jumbo(&shared).global_frees, 0, "{shared:?}");
+
+        // The other way: the stack's super-segments come back through the device.
+        let before = jumbo(&stack.stats()).global_allocs;
+        let meta = TxMeta {
+            ipv4_checksum: true,
+            l4_checksum: Some((34, 16)),
+            gso_size: 1448,
+        };
+        for _ in 0..FRAMES {
+            let mut seg = stack.alloc(big.len(), HEADROOM).unwrap();
+            seg.data_mut().copy_from_slice(&big);
+            let sent = transmit(
+                seg,
+                meta,
+                true,
+                1514,
+                (&mut stats, &mut blocks),
+                &cx,
+                |h, d| Ok(h.len() + d.len()),
+            );
+            assert_eq!(sent, Ok(()));
+        }
+        assert_eq!(stats.tx_frames, FRAMES);
+        let shared = stack.stats();
+        assert!(
+            jumbo(&shared).global_allocs - before < FRAMES / 4,
+            "{shared:?}"
+        );
+        assert!(jumbo(&shared).from_depot > 0, "{shared:?}");
     }
 }
