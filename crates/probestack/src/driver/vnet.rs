@@ -492,9 +492,9 @@ impl DeviceBlocks {
 /// it. Frames that make no sense are dropped and counted and the next one is read.
 ///
 /// A frame that fits a 2 KiB cluster is copied into one, and the 64 KiB block stays for
-/// the next read; a larger frame takes the block with it and the next read allocates
-/// another. So a stream of small frames costs no 64 KiB allocation each, and a
-/// super-frame is not copied twice.
+/// the next read; a larger frame takes the block with it and the next read takes another
+/// from the device's pool ([`DeviceBlocks`]). So a stream of small frames costs no 64 KiB
+/// block each, and a super-frame is not copied twice.
 pub(crate) fn receive(
     blocks: &mut DeviceBlocks,
     stats: &mut VnetStats,
