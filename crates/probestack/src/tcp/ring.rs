@@ -1,9 +1,9 @@
 //! [`ByteRing`]: the fixed-capacity byte ring behind a TCP connection's send buffer and
 //! receive buffer.
 //!
-//! The ring owns one block of storage, allocated by [`ByteRing::new`] (or again by
-//! [`ByteRing::set_capacity`]) and never otherwise. Counted from its **head**, the block
-//! holds, in order and wrapping around its end:
+//! The ring owns one block of storage, no longer than its capacity, and wraps at the
+//! block's end. Counted from its **head**, the block holds, in order and wrapping around
+//! its end:
 //!
 //! - the **readable** bytes, `[0, len)`: what the application has written and TCP has not
 //!   yet seen acknowledged (send buffer), or what has arrived in order and the application
@@ -47,27 +47,46 @@
 //! then sit that much closer to the readable end). A ring serves as a send buffer or as a
 //! receive buffer, not both.
 //!
+//! # Storage on demand
+//!
+//! The block is allocated as the bytes in use first reach past it, not with the ring: a
+//! write or commit that needs bytes beyond it moves the ring into a new block at least
+//! twice as long (the first at least [`FIRST_BLOCK`], none longer than the capacity),
+//! head at 0, readable and uncommitted bytes kept in order. So a connection that moves a
+//! few kilobytes holds a few kilobytes, however large its buffers may grow, and opening
+//! one costs no zeroing of a megabyte of storage (which touched every page: about 512
+//! page faults per connection end at the default 1 MiB buffers). A ring that fills its
+//! capacity allocates about log2(capacity / [`FIRST_BLOCK`]) times in all and copies less
+//! than its capacity doing so; after that, nothing.
+//!
 //! # Cost and safety
 //!
-//! Every copy is at most two `copy_from_slice` calls, there are no per-byte loops and no
-//! allocation after `new`/`set_capacity`. No method panics: every offset and length is
-//! clamped to what exists (readable bytes for reads, free space for unreadable writes),
-//! and a capacity of 0 works (everything returns 0 or empty slices). Storage that cannot
-//! be allocated is refused rather than aborting on a size overflow: `new` then gives a
-//! ring of capacity 0 and `set_capacity` returns `false`.
+//! Every copy is at most two `copy_from_slice` calls and there are no per-byte loops. No
+//! method panics: every offset and length is clamped to what exists (readable bytes for
+//! reads, free space for unreadable writes), and a capacity of 0 works (everything
+//! returns 0 or empty slices). A capacity beyond what the address space allows is
+//! refused: `new` then gives a ring of capacity 0 and `set_capacity` returns `false`. If
+//! a block cannot be allocated when it is needed, writes and commits take only what the
+//! block it has holds (and say so in what they return).
 
 use std::fmt;
+
+/// The least storage a ring allocates when it first needs any.
+pub const FIRST_BLOCK: usize = 4096;
 
 /// A fixed-capacity ring of bytes: readable bytes from the head, then free space that can
 /// be written before it is made readable (see the [module documentation](self)).
 #[derive(Clone)]
 pub struct ByteRing {
-    /// The ring's storage; its length is the capacity.
+    /// The ring's storage, allocated on demand, never longer than `capacity`; the ring
+    /// wraps at its end.
     storage: Box<[u8]>,
-    /// Index in `storage` of the first readable byte (`< capacity`, or 0 when the
-    /// capacity is 0).
+    /// The most bytes the ring holds.
+    capacity: usize,
+    /// Index in `storage` of the first readable byte (`< storage.len()`, or 0 when the
+    /// storage is empty).
     head: usize,
-    /// Number of readable bytes (`<= capacity`).
+    /// Number of readable bytes (`<= storage.len() <= capacity`).
     len: usize,
 }
 
@@ -78,6 +97,12 @@ struct PhysicalSpan {
     start: usize,
     first: usize,
     second: usize,
+}
+
+/// Whether a block of `capacity` bytes fits the address space (Rust's limit on any
+/// allocation).
+fn addressable(capacity: usize) -> bool {
+    isize::try_from(capacity).is_ok()
 }
 
 /// Allocates zeroed storage of exactly `capacity` bytes, or `None` if that is impossible.
@@ -112,20 +137,60 @@ fn copy_from_pieces((first, second): (&[u8], &[u8]), dst: &mut [u8]) -> usize {
 }
 
 impl ByteRing {
-    /// An empty ring holding up to `capacity` bytes. If the storage cannot be allocated
-    /// (a capacity beyond what the address space allows), the ring has capacity 0.
+    /// An empty ring holding up to `capacity` bytes, its storage not yet allocated. A
+    /// capacity beyond what the address space allows gives a ring of capacity 0.
     pub fn new(capacity: usize) -> ByteRing {
         ByteRing {
-            storage: allocate(capacity).unwrap_or_default(),
+            storage: Box::default(),
+            capacity: if addressable(capacity) { capacity } else { 0 },
             head: 0,
             len: 0,
         }
     }
 
+    /// A ring whose storage starts as a block of `block` bytes (at most the capacity),
+    /// so that tests see it grow in small steps.
+    #[cfg(test)]
+    fn with_block(capacity: usize, block: usize) -> ByteRing {
+        let mut ring = ByteRing::new(capacity);
+        ring.storage = allocate(block.min(ring.capacity)).unwrap_or_default();
+        ring
+    }
+
     /// The most bytes the ring holds.
     #[inline]
     pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes of storage allocated so far (at most the capacity).
+    pub fn allocated(&self) -> usize {
         self.storage.len()
+    }
+
+    /// Makes the storage reach at least `needed` bytes past the head (clamped to the
+    /// capacity): a new block of the larger of `needed` and twice the old block (the
+    /// first at least [`FIRST_BLOCK`]), holding the old block's bytes in order from the
+    /// head, at index 0. Nothing changes if the block cannot be allocated.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, needed: usize) {
+        let old = self.storage.len();
+        let size = if old == 0 {
+            needed.max(FIRST_BLOCK)
+        } else {
+            needed.max(old.saturating_mul(2))
+        }
+        .min(self.capacity);
+        if size <= old {
+            return;
+        }
+        let Some(mut storage) = allocate(size) else {
+            return;
+        };
+        copy_from_pieces(self.pieces(0, old), &mut storage);
+        self.storage = storage;
+        self.head = 0;
     }
 
     /// The number of readable bytes.
@@ -144,34 +209,35 @@ impl ByteRing {
     /// the ring is a receive buffer).
     #[inline]
     pub fn free(&self) -> usize {
-        self.storage.len() - self.len
+        self.capacity - self.len
     }
 
     /// Changes the capacity, keeping the readable bytes and, after them, as many of the
     /// free space's bytes (written but uncommitted data) as the new capacity holds.
-    /// Returns `false`, changing nothing, if `len` exceeds `capacity` or the storage
-    /// cannot be allocated. Setting the current capacity changes nothing and allocates
-    /// nothing; any other capacity allocates once and puts the head at 0.
+    /// Returns `false`, changing nothing, if `len` exceeds `capacity`, the capacity is
+    /// beyond what the address space allows, or the storage cannot be allocated. Setting
+    /// the current capacity changes nothing; a smaller one than the storage allocated
+    /// moves the ring into a block of the new capacity, head at 0.
     pub fn set_capacity(&mut self, capacity: usize) -> bool {
-        if self.len > capacity {
+        if self.len > capacity || !addressable(capacity) {
             return false;
         }
-        if capacity == self.storage.len() {
-            return true;
+        if capacity < self.storage.len() {
+            let Some(mut storage) = allocate(capacity) else {
+                return false;
+            };
+            copy_from_pieces(self.pieces(0, capacity), &mut storage);
+            self.storage = storage;
+            self.head = 0;
         }
-        let Some(mut storage) = allocate(capacity) else {
-            return false;
-        };
-        let kept = capacity.min(self.storage.len());
-        copy_from_pieces(self.pieces(0, kept), &mut storage);
-        self.storage = storage;
-        self.head = 0;
+        self.capacity = capacity;
         true
     }
 
     /// Appends as much of `data` as fits in the free space; returns the number of bytes
     /// appended. Overwrites uncommitted bytes where it writes (see the
     /// [module documentation](self)).
+    #[inline]
     pub fn push(&mut self, data: &[u8]) -> usize {
         let appended = data.len().min(self.free());
         copy_into_pieces(self.unreadable_slices_mut(0, appended), &data[..appended]);
@@ -223,6 +289,16 @@ impl ByteRing {
         let free = self.free();
         let start = offset.min(free);
         let len = len.min(free - start);
+        let end = self.len + start + len;
+        let (start, len) = if end > self.storage.len() {
+            self.grow(end);
+            // Clamped again in case the block could not grow.
+            let room = self.storage.len() - self.len;
+            let start = start.min(room);
+            (start, len.min(room - start))
+        } else {
+            (start, len)
+        };
         let span = self.span(self.len + start, len);
         // A wrapped piece lies wholly before `span.start`, so one split serves both.
         let (low, high) = self.storage.split_at_mut(span.start);
@@ -232,6 +308,7 @@ impl ByteRing {
     /// Copies `data` into the free space starting `offset` after the readable end,
     /// without making it readable; returns the number of bytes written (clamped to the
     /// free space).
+    #[inline]
     pub fn write_unreadable(&mut self, offset: usize, data: &[u8]) -> usize {
         let (first, second) = self.unreadable_slices_mut(offset, data.len());
         let written = first.len() + second.len();
@@ -243,13 +320,17 @@ impl ByteRing {
     /// returns the number made readable. Their content is whatever was last written there.
     #[inline]
     pub fn commit(&mut self, n: usize) -> usize {
-        let committed = n.min(self.free());
+        let mut committed = n.min(self.free());
+        if self.len + committed > self.storage.len() {
+            self.grow(self.len + committed);
+            committed = committed.min(self.storage.len() - self.len);
+        }
         self.len += committed;
         committed
     }
 
     /// The bytes of the logical span `[start, start + len)` counted from the head
-    /// (`start + len <= capacity`), readable or not, as two pieces.
+    /// (`start + len <= storage.len()`), readable or not, as two pieces.
     #[inline]
     fn pieces(&self, start: usize, len: usize) -> (&[u8], &[u8]) {
         let span = self.span(start, len);
@@ -260,11 +341,11 @@ impl ByteRing {
     }
 
     /// The storage index of the byte `logical` positions after the head
-    /// (`logical <= capacity`).
+    /// (`logical <= storage.len()`).
     #[inline]
     fn physical(&self, logical: usize) -> usize {
-        // head < capacity (or both are 0) and logical <= capacity, so the sum is below
-        // twice the capacity (no overflow: storage is at most isize::MAX bytes) and one
+        // head < storage.len() (or both are 0) and logical <= storage.len(), so the sum
+        // is below twice that (no overflow: storage is at most isize::MAX bytes) and one
         // subtraction wraps it.
         let position = self.head + logical;
         if position >= self.storage.len() {
@@ -275,7 +356,7 @@ impl ByteRing {
     }
 
     /// The physical pieces of the logical span `[start, start + len)` counted from the head
-    /// (`start + len <= capacity`).
+    /// (`start + len <= storage.len()`).
     #[inline]
     fn span(&self, start: usize, len: usize) -> PhysicalSpan {
         let physical_start = self.physical(start);
@@ -292,7 +373,7 @@ impl fmt::Debug for ByteRing {
     /// The ring's shape, not its bytes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ByteRing")
-            .field("capacity", &self.storage.len())
+            .field("capacity", &self.capacity)
             .field("head", &self.head)
             .field("len", &self.len)
             .finish()
@@ -478,7 +559,9 @@ mod tests {
         ring.write_unreadable(0, b"ef");
         assert!(ring.set_capacity(10));
         assert_eq!((ring.capacity(), ring.len(), ring.free()), (10, 4, 6));
-        assert_eq!(ring.slices(0, usize::MAX), (&b"abcd"[..], &[][..]));
+        // A larger capacity allocates nothing until the bytes reach past the block.
+        assert_eq!(ring.allocated(), 6);
+        assert_eq!(joined(ring.slices(0, usize::MAX)), b"abcd");
         assert_eq!(ring.write_unreadable(2, b"ghij"), 4);
         assert_eq!(ring.commit(usize::MAX), 6);
         assert_eq!(joined(ring.slices(0, usize::MAX)), b"abcdefghij");
@@ -496,6 +579,36 @@ mod tests {
         // The same capacity is a no-op that succeeds.
         assert!(ring.set_capacity(5));
         assert_eq!(joined(ring.slices(0, usize::MAX)), b"hijkl");
+    }
+
+    /// Storage on demand: a connection's worth of small exchanges stays in the first
+    /// block; filling the ring grows it to the capacity, bytes in order throughout.
+    #[test]
+    fn storage_grows_only_as_far_as_the_bytes_reach() {
+        let capacity = 1 << 20;
+        let mut ring = ByteRing::new(capacity);
+        assert_eq!(
+            (ring.capacity(), ring.allocated(), ring.free()),
+            (capacity, 0, capacity)
+        );
+        let mut out = [0u8; 100];
+        for i in 0..10_000u32 {
+            let msg = pattern(100, i as u8);
+            assert_eq!(ring.push(&msg), 100);
+            assert_eq!(ring.pop_into(&mut out), 100);
+            assert_eq!(out[..], msg[..]);
+        }
+        assert_eq!(ring.allocated(), FIRST_BLOCK);
+        // Out-of-order bytes far ahead, then the ring filled: the block grows, the bytes
+        // written before it grew are where they were put.
+        assert_eq!(ring.write_unreadable(capacity - 10, &[7; 10]), 10);
+        assert_eq!(ring.allocated(), capacity);
+        let fill = pattern(capacity - 10, 3);
+        assert_eq!(ring.push(&fill), capacity - 10);
+        assert_eq!(ring.commit(usize::MAX), 10);
+        let all = joined(ring.slices(0, usize::MAX));
+        assert_eq!(&all[..capacity - 10], &fill[..]);
+        assert_eq!(&all[capacity - 10..], &[7; 10]);
     }
 
     #[test]
@@ -584,9 +697,12 @@ mod tests {
         #[test]
         fn random_sequences_match_a_deque_model(
             capacity in 0usize..64,
+            block in 0usize..8,
             ops in proptest::collection::vec(op(), 0..120),
         ) {
-            let mut ring = ByteRing::new(capacity);
+            // From a block of 1 to 7 bytes the storage doubles many times, with bytes
+            // wrapped round the block's end (0: as `new`, one step to the capacity).
+            let mut ring = ByteRing::with_block(capacity, block);
             let mut model = Model {
                 capacity,
                 readable: VecDeque::new(),

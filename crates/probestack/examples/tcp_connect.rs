@@ -1,0 +1,82 @@
+//! A profiling harness: the cost of opening TCP connections. B listens; A opens
+//! `CONNECTIONS` connections to it one after another, each established, accepted and
+//! carrying one 64-byte message each way, all left open. Prints the time per connection
+//! and the resident memory they added (from `/proc/self/status`), so that the price of a
+//! connection's buffers (1 MiB each way by default) shows.
+//!
+//! `cargo run --release -p probestack --example tcp_connect -- [CONNECTIONS] [bsd|fast|queue]`
+
+mod harness;
+
+use probestack::sim::ADDR_B;
+use probestack::socket::tcp::TcpError;
+use probestack::tcp::State;
+use probestack::time::{Clock, RealClock};
+
+/// Resident memory, KiB (0 where `/proc` says nothing).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    let connections: usize = harness::arg(1, 200);
+    let mut pair = harness::pair_for(1500, harness::word(2).as_deref());
+    let clock = RealClock::new();
+    let listener = pair
+        .b
+        .tcp_listen((ADDR_B, 5001), connections.min(1024))
+        .expect("listen");
+    let msg = [7u8; 64];
+    let mut buf = [0u8; 64];
+    let rss_before = rss_kib();
+    let start = std::time::Instant::now();
+    let mut open = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let a = pair.a.tcp_connect((ADDR_B, 5001)).expect("connect");
+        let mut b = None;
+        let (mut a_sent, mut b_got, mut b_sent, mut a_got) = (false, 0, false, 0);
+        while a_got < msg.len() {
+            let now = clock.now();
+            pair.a.poll(now);
+            pair.b.poll(now);
+            if b.is_none() {
+                match pair.b.tcp_accept(listener) {
+                    Ok(h) => b = Some(h),
+                    Err(TcpError::WouldBlock) => {}
+                    Err(e) => panic!("accept: {e}"),
+                }
+            }
+            if !a_sent && pair.a.tcp_state(a) == Ok(State::Established) {
+                a_sent = pair.a.tcp_send(a, &msg).expect("send") == msg.len();
+            }
+            if let Some(b) = b {
+                if b_got < msg.len() {
+                    b_got += pair.b.tcp_recv(b, &mut buf[b_got..]).unwrap_or(0);
+                }
+                if b_got == msg.len() && !b_sent {
+                    b_sent = pair.b.tcp_send(b, &msg).expect("send") == msg.len();
+                }
+            }
+            if a_got < msg.len() {
+                a_got += pair.a.tcp_recv(a, &mut buf[a_got..]).unwrap_or(0);
+            }
+        }
+        open.push((a, b));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let added = rss_kib().saturating_sub(rss_before);
+    println!(
+        "{connections} connections opened, one exchange each, all left open: {:.1} us each, \
+         resident memory +{} KiB ({:.0} KiB per connection, both ends)",
+        secs * 1e6 / connections.max(1) as f64,
+        added,
+        added as f64 / connections.max(1) as f64
+    );
+}
