@@ -9,8 +9,6 @@
 mod harness;
 
 use probestack::sim::ADDR_B;
-use probestack::socket::tcp::TcpError;
-use probestack::tcp::State;
 use probestack::time::{Clock, RealClock};
 
 /// Resident memory, KiB (0 where `/proc` says nothing).
@@ -34,40 +32,28 @@ fn main() {
         .tcp_listen((ADDR_B, 5001), connections.min(1024))
         .expect("listen");
     let msg = [7u8; 64];
-    let mut buf = [0u8; 64];
+    let (mut buf_a, mut buf_b) = ([0u8; 64], [0u8; 64]);
     let rss_before = rss_kib();
     let start = std::time::Instant::now();
     let mut open = Vec::with_capacity(connections);
     for _ in 0..connections {
-        let a = pair.a.tcp_connect((ADDR_B, 5001)).expect("connect");
-        let mut b = None;
-        let (mut a_sent, mut b_got, mut b_sent, mut a_got) = (false, 0, false, 0);
+        let (a, b) = harness::open(&mut pair, listener, &clock);
+        // One message each way, as the smallest exchange a connection is opened for.
+        assert_eq!(pair.a.tcp_send(a, &msg), Ok(msg.len()));
+        let (mut b_got, mut b_sent, mut a_got) = (0, false, 0);
         while a_got < msg.len() {
             let now = clock.now();
             pair.a.poll(now);
             pair.b.poll(now);
-            if b.is_none() {
-                match pair.b.tcp_accept(listener) {
-                    Ok(h) => b = Some(h),
-                    Err(TcpError::WouldBlock) => {}
-                    Err(e) => panic!("accept: {e}"),
-                }
+            if b_got < msg.len() {
+                b_got += pair.b.tcp_recv(b, &mut buf_b[b_got..]).unwrap_or(0);
             }
-            if !a_sent && pair.a.tcp_state(a) == Ok(State::Established) {
-                a_sent = pair.a.tcp_send(a, &msg).expect("send") == msg.len();
+            if b_got == msg.len() && !b_sent {
+                b_sent = pair.b.tcp_send(b, &msg) == Ok(msg.len());
             }
-            if let Some(b) = b {
-                if b_got < msg.len() {
-                    b_got += pair.b.tcp_recv(b, &mut buf[b_got..]).unwrap_or(0);
-                }
-                if b_got == msg.len() && !b_sent {
-                    b_sent = pair.b.tcp_send(b, &msg).expect("send") == msg.len();
-                }
-            }
-            if a_got < msg.len() {
-                a_got += pair.a.tcp_recv(a, &mut buf[a_got..]).unwrap_or(0);
-            }
+            a_got += pair.a.tcp_recv(a, &mut buf_a[a_got..]).unwrap_or(0);
         }
+        assert_eq!((buf_a, buf_b), (msg, msg));
         open.push((a, b));
     }
     let secs = start.elapsed().as_secs_f64();

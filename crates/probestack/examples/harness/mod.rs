@@ -64,6 +64,14 @@ pub fn sampling_arg(pair: &Pair, i: usize) {
 /// A TCP connection from A to B's port 5001, both stacks polled until it is established.
 pub fn connect(pair: &mut Pair, clock: &RealClock) -> (TcpHandle, TcpHandle) {
     let listener = pair.b.tcp_listen((ADDR_B, 5001), 1).expect("listen");
+    let ends = open(pair, listener, clock);
+    pair.b.tcp_close(listener).expect("close listener");
+    ends
+}
+
+/// A TCP connection from A to `listener` (B's port 5001), accepted, both stacks polled
+/// until it is established.
+pub fn open(pair: &mut Pair, listener: TcpHandle, clock: &RealClock) -> (TcpHandle, TcpHandle) {
     let a = pair.a.tcp_connect((ADDR_B, 5001)).expect("connect");
     let mut b = None;
     for _ in 0..10_000 {
@@ -78,7 +86,6 @@ pub fn connect(pair: &mut Pair, clock: &RealClock) -> (TcpHandle, TcpHandle) {
             }
         }
         if let (Some(b), Ok(State::Established)) = (b, pair.a.tcp_state(a)) {
-            pair.b.tcp_close(listener).expect("close listener");
             return (a, b);
         }
     }

@@ -515,16 +515,7 @@ impl Device for PacketDevice {
             ..
         } = &mut self.stats;
         vnet::receive(&mut self.blocks, stats, trust, cx, |hdr, window| {
-            let mut iov = [
-                libc::iovec {
-                    iov_base: hdr.as_mut_ptr().cast(),
-                    iov_len: hdr.len(),
-                },
-                libc::iovec {
-                    iov_base: window.as_mut_ptr().cast(),
-                    iov_len: window.len(),
-                },
-            ];
+            let mut iov = vnet::iovecs_mut(hdr, window);
             // SAFETY: sockaddr_ll and msghdr are plain C structs for which all zeroes is
             // valid.
             let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };

@@ -294,16 +294,7 @@ impl Device for TapDevice {
             true,
             cx,
             |hdr, window| {
-                let iov = [
-                    libc::iovec {
-                        iov_base: hdr.as_mut_ptr().cast(),
-                        iov_len: hdr.len(),
-                    },
-                    libc::iovec {
-                        iov_base: window.as_mut_ptr().cast(),
-                        iov_len: window.len(),
-                    },
-                ];
+                let iov = vnet::iovecs_mut(hdr, window);
                 // SAFETY: both iovecs describe writable memory borrowed mutably for the call
                 // (the header array, the block's window), with their exact lengths; the
                 // kernel writes at most that much. `fd` is open: `self` owns it.

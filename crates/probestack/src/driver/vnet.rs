@@ -336,6 +336,21 @@ pub(crate) fn iovecs(hdr: &[u8; VNET_HDR_LEN], frame: &[u8]) -> [libc::iovec; 2]
     ]
 }
 
+/// The two buffers one frame is read into: the virtio-net header, then the block's
+/// window.
+pub(crate) fn iovecs_mut(hdr: &mut [u8; VNET_HDR_LEN], window: &mut [u8]) -> [libc::iovec; 2] {
+    [
+        libc::iovec {
+            iov_base: hdr.as_mut_ptr().cast(),
+            iov_len: hdr.len(),
+        },
+        libc::iovec {
+            iov_base: window.as_mut_ptr().cast(),
+            iov_len: window.len(),
+        },
+    ]
+}
+
 /// Sends one frame through `write`, which makes one attempt at writing the two buffers
 /// (the header, the frame) as one frame and says how many bytes went: the header
 /// ([`prepare_tx`]), the write (charged as the device copy), and the outcome counted.
