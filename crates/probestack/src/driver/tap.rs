@@ -111,7 +111,8 @@ pub struct TapDevice {
     name: String,
     config: TapConfig,
     offloads: u32,
-    /// The block the next read goes into (taken up by a large frame).
+    /// The block the next read goes into and the pool it and written frames circulate
+    /// through with the stack's.
     blocks: DeviceBlocks,
     stats: TapStats,
 }

@@ -480,13 +480,12 @@ impl DeviceBlocks {
         self.alloc(RX_WINDOW)
     }
 
-    /// A buffer of `len` bytes at [`HEADROOM`] from the pool, no longer counted by it:
-    /// it leaves for the stack, whose pool frees it (a new buffer if the pool refuses).
+    /// A buffer of `len` bytes at [`HEADROOM`] from the pool (which has no limit, so it
+    /// refuses only what no class holds), no longer counted by it: it leaves for the
+    /// stack, whose pool frees it.
     fn alloc(&mut self, len: usize) -> Option<PacketBuf> {
-        match self.pool.alloc(len, HEADROOM) {
-            Ok(b) => Some(self.pool.detach(b)),
-            Err(_) => PacketBuf::new(len, HEADROOM, 0).ok(),
-        }
+        let b = self.pool.alloc(len, HEADROOM).ok()?;
+        Some(self.pool.detach(b))
     }
 
     /// Takes a written frame's buffer back into the pool.
@@ -601,10 +600,10 @@ pub(crate) fn receive(
                 let _alloc = cx
                     .ledger
                     .probe(s, Layer::Driver, Side::Receive, Op::BufAlloc);
-                // A whole cluster, as before the pool: the frame's tailroom stays.
+                // A whole cluster (`SMALL_FRAME` at `HEADROOM` fills one): the frame's
+                // tailroom stays.
                 blocks
                     .alloc(SMALL_FRAME)
-                    .filter(|b| b.capacity() == CLUSTER_SIZE)
                     .and_then(|mut b| b.trim_back(SMALL_FRAME - len).is_ok().then_some(b))
             };
             match small {

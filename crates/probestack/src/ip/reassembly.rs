@@ -930,8 +930,7 @@ mod tests {
 
     /// Checks what must hold after every call.
     fn check_invariants(r: &Reassembler) {
-        let sum: usize = r.queue.iter().map(Datagram::charge).sum::<usize>()
-            + r.spare.as_ref().map_or(0, Vec::capacity);
+        let sum: usize = r.queue.iter().map(Datagram::charge).sum::<usize>() + r.spare_bytes();
         assert_eq!(r.bytes_held, sum, "bytes_held is the sum of charges");
         assert!(r.bytes_held <= r.config.max_bytes, "memory cap exceeded");
         assert!(r.queue.len() <= r.config.max_datagrams);

@@ -37,9 +37,9 @@
 //! next copies contiguous; this one never does, because the free space may hold
 //! out-of-order bytes that have been written but not yet committed, and moving the head
 //! would move the readable end away from them. So the head moves only when bytes are
-//! consumed (or popped), by exactly their number, and [`ByteRing::set_capacity`] rebuilds
-//! the ring with the head at 0, keeping both the readable bytes and the uncommitted bytes
-//! after them. The price is that readable bytes may wrap, so readers always take two
+//! consumed (or popped), by exactly their number, and a move into a new block (as the
+//! storage grows, or [`ByteRing::set_capacity`] shrinks it) rebuilds the ring with the
+//! head at 0, keeping both the readable bytes and the uncommitted bytes after them. The price is that readable bytes may wrap, so readers always take two
 //! slices.
 //!
 //! [`push`](ByteRing::push) writes into the same free space as `write_unreadable`, so it
@@ -185,12 +185,21 @@ impl ByteRing {
         if size <= old {
             return;
         }
+        self.move_into(size);
+    }
+
+    /// Moves the ring into a new block of `size` bytes: as many of the old block's bytes
+    /// as fit, in order from the head, at index 0. Returns `false`, changing nothing, if
+    /// the block cannot be allocated.
+    fn move_into(&mut self, size: usize) -> bool {
         let Some(mut storage) = allocate(size) else {
-            return;
+            return false;
         };
-        copy_from_pieces(self.pieces(0, old), &mut storage);
+        let kept = size.min(self.storage.len());
+        copy_from_pieces(self.pieces(0, kept), &mut storage);
         self.storage = storage;
         self.head = 0;
+        true
     }
 
     /// The number of readable bytes.
@@ -222,13 +231,8 @@ impl ByteRing {
         if self.len > capacity || !addressable(capacity) {
             return false;
         }
-        if capacity < self.storage.len() {
-            let Some(mut storage) = allocate(capacity) else {
-                return false;
-            };
-            copy_from_pieces(self.pieces(0, capacity), &mut storage);
-            self.storage = storage;
-            self.head = 0;
+        if capacity < self.storage.len() && !self.move_into(capacity) {
+            return false;
         }
         self.capacity = capacity;
         true
