@@ -7,6 +7,7 @@
 
 use std::arch::x86_64::*;
 
+use super::fold64;
 use super::scalar::{fold128, tail_total};
 
 /// Adds the lanes of the accumulators into one total. The vectors are added together
@@ -102,10 +103,52 @@ fn add_carry512(acc: &mut __m512i, carries: &mut __m512i, v: __m512i) {
     *carries = _mm512_mask_add_epi64(*carries, carried, *carries, _mm512_set1_epi64(1));
 }
 
-/// The mask that selects the first `n` (< 64) bytes of a vector.
+/// The mask that selects the first `n` (<= 64) bytes of a vector: all of it at 64.
 fn byte_mask(n: usize) -> __mmask64 {
-    debug_assert!(n < 64);
-    (1u64 << n) - 1
+    debug_assert!(n <= 64);
+    u64::MAX.checked_shr(64 - n as u32).unwrap_or(0)
+}
+
+/// Adds the two 32-bit halves of each 64-bit lane of `v` into `acc`, as the AVX2 loop
+/// does: each lane gains under 2^33 per call.
+#[target_feature(enable = "avx512f")]
+fn add_halves512(acc: __m512i, v: __m512i) -> __m512i {
+    let low = _mm512_set1_epi64(0xFFFF_FFFF);
+    let a = _mm512_add_epi64(acc, _mm512_and_si512(v, low));
+    _mm512_add_epi64(a, _mm512_srli_epi64::<32>(v))
+}
+
+/// AVX-512 copy and sum for data under 128 bytes (a small datagram's payload, a request):
+/// one or two masked loads, each stored under the same mask, with no loop and no tail
+/// code, where the scalar short path walks 32-byte blocks, then words, then a 4-, 2- and
+/// 1-byte tail. Masked-off bytes load as zero (the zero padding an odd length needs) and
+/// nothing around `dst` is written.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) fn copy_and_sum_short_avx512(dst: &mut [u8], src: &[u8]) -> u16 {
+    debug_assert!(src.len() < 128 && dst.len() == src.len());
+    let n = src.len().min(dst.len());
+    let m = byte_mask(n.min(64));
+    // SAFETY: the mask selects the first min(n, 64) bytes, within both slices (each at
+    // least `n` long); masked-off bytes are neither read, written, nor able to fault.
+    let v = unsafe {
+        let v = _mm512_maskz_loadu_epi8(m, src.as_ptr().cast());
+        _mm512_mask_storeu_epi8(dst.as_mut_ptr().cast(), m, v);
+        v
+    };
+    let mut lanes = add_halves512(_mm512_setzero_si512(), v);
+    if n > 64 {
+        let (s, d) = (&src[64..n], &mut dst[64..n]);
+        let m = byte_mask(s.len());
+        // SAFETY: as above, for the `n - 64` (< 64) bytes of `s` and `d`.
+        let v = unsafe {
+            let v = _mm512_maskz_loadu_epi8(m, s.as_ptr().cast());
+            _mm512_mask_storeu_epi8(d.as_mut_ptr().cast(), m, v);
+            v
+        };
+        lanes = add_halves512(lanes, v);
+    }
+    // Each lane is under 2^34 (two vectors' halves), so the eight add up in a u64.
+    fold64(_mm512_reduce_add_epi64(lanes) as u64).swap_bytes()
 }
 
 /// AVX-512: 256 bytes per iteration on four accumulator/carry pairs; the last partial
