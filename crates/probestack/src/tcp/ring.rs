@@ -39,8 +39,8 @@
 //! would move the readable end away from them. So the head moves only when bytes are
 //! consumed (or popped), by exactly their number, and a move into a new block (as the
 //! storage grows, or [`ByteRing::set_capacity`] shrinks it) rebuilds the ring with the
-//! head at 0, keeping both the readable bytes and the uncommitted bytes after them. The price is that readable bytes may wrap, so readers always take two
-//! slices.
+//! head at 0, keeping both the readable bytes and the uncommitted bytes after them. The
+//! price is that readable bytes may wrap, so readers always take two slices.
 //!
 //! [`push`](ByteRing::push) writes into the same free space as `write_unreadable`, so it
 //! overwrites uncommitted bytes where it writes (and the uncommitted bytes further on
