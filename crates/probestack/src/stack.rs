@@ -238,7 +238,7 @@ pub struct Stack {
     pub(crate) loopback: VecDeque<crate::buf::PacketBuf>,
     /// The frames of one receive batch, kept between polls so that draining allocates
     /// nothing (taken out while the batch runs up the stack).
-    rx_batch: Option<Vec<RxFrame>>,
+    rx_batch: Vec<RxFrame>,
     pub(crate) now: Instant,
 }
 
@@ -270,7 +270,7 @@ impl Stack {
             tcp_pcbs: PcbTable::new(config.tuning.pcb_config()),
             tcp: TcpSockets::new(config.tcp, isn_key, port_key),
             loopback: VecDeque::new(),
-            rx_batch: Some(Vec::with_capacity(config.rx_batch)),
+            rx_batch: Vec::with_capacity(config.rx_batch),
             now: Instant::ZERO,
             config,
         }
@@ -434,7 +434,7 @@ impl Stack {
     /// A batch that used its whole budget leaves the interface in polling mode, so the
     /// rest is taken at the next poll without another notification.
     fn drain_device(&mut self, s: impl Sampling, i: usize, now: Instant) {
-        let mut batch = self.rx_batch.take().unwrap_or_default();
+        let mut batch = std::mem::take(&mut self.rx_batch);
         let budget = self.config.rx_batch.max(1);
         {
             let _p = self
@@ -447,18 +447,7 @@ impl Stack {
             let iface = &mut self.ifaces[i];
             let notified = iface.device.take_notification(&cx);
             if notified || iface.rx_more {
-                while batch.len() < budget {
-                    let frame = if s.on() {
-                        iface.device.receive(&cx)
-                    } else {
-                        iface.device.receive_unprobed(&cx)
-                    };
-                    match frame {
-                        Some(f) => batch.push(f),
-                        None => break,
-                    }
-                }
-                iface.rx_more = batch.len() == budget;
+                iface.rx_more = iface.device.receive_burst(&cx, &mut batch, budget, s.on());
             }
         }
         if !batch.is_empty() {
@@ -466,7 +455,7 @@ impl Stack {
                 in_message!(self, from s, rx.frame.len(), s => self.link_input(s, i, rx, now));
             }
         }
-        self.rx_batch = Some(batch);
+        self.rx_batch = batch;
     }
 
     /// Runs the timers that are due; returns the earliest TCP timer left afterwards

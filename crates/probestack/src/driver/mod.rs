@@ -247,6 +247,34 @@ pub trait Device {
         self.receive(cx)
     }
 
+    /// Received frames appended to `batch` until it holds `max` or the device has no
+    /// more: the stack's receive loop, one call per batch (as DPDK's `rx_burst`) instead
+    /// of one dynamically dispatched call per frame, so that each frame goes from the
+    /// device's queue into the batch without a trip through a returned `Option` in
+    /// memory. `sampled` says which copy to run ([`receive`](Self::receive), or
+    /// [`receive_unprobed`](Self::receive_unprobed) for unprobed messages). Returns
+    /// whether the batch was filled to `max`.
+    fn receive_burst(
+        &mut self,
+        cx: &DeviceContext<'_>,
+        batch: &mut Vec<RxFrame>,
+        max: usize,
+        sampled: bool,
+    ) -> bool {
+        while batch.len() < max {
+            let frame = if sampled {
+                self.receive(cx)
+            } else {
+                self.receive_unprobed(cx)
+            };
+            match frame {
+                Some(f) => batch.push(f),
+                None => return false,
+            }
+        }
+        true
+    }
+
     /// When the device next needs a poll (a coalescing timer, a delayed frame).
     fn next_deadline(&self) -> Option<Instant>;
 
@@ -307,6 +335,15 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn receive_unprobed(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
         (**self).receive_unprobed(cx)
+    }
+    fn receive_burst(
+        &mut self,
+        cx: &DeviceContext<'_>,
+        batch: &mut Vec<RxFrame>,
+        max: usize,
+        sampled: bool,
+    ) -> bool {
+        (**self).receive_burst(cx, batch, max, sampled)
     }
     fn next_deadline(&self) -> Option<Instant> {
         (**self).next_deadline()

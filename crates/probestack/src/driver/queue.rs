@@ -261,6 +261,32 @@ mod tests {
         assert!(!a.caps().has_crc && a.caps().mtu == 1500);
     }
 
+    /// The stack's receive loop: a burst takes frames in order up to its limit, says
+    /// whether it filled it, and appends to what the batch already holds.
+    #[test]
+    fn a_receive_burst_takes_up_to_its_limit_in_order() {
+        let ledger = Ledger::new();
+        let cx = DeviceContext {
+            now: Instant::ZERO,
+            ledger: &ledger,
+        };
+        let (mut a, mut b) = FrameQueue::pair(1500, 8).unwrap();
+        for len in 60..65 {
+            a.transmit(frame(len), TxMeta::default(), &cx).unwrap();
+        }
+        let lens = |batch: &Vec<RxFrame>| -> Vec<usize> {
+            batch.iter().map(|f| f.frame.total_len()).collect()
+        };
+        let mut batch = Vec::new();
+        assert!(b.receive_burst(&cx, &mut batch, 3, false));
+        assert_eq!(lens(&batch), [60, 61, 62]);
+        assert!(!b.receive_burst(&cx, &mut batch, 8, true));
+        assert_eq!(lens(&batch), [60, 61, 62, 63, 64]);
+        assert!(!b.receive_burst(&cx, &mut batch, 8, false));
+        assert_eq!(batch.len(), 5);
+        assert_eq!(b.stats().rx_frames, 5);
+    }
+
     /// Two stacks on the queue: UDP and TCP get through, and with no CRC on the link even
     /// `Tuning::fast()` computes and verifies every checksum (elision needs a CRC).
     #[test]

@@ -903,21 +903,24 @@ impl Stack {
         frame: Frame<'_>,
         csum_offload: bool,
     ) -> Result<(), ()> {
-        let (_, _, data_len, _) = frame.layout(out);
-        in_message!(self, from caller, data_len, s => {
-            self.tcp_build_and_send(s, index, out, frame, csum_offload)
+        let layout = frame.layout(out);
+        in_message!(self, from caller, layout.2, s => {
+            self.tcp_build_and_send(s, index, out, frame, layout, csum_offload)
         })
     }
 
+    /// [`tcp_send_segment`](Self::tcp_send_segment) inside its message, `layout` being
+    /// `frame`'s [`Frame::layout`].
     fn tcp_build_and_send(
         &mut self,
         s: impl Sampling,
         index: usize,
         out: &Outgoing,
         frame: Frame<'_>,
+        layout: (usize, usize, usize, u16),
         csum_offload: bool,
     ) -> Result<(), ()> {
-        let (header_len, data_offset, data_len, gso_size) = frame.layout(out);
+        let (header_len, data_offset, data_len, gso_size) = layout;
         let total = header_len + data_len;
         // Copied bytes go into the frame's buffer behind the header; loaned bytes (a
         // zero-copy send) follow it as fragments, uncopied, for the device to gather.
@@ -955,7 +958,8 @@ impl Stack {
             match frame {
                 Frame::Whole => {
                     let mut p = tcp_wire::Packet::new_unchecked(space);
-                    out.repr.emit(&mut p, src, dst, Checksum::Skip)
+                    out.repr
+                        .emit_sized(&mut p, src, dst, Checksum::Skip, header_len)
                 }
                 Frame::Cut { header, .. } => {
                     space.copy_from_slice(header);

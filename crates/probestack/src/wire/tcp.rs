@@ -1111,7 +1111,20 @@ impl<'a> TcpRepr<'a> {
         dst: Ipv4Address,
         checksum: Checksum,
     ) -> Result<()> {
-        let header_len = self.header_len();
+        self.emit_sized(packet, src, dst, checksum, self.header_len())
+    }
+
+    /// [`emit`](Self::emit) with the [`header_len`](Self::header_len) its caller already
+    /// computed (TCP output sizes the frame by it first), so that it is not computed again.
+    pub(crate) fn emit_sized<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        src: Ipv4Address,
+        dst: Ipv4Address,
+        checksum: Checksum,
+        header_len: usize,
+    ) -> Result<()> {
+        debug_assert_eq!(header_len, self.header_len());
         if header_len > MAX_HEADER_LEN {
             return Err(Error::BadField {
                 proto: Proto::Tcp,
