@@ -568,7 +568,7 @@ impl Ipv4Repr {
 
     /// The rest of parsing, for a packet whose header lengths were checked. In line: the
     /// header is then built where the caller keeps it, not built and copied out.
-    #[inline]
+    #[inline(always)]
     fn parse_checked_header<T: AsRef<[u8]>>(
         packet: &Packet<T>,
         checksum: Checksum,
