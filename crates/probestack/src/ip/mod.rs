@@ -69,7 +69,7 @@ impl Stack {
             return self.udp_short_input(s, ip, buf, rx, now);
         }
         self.ledger.counters().inc(Counter::IpPacketsIn);
-        let parsed = {
+        let mut parsed = {
             let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             if buf.has_frags() {
                 Self::parse_split(&buf)
@@ -79,7 +79,9 @@ impl Stack {
                 Ipv4Repr::parse(&ipv4::Packet::new_unchecked(buf.data()), Checksum::Skip)
             }
         };
-        let Ok(mut repr) = parsed else {
+        // Used where the parse left it: moved out, it was copied with loads wider than
+        // the parse's stores, which the CPU cannot forward (a stall every datagram).
+        let Ok(repr) = &mut parsed else {
             self.ledger.counters().inc(Counter::IpDropMalformed);
             return self.free(s, Layer::Ip, Side::Receive, buf);
         };
@@ -118,9 +120,9 @@ impl Stack {
             ident: repr.ident,
         };
         if repr.is_fragment() {
-            match self.reassemble(s, key(&repr), &repr, buf, now) {
+            match self.reassemble(s, key(repr), repr, buf, now) {
                 Some((r, b)) => {
-                    repr = r;
+                    *repr = r;
                     buf = b;
                 }
                 None => return,
@@ -131,17 +133,17 @@ impl Stack {
                 .ledger
                 .probe(s, Layer::Ip, Side::Receive, Op::DefragQueue);
             self.ledger.counters().inc(Counter::IpDefragLookups);
-            std::hint::black_box(self.reassembler.contains(&key(&repr)));
+            std::hint::black_box(self.reassembler.contains(&key(repr)));
         }
 
         self.ledger.counters().inc(Counter::IpDelivered);
         match repr.protocol {
-            IpProtocol::Icmp => self.icmp_input(s, iface, &repr, buf, now),
-            IpProtocol::Udp => self.udp_input(s, &repr, buf, rx, now),
-            IpProtocol::Tcp => self.tcp_input(s, &repr, buf, rx, now),
+            IpProtocol::Icmp => self.icmp_input(s, iface, repr, buf, now),
+            IpProtocol::Udp => self.udp_input(s, repr, buf, rx, now),
+            IpProtocol::Tcp => self.tcp_input(s, repr, buf, rx, now),
             IpProtocol::Other(_) => {
                 self.ledger.counters().inc(Counter::IpDropUnknownProtocol);
-                self.icmp_dst_unreachable(s, DstUnreachable::ProtoUnreachable, 0, &repr, buf, now);
+                self.icmp_dst_unreachable(s, DstUnreachable::ProtoUnreachable, 0, repr, buf, now);
             }
         }
     }
