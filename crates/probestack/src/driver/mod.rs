@@ -224,8 +224,9 @@ pub trait Device {
     /// after its coalescing rule). Clears it.
     fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool;
 
-    /// The next received frame, if any. The stack calls this after a notification, up to
-    /// its batch budget.
+    /// The next received frame, if any. The stack takes frames after a notification, up
+    /// to its batch budget, through [`receive_burst`](Self::receive_burst), whose default
+    /// calls this.
     fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame>;
 
     /// [`transmit`](Self::transmit), called from the stack's copy for unprobed messages
