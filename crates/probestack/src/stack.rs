@@ -242,6 +242,9 @@ pub struct Stack {
     pub(crate) now: Instant,
 }
 
+const PREFETCH_HEADER_AHEAD: usize = 8;
+const PREFETCH_DATA_AHEAD: usize = 4;
+
 impl Stack {
     pub fn new(config: StackConfig) -> Stack {
         let mut rng = Rng::new(config.seed);
@@ -451,7 +454,18 @@ impl Stack {
             }
         }
         if !batch.is_empty() {
-            for rx in batch.drain(..) {
+            let mut frames = batch.drain(..);
+            while let Some(rx) = frames.next() {
+                // A batch of frames written long before is mostly out of cache: their
+                // buffers' headers are asked for a few frames ahead, their first bytes
+                // (which need the header to find) a little later.
+                let ahead = frames.as_slice();
+                if let Some(f) = ahead.get(PREFETCH_HEADER_AHEAD - 1) {
+                    f.frame.prefetch_header();
+                }
+                if let Some(f) = ahead.get(PREFETCH_DATA_AHEAD - 1) {
+                    f.frame.prefetch_data();
+                }
                 in_message!(self, from s, rx.frame.len(), s => self.link_input(s, i, rx, now));
             }
         }
