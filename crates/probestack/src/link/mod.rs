@@ -27,26 +27,30 @@ impl Stack {
             mut frame,
             checksum,
         } = rx;
-        let repr = {
+        let ethertype = {
             let _p = self
                 .ledger
                 .probe(s, Layer::Link, Side::Receive, Op::LinkProto);
-            let parsed =
-                ethernet::Frame::new_checked(frame.data()).and_then(|f| EthernetRepr::parse(&f));
-            match parsed {
-                Ok(r) => {
-                    let mac = self.ifaces[iface].mac;
-                    if r.destination != mac && !r.destination.is_broadcast() {
-                        Err(Counter::LinkDropNotForUs)
-                    } else {
-                        Ok(r)
+            // Only the type is kept; the destination is read from the frame where it lies
+            // (taken from a parsed header built on the stack, it was read back with loads
+            // the CPU could not forward from the stores that built it, a stall a frame).
+            match ethernet::Frame::new_checked(frame.data()) {
+                Ok(f) => match EthernetRepr::parse(&f) {
+                    Ok(r) => {
+                        let destination = f.destination();
+                        if destination != self.ifaces[iface].mac && !destination.is_broadcast() {
+                            Err(Counter::LinkDropNotForUs)
+                        } else {
+                            Ok(r.ethertype)
+                        }
                     }
-                }
+                    Err(_) => Err(Counter::LinkDropMalformed),
+                },
                 Err(_) => Err(Counter::LinkDropMalformed),
             }
         };
-        let repr = match repr {
-            Ok(r) => r,
+        let ethertype = match ethertype {
+            Ok(t) => t,
             Err(c) => {
                 self.ledger.counters().inc(c);
                 self.pool.free(frame);
@@ -59,7 +63,7 @@ impl Stack {
             self.pool.free(frame);
             return;
         }
-        match repr.ethertype {
+        match ethertype {
             EtherType::Ipv4 => self.ip_input(s, iface, frame, checksum, now),
             EtherType::Arp => self.arp_input(s, iface, frame, now),
             _ => {
