@@ -242,6 +242,9 @@ pub struct Stack {
     pub(crate) now: Instant,
 }
 
+/// How many frames ahead of the one it runs up the stack the poll asks for a buffer's
+/// header, and for its first bytes (`drain_device`; measured on `examples/tcp_bulk`: one
+/// frame ahead only moved the wait into IP input).
 const PREFETCH_HEADER_AHEAD: usize = 8;
 const PREFETCH_DATA_AHEAD: usize = 4;
 

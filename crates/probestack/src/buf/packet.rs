@@ -5,7 +5,8 @@ use std::fmt;
 
 use super::{BufError, ExtBuf};
 
-/// A hint to the CPU that the line holding `p` will be read soon; nothing elsewhere.
+/// A hint to the CPU that the line holding `p` will be read soon (x86-64; elsewhere,
+/// nothing).
 #[inline(always)]
 fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
