@@ -118,34 +118,35 @@ fn add_halves512(acc: __m512i, v: __m512i) -> __m512i {
     _mm512_add_epi64(a, _mm512_srli_epi64::<32>(v))
 }
 
+/// Copies `src` (at most 64 bytes) to the front of `dst` (at least as long) with one
+/// masked load and one masked store, and returns the vector: `src`'s bytes, zeros after.
+/// Masked-off bytes are neither read, written, nor able to fault, so nothing around
+/// either slice is touched.
+#[target_feature(enable = "avx512f,avx512bw")]
+fn copy_masked(dst: &mut [u8], src: &[u8]) -> __m512i {
+    debug_assert!(src.len() <= 64 && dst.len() >= src.len());
+    let m = byte_mask(src.len().min(dst.len()).min(64));
+    // SAFETY: the mask selects the first min(len, 64) bytes, within both slices.
+    unsafe {
+        let v = _mm512_maskz_loadu_epi8(m, src.as_ptr().cast());
+        _mm512_mask_storeu_epi8(dst.as_mut_ptr().cast(), m, v);
+        v
+    }
+}
+
 /// AVX-512 copy and sum for data under 128 bytes (a small datagram's payload, a request):
-/// one or two masked loads, each stored under the same mask, with no loop and no tail
-/// code, where the scalar short path walks 32-byte blocks, then words, then a 4-, 2- and
-/// 1-byte tail. Masked-off bytes load as zero (the zero padding an odd length needs) and
-/// nothing around `dst` is written.
+/// one or two masked copies ([`copy_masked`]), with no loop and no tail code, where the
+/// scalar short path walks 32-byte blocks, then words, then a 4-, 2- and 1-byte tail.
+/// Masked-off bytes load as zero (the zero padding an odd length needs).
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) fn copy_and_sum_short_avx512(dst: &mut [u8], src: &[u8]) -> u16 {
     debug_assert!(src.len() < 128 && dst.len() == src.len());
     let n = src.len().min(dst.len());
-    let m = byte_mask(n.min(64));
-    // SAFETY: the mask selects the first min(n, 64) bytes, within both slices (each at
-    // least `n` long); masked-off bytes are neither read, written, nor able to fault.
-    let v = unsafe {
-        let v = _mm512_maskz_loadu_epi8(m, src.as_ptr().cast());
-        _mm512_mask_storeu_epi8(dst.as_mut_ptr().cast(), m, v);
-        v
-    };
-    let mut lanes = add_halves512(_mm512_setzero_si512(), v);
-    if n > 64 {
-        let (s, d) = (&src[64..n], &mut dst[64..n]);
-        let m = byte_mask(s.len());
-        // SAFETY: as above, for the `n - 64` (< 64) bytes of `s` and `d`.
-        let v = unsafe {
-            let v = _mm512_maskz_loadu_epi8(m, s.as_ptr().cast());
-            _mm512_mask_storeu_epi8(d.as_mut_ptr().cast(), m, v);
-            v
-        };
-        lanes = add_halves512(lanes, v);
+    let (s, rest) = src[..n].split_at(n.min(64));
+    let (d, rest_out) = dst[..n].split_at_mut(s.len());
+    let mut lanes = add_halves512(_mm512_setzero_si512(), copy_masked(d, s));
+    if !rest.is_empty() {
+        lanes = add_halves512(lanes, copy_masked(rest_out, rest));
     }
     // Each lane is under 2^34 (two vectors' halves), so the eight add up in a u64.
     fold64(_mm512_reduce_add_epi64(lanes) as u64).swap_bytes()
@@ -211,15 +212,11 @@ pub(super) fn copy_and_sum_avx512(dst: &mut [u8], src: &[u8]) -> u16 {
         unsafe { _mm512_storeu_si512(db.as_mut_ptr().cast(), v) };
         add_carry512(&mut acc[0], &mut carries[0], v);
     }
+    // `rest` and `out` have the same length: the caller checked that the slices are
+    // equal in length, and both were cut the same way.
     let (rest, out) = (s.remainder(), d.into_remainder());
     if !rest.is_empty() {
-        let m = byte_mask(rest.len());
-        // SAFETY: `rest` and `out` have the same length (the caller checked the slices
-        // are equal in length and both were cut the same way); the mask selects only
-        // those bytes, and masked-off bytes are neither read, written, nor able to fault.
-        let v = unsafe { _mm512_maskz_loadu_epi8(m, rest.as_ptr().cast()) };
-        unsafe { _mm512_mask_storeu_epi8(out.as_mut_ptr().cast(), m, v) };
-        add_carry512(&mut acc[1], &mut carries[1], v);
+        add_carry512(&mut acc[1], &mut carries[1], copy_masked(out, rest));
     }
     fold128(total512(&acc, &carries)).swap_bytes()
 }

@@ -92,24 +92,39 @@ enum Frame<'a> {
     },
 }
 
+/// Where a frame's parts go: [`Frame::layout`].
+#[derive(Clone, Copy)]
+struct Layout {
+    header_len: usize,
+    /// Where the frame's data starts in the send buffer.
+    data_offset: usize,
+    data_len: usize,
+    /// The segment size for a device to cut the frame to (0: none).
+    gso_size: u16,
+}
+
 impl Frame<'_> {
     /// This frame of segment `out`: its header's length, where its data starts in the
-    /// send buffer and how long it is, and the segment size for a device to cut it to
-    /// (0: none).
+    /// send buffer and how long it is, and the segment size for a device to cut it to.
     #[inline]
-    fn layout(self, out: &Outgoing) -> (usize, usize, usize, u16) {
+    fn layout(self, out: &Outgoing) -> Layout {
         match self {
-            Frame::Whole => (
-                out.repr.header_len(),
-                out.data_offset,
-                out.data_len,
-                out.gso_size,
-            ),
+            Frame::Whole => Layout {
+                header_len: out.repr.header_len(),
+                data_offset: out.data_offset,
+                data_len: out.data_len,
+                gso_size: out.gso_size,
+            },
             Frame::Cut {
                 header,
                 data_offset,
                 data_len,
-            } => (header.len(), data_offset, data_len, 0),
+            } => Layout {
+                header_len: header.len(),
+                data_offset,
+                data_len,
+                gso_size: 0,
+            },
         }
     }
 }
@@ -904,7 +919,7 @@ impl Stack {
         csum_offload: bool,
     ) -> Result<(), ()> {
         let layout = frame.layout(out);
-        in_message!(self, from caller, layout.2, s => {
+        in_message!(self, from caller, layout.data_len, s => {
             self.tcp_build_and_send(s, index, out, frame, layout, csum_offload)
         })
     }
@@ -917,10 +932,15 @@ impl Stack {
         index: usize,
         out: &Outgoing,
         frame: Frame<'_>,
-        layout: (usize, usize, usize, u16),
+        layout: Layout,
         csum_offload: bool,
     ) -> Result<(), ()> {
-        let (header_len, data_offset, data_len, gso_size) = layout;
+        let Layout {
+            header_len,
+            data_offset,
+            data_len,
+            gso_size,
+        } = layout;
         let total = header_len + data_len;
         // Copied bytes go into the frame's buffer behind the header; loaned bytes (a
         // zero-copy send) follow it as fragments, uncopied, for the device to gather.
