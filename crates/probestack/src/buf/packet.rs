@@ -59,12 +59,14 @@ pub(super) struct Inner {
     /// External data that follows the window, in order: the payload of a zero-copy send
     /// (memory the application loaned), as the page fragments of Linux's `sk_buff` follow
     /// its linear part. The window holds the headers the layers prepend; the fragments
-    /// are never copied by the stack. `None` for almost every buffer, and never an empty
-    /// list: boxed, so that a header without fragments carries one word for them rather
-    /// than a `Vec`'s three (the header was moved by value before it went behind a
-    /// pointer; it is still read on every access).
+    /// are never copied by the stack. `None` for a block that never carried any; a block
+    /// that did keeps its emptied list for its next use (on a link where data goes by
+    /// reference every frame has fragments, and would allocate and free the list). Boxed,
+    /// so that a header without fragments carries one word for them rather than a
+    /// `Vec`'s three (the header was moved by value before it went behind a pointer; it
+    /// is still read on every access).
     // The box is the point (one word in every header; the extra allocation is paid only
-    // by the rare buffer with fragments), not an accident.
+    // by a block's first frame with fragments), not an accident.
     #[allow(clippy::box_collection)]
     frags: Option<Box<Vec<ExtBuf>>>,
 }
@@ -268,7 +270,7 @@ impl PacketBuf {
         self.0.start = headroom as u32;
         self.0.end = headroom as u32;
         self.0.tx_offload = TxOffload::default();
-        self.0.frags = None;
+        self.clear_frags();
         Ok(())
     }
 
@@ -289,12 +291,22 @@ impl PacketBuf {
     /// Whether external data follows the window.
     #[inline]
     pub fn has_frags(&self) -> bool {
-        self.0.frags.is_some()
+        self.0.frags.as_ref().is_some_and(|f| !f.is_empty())
     }
 
     /// Takes the external data off the buffer.
     pub fn take_frags(&mut self) -> Vec<ExtBuf> {
         self.0.frags.take().map_or_else(Vec::new, |f| *f)
+    }
+
+    /// Drops the external data, keeping the list's memory for the block's next use (a
+    /// frame that carries data by reference, every one on such a link, would otherwise
+    /// allocate and free it each time).
+    #[inline]
+    fn clear_frags(&mut self) {
+        if let Some(f) = self.0.frags.as_mut() {
+            f.clear();
+        }
     }
 
     /// The bytes the buffer stands for: the window and the fragments after it.
@@ -334,9 +346,14 @@ impl PacketBuf {
                 have: self.tailroom(),
             });
         }
-        for f in self.take_frags() {
+        let Some(mut frags) = self.0.frags.take() else {
+            return Ok(());
+        };
+        // The tailroom was checked: nothing below fails.
+        for f in frags.drain(..) {
             self.extend_from_slice(&f)?;
         }
+        self.0.frags = Some(frags);
         Ok(())
     }
 
@@ -372,8 +389,9 @@ impl PacketBuf {
     /// requests dropped.
     #[inline]
     pub(super) fn into_recycled(self) -> Block {
-        let mut inner = self.0;
-        inner.frags = None;
+        let mut buf = self;
+        buf.clear_frags();
+        let mut inner = buf.0;
         inner.tx_offload = TxOffload::default();
         Block(inner)
     }
