@@ -69,8 +69,19 @@ impl Pair {
     /// stacks (no CRC, no wire, no notification delay), at A's MTU and transmit queue
     /// depth (`a.nic`'s; the rest of both NIC configurations does not apply).
     pub fn on_frame_queue(a: HostConfig, b: HostConfig) -> Result<Pair, QueueConfigError> {
+        Pair::on_frame_queue_with(a, b, |q| Box::new(q), |q| Box::new(q))
+    }
+
+    /// [`on_frame_queue`](Self::on_frame_queue) with each end wrapped (a test's fault
+    /// injector, a capture).
+    pub fn on_frame_queue_with(
+        a: HostConfig,
+        b: HostConfig,
+        wrap_a: impl FnOnce(FrameQueue) -> Box<dyn Device + Send>,
+        wrap_b: impl FnOnce(FrameQueue) -> Box<dyn Device + Send>,
+    ) -> Result<Pair, QueueConfigError> {
         let (qa, qb) = FrameQueue::pair(a.nic.mtu, a.nic.tx_queue_depth)?;
-        Ok(Pair::over(a.stack, b.stack, Box::new(qa), Box::new(qb)))
+        Ok(Pair::over(a.stack, b.stack, wrap_a(qa), wrap_b(qb)))
     }
 
     /// Two stacks, A at [`ADDR_A`] and B at [`ADDR_B`], each on its end of a link.

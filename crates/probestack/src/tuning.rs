@@ -89,6 +89,16 @@ pub struct Tuning {
     /// the segments it would otherwise send), no more than the device's queue has room
     /// for. Off: each segment is decided on its own.
     pub software_segmentation: bool,
+    /// TCP data by reference on links whose device gathers fragments (scatter-gather)
+    /// and whose segments are large (at least `tcp::BY_REFERENCE_MIN_SEGMENT` bytes of
+    /// data): the send buffer copies writes into shared blocks and segments carry slices
+    /// of them as fragments (one copy at the sender, as 4.4BSD's mbuf clusters, where the
+    /// ring costs a second into every frame), and TCP input keeps the fragments of an
+    /// in-order segment in the receive buffer by reference (over a device that hands
+    /// frames across, such as the frame queue, the receiver reads the sender's block:
+    /// Linux's loopback and veth pass an skb's page fragments so). Off: the ring, and
+    /// fragments that arrive are copied.
+    pub tcp_send_by_reference: bool,
 }
 
 impl Tuning {
@@ -114,6 +124,7 @@ impl Tuning {
             checksum_offload: false,
             segmentation_offload: false,
             software_segmentation: false,
+            tcp_send_by_reference: false,
         }
     }
 
@@ -139,6 +150,7 @@ impl Tuning {
             checksum_offload: true,
             segmentation_offload: true,
             software_segmentation: true,
+            tcp_send_by_reference: true,
         }
     }
 }
@@ -184,6 +196,7 @@ mod tests {
         assert_ne!(b.checksum_offload, f.checksum_offload);
         assert_ne!(b.segmentation_offload, f.segmentation_offload);
         assert_ne!(b.software_segmentation, f.software_segmentation);
+        assert_ne!(b.tcp_send_by_reference, f.tcp_send_by_reference);
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

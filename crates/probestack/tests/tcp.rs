@@ -466,8 +466,9 @@ impl Device for NarrowPath {
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
         self.last_now = cx.now;
+        // The headers are in the buffer; data sent by reference follows in fragments.
         let datagram = &frame.data()[ethernet::HEADER_LEN..];
-        if datagram.len() > self.path_mtu {
+        if frame.total_len() - ethernet::HEADER_LEN > self.path_mtu {
             let error = self.frag_needed(datagram);
             self.errors.push_back(error);
             if !self.forge {
@@ -883,6 +884,144 @@ fn software_segmentation_cuts_no_more_than_the_device_has_room_for() {
         assert_eq!(counters.get(Counter::StackDropDeviceRefused), 0, "{what}");
         assert_eq!(counters.get(Counter::TcpRetransmittedSegments), 0, "{what}");
     }
+}
+
+/// Data by reference (`Tuning::tcp_send_by_reference`) across a frame queue, which hands a
+/// frame's fragments to the other end with it: at MTU 9000 and 65535 A's segments carry
+/// slices of its send buffer's blocks, summed as they were written, and B keeps them in
+/// its receive buffer as they are (almost none copied together, every checksum right); at 1500
+/// the segments are too small to be worth it; with the switch off at either end the bytes
+/// arrive all the same (B copies what A sent by reference).
+#[test]
+fn data_goes_by_reference_across_a_frame_queue_at_large_mtus() {
+    let (on, off) = (
+        Tuning::fast(),
+        Tuning {
+            tcp_send_by_reference: false,
+            ..Tuning::fast()
+        },
+    );
+    for (mtu, a, b) in [
+        (9000, on, on),
+        (65535, on, on),
+        (1500, on, on),
+        (9000, on, off),
+        (9000, off, on),
+    ] {
+        let mut p = Pair::on_frame_queue(host(mtu, a), host(mtu, b)).unwrap();
+        let (c, _l, s) = connect(&mut p);
+        transfer(&mut p, c, s, 8 << 20, Duration::from_secs(30));
+        let ca = |k| p.a.ledger().counters().get(k);
+        let cb = |k| p.b.ledger().counters().get(k);
+        let what = format!(
+            "MTU {mtu}, A {}, B {}",
+            a.tcp_send_by_reference, b.tcp_send_by_reference
+        );
+        let by_reference = a.tcp_send_by_reference && mtu > 1500;
+        let (sent, kept) = (
+            ca(Counter::TcpSegmentsByReference),
+            cb(Counter::TcpSegmentsInByReference),
+        );
+        assert_eq!(sent > 100, by_reference, "{what}: {sent} sent by reference");
+        assert_eq!(sent == 0, !by_reference, "{what}");
+        match (by_reference, b.tcp_send_by_reference) {
+            (true, true) => {
+                assert!(kept > sent / 2, "{what}: {kept} of {sent} kept");
+                // Only where a segment straddles the ring's last bytes and a block.
+                let copied = cb(Counter::StackRxLinearized);
+                assert!(copied * 20 < kept, "{what}: {copied} copied together");
+            }
+            (true, false) => {
+                assert_eq!(kept, 0, "{what}");
+                assert!(cb(Counter::StackRxLinearized) > 0, "{what}");
+            }
+            (false, _) => assert_eq!(kept, 0, "{what}"),
+        }
+        assert_eq!(cb(Counter::TcpDropBadChecksum), 0, "{what}");
+        assert_eq!(cb(Counter::TcpDropMalformed), 0, "{what}");
+    }
+}
+
+/// A frame queue end that loses every 53rd frame it is given and holds every 31st back
+/// until the next has gone: out-of-order segments, holes and retransmissions for data
+/// sent by reference.
+struct LossyQueue {
+    inner: probestack::driver::FrameQueue,
+    sent: u64,
+    held: Option<(PacketBuf, TxMeta)>,
+}
+
+impl Device for LossyQueue {
+    fn caps(&self) -> DeviceCaps {
+        self.inner.caps()
+    }
+    fn transmit(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        self.sent += 1;
+        if self.sent.is_multiple_of(53) {
+            return Ok(());
+        }
+        if self.sent.is_multiple_of(31) && self.held.is_none() {
+            self.held = Some((frame, meta));
+            return Ok(());
+        }
+        let result = self.inner.transmit(frame, meta, cx);
+        if let Some((held, meta)) = self.held.take() {
+            let _ = self.inner.transmit(held, meta, cx);
+        }
+        result
+    }
+    fn tx_ready(&self) -> bool {
+        self.inner.tx_ready()
+    }
+    fn tx_room(&self) -> usize {
+        // Room for the held frame too.
+        self.inner.tx_room().saturating_sub(1)
+    }
+    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
+        self.inner.take_notification(cx)
+    }
+    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        self.inner.receive(cx)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        self.inner.next_deadline()
+    }
+    fn buffer_depot(&self) -> Option<probestack::buf::Depot> {
+        self.inner.buffer_depot()
+    }
+}
+
+#[test]
+fn data_by_reference_survives_loss_and_reordering() {
+    let lossy = |inner| -> Box<dyn Device + Send> {
+        Box::new(LossyQueue {
+            inner,
+            sent: 0,
+            held: None,
+        })
+    };
+    let mut p = Pair::on_frame_queue_with(
+        host(9000, Tuning::fast()),
+        host(9000, Tuning::fast()),
+        lossy,
+        lossy,
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 16 << 20, Duration::from_secs(120));
+    let ca = |k| p.a.ledger().counters().get(k);
+    let cb = |k| p.b.ledger().counters().get(k);
+    assert!(ca(Counter::TcpRetransmittedSegments) > 10);
+    assert!(cb(Counter::TcpOutOfOrderSegments) > 10);
+    assert!(cb(Counter::TcpSegmentsInByReference) > 100);
+    // Out-of-order data cannot be kept by reference: copied together, then queued.
+    assert!(cb(Counter::StackRxLinearized) > 10);
+    assert_eq!(cb(Counter::TcpDropBadChecksum), 0);
 }
 
 /// A template goes stale when the next hop's MAC changes and when the route goes: the

@@ -278,6 +278,29 @@ impl Device for NoGather {
     }
 }
 
+/// Across a frame queue, which hands a frame's fragments to the other end with it, loaned
+/// data reaches the receiving stack by reference: kept in its receive buffer as it is
+/// (`Tuning::tcp_send_by_reference`), or copied together where a segment also carries
+/// copied bytes; every loan still completes, unchanged, once acknowledged and read.
+#[test]
+fn loans_cross_a_frame_queue_by_reference() {
+    for mtu in [1500, 9000] {
+        let h = host(mtu, CopyMode::Dma, false);
+        let mut p = Pair::on_frame_queue(h.clone(), h).unwrap();
+        let out = loaned_transfer(&mut p, 50_000, 4 << 20, 3);
+        assert!(out.loans > 40, "MTU {mtu}: {} loans", out.loans);
+        let b = |k| p.b.ledger().counters().get(k);
+        assert!(b(Counter::TcpSegmentsInByReference) > 100, "MTU {mtu}");
+        if mtu == 1500 {
+            // Copies go into the ring there (at 9000 into shared blocks, by reference
+            // too): a segment holding the ring's last bytes and a loan's first.
+            assert!(b(Counter::StackRxLinearized) > 0, "copies and loans met");
+        }
+        assert_eq!(b(Counter::TcpDropBadChecksum), 0, "MTU {mtu}");
+        assert_eq!(p.a.ledger().counters().get(Counter::DriverTxLinearized), 0);
+    }
+}
+
 #[test]
 fn a_device_without_scatter_gather_gets_whole_frames_the_driver_copied() {
     let mut p = Pair::with_devices(
@@ -485,6 +508,35 @@ fn udp_loans_go_out_uncopied_and_complete_once_transmitted() {
         assert_eq!(c(Counter::UdpZeroCopyDatagrams), 7);
         assert_eq!(p.b.ledger().counters().get(Counter::UdpDropBadChecksum), 0);
     }
+}
+
+/// A loaned UDP datagram across a frame queue arrives with its data in a fragment: IP
+/// input copies it together (only a TCP segment is read in pieces) and delivers it.
+#[test]
+fn a_loaned_udp_datagram_crosses_a_frame_queue_copied_together_at_the_receiver() {
+    let h = host(1500, CopyMode::Dma, false);
+    let mut p = Pair::on_frame_queue(h.clone(), h).unwrap();
+    let rx = p.b.udp_open();
+    p.b.udp_bind(rx, probestack::wire::Ipv4Address::UNSPECIFIED, 9)
+        .unwrap();
+    let tx = p.a.udp_open();
+    let mut buf = vec![0u8; 2000];
+    for (i, size) in [1usize, 600, 1472].into_iter().enumerate() {
+        let loan = Loan::new(pattern(i * 1000, size));
+        assert_eq!(
+            p.a.udp_send_loan(tx, &loan.ext(), Some((ADDR_B, 9))),
+            Ok(size)
+        );
+        let mut got = None;
+        assert!(p.run_until(Duration::from_secs(2), |p| {
+            got = p.b.udp_recv_from(rx, &mut buf).ok();
+            got.is_some()
+        }));
+        assert_eq!(&buf[..got.unwrap().len], &pattern(i * 1000, size)[..]);
+    }
+    let b = |k| p.b.ledger().counters().get(k);
+    assert_eq!(b(Counter::StackRxLinearized), 3);
+    assert_eq!(b(Counter::IpDropMalformed), 0);
 }
 
 #[test]

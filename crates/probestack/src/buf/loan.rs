@@ -124,6 +124,60 @@ impl ExtBuf {
         Ok(())
     }
 
+    /// An empty range at the start of a new block of `capacity` bytes (zeroed once) that
+    /// the range can grow over ([`append_exclusive`](Self::append_exclusive)): a block a
+    /// sender copies data into and then hands out in slices.
+    pub fn with_capacity(capacity: usize) -> ExtBuf {
+        ExtBuf {
+            block: Arc::new(vec![0; capacity]),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Copies as much of `bytes` as the block has room for behind this range, if this is
+    /// the only reference to the block, and grows the range over them; returns how many
+    /// (0 once anything else holds the block: bytes anyone can read never change).
+    pub fn append_exclusive(&mut self, bytes: &[u8]) -> usize {
+        self.append_exclusive_with(bytes, <[u8]>::copy_from_slice)
+    }
+
+    /// [`append_exclusive`](Self::append_exclusive) with the copy done by `copy(dst,
+    /// src)` (a copy that also sums, say), `dst` being the block's bytes behind the range.
+    pub fn append_exclusive_with(
+        &mut self,
+        bytes: &[u8],
+        copy: impl FnOnce(&mut [u8], &[u8]),
+    ) -> usize {
+        let Some(block) = Arc::get_mut(&mut self.block) else {
+            return 0;
+        };
+        let n = bytes.len().min(block.len() - self.end);
+        copy(&mut block[self.end..self.end + n], &bytes[..n]);
+        self.end += n;
+        n
+    }
+
+    /// Empties the range and puts it at the start of the block for reuse, if this is the
+    /// only reference to the block; otherwise leaves it alone and returns false.
+    pub fn reset_exclusive(&mut self) -> bool {
+        if Arc::get_mut(&mut self.block).is_none() {
+            return false;
+        }
+        (self.start, self.end) = (0, 0);
+        true
+    }
+
+    /// The block's size (what [`append_exclusive`](Self::append_exclusive) can fill).
+    pub fn block_capacity(&self) -> usize {
+        self.block.len()
+    }
+
+    /// Where the range starts in its block.
+    pub fn block_offset(&self) -> usize {
+        self.start
+    }
+
     /// Whether two external buffers share one block (one is a clone or slice of the
     /// other, or both come from one loan).
     pub fn same_block(&self, other: &ExtBuf) -> bool {
@@ -392,6 +446,44 @@ mod tests {
 
     fn bytes(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 7 + 3) as u8).collect()
+    }
+
+    #[test]
+    fn a_block_grows_only_while_nothing_else_holds_it_and_is_reused_once_let_go() {
+        let data = bytes(100);
+        let mut b = ExtBuf::with_capacity(64);
+        assert_eq!(b.append_exclusive(&data[..40]), 40);
+        assert_eq!(
+            b.append_exclusive(&data[40..]),
+            24,
+            "no more than the capacity"
+        );
+        assert_eq!((&b[..], b.block_capacity()), (&data[..64], 64));
+        let mut b = ExtBuf::with_capacity(64);
+        b.append_exclusive(&data[..10]);
+        let slice = b.slice(2..6).unwrap();
+        assert_eq!(b.append_exclusive(&data[10..]), 0, "a slice is out: frozen");
+        assert!(!b.reset_exclusive(), "nor can it be emptied");
+        assert_eq!((&slice[..], &b[..]), (&data[2..6], &data[..10]));
+        drop(slice);
+        let mut front = b.clone();
+        front.trim_back(3).unwrap();
+        drop(b);
+        assert_eq!(
+            front.append_exclusive(&data[50..52]),
+            2,
+            "alone again: it grows"
+        );
+        assert_eq!(&front[..], [&data[..7], &data[50..52]].concat());
+        assert_eq!(front.block_offset(), 0);
+        assert!(front.reset_exclusive());
+        assert!(front.is_empty());
+        assert_eq!(
+            front.append_exclusive(&data[..5]),
+            5,
+            "reused from its start"
+        );
+        assert_eq!(&front[..], &data[..5]);
     }
 
     #[test]

@@ -5,10 +5,13 @@
 //!
 //! [`FrameQueue::pair`] makes the two ends. What one end transmits the other receives, in
 //! order, as the same buffer (the stacks share a buffer depot, as over the memory link with
-//! DMA, so a buffer goes back to the pool it came from). There is no CRC (so
-//! [`DeviceCaps::has_crc`] is false and checksum elision never applies), no wire model,
-//! no notification delay, no offloads, no copy: a frame is due at the other end as soon as
-//! it is sent, and each poll of the receiver takes what is waiting.
+//! DMA, so a buffer goes back to the pool it came from), its external fragments with it
+//! ([`DeviceCaps::scatter_gather`]: data a sender passed by reference reaches the receiver
+//! by reference, as Linux's loopback and veth pass an skb's page fragments). There is no
+//! CRC (so [`DeviceCaps::has_crc`] is false and checksum elision never applies), no wire
+//! model, no notification delay, no checksum or segmentation offload, no copy: a frame is
+//! due at the other end as soon as it is sent, and each poll of the receiver takes what is
+//! waiting.
 //!
 //! Bad input is refused, not passed on: a frame longer than the MTU allows is dropped with
 //! [`DeviceError::TooLarge`], and one sent into a full queue with
@@ -112,7 +115,7 @@ impl Device for FrameQueue {
             copy_mode: CopyMode::Dma,
             checksum_offload: ChecksumOffload::default(),
             tso_max: 0,
-            scatter_gather: false,
+            scatter_gather: true,
         }
     }
 

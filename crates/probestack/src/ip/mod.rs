@@ -69,6 +69,14 @@ impl Stack {
             return self.udp_short_input(s, ip, buf, rx, now);
         }
         self.ledger.counters().inc(Counter::IpPacketsIn);
+        if buf.has_frags() && Self::parse_split(&buf).is_err() {
+            // Only a whole TCP segment is read in pieces; anything else with fragments
+            // (a UDP datagram of loaned data, an IP fragment) is copied together first.
+            buf = match self.linearize_received(s, Layer::Ip, buf) {
+                Ok(whole) => whole,
+                Err(()) => return,
+            };
+        }
         let mut parsed = {
             let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             if buf.has_frags() {

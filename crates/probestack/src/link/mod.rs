@@ -9,10 +9,10 @@
 pub mod arp;
 pub(crate) mod template;
 
-use crate::buf::PacketBuf;
+use crate::buf::{PacketBuf, Pool};
 use crate::driver::{DeviceContext, RxFrame, TxMeta};
 use crate::link::arp::Resolution;
-use crate::probe::{Counter, Layer, Op, Sampling, Side};
+use crate::probe::{Counter, Layer, Ledger, Op, Sampling, Side};
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::wire::arp::{self as arp_wire, ArpOperation, ArpRepr};
@@ -303,25 +303,27 @@ impl Stack {
     pub(crate) fn linearize(
         &mut self,
         s: impl Sampling,
-        mut frame: PacketBuf,
+        frame: PacketBuf,
     ) -> Result<PacketBuf, ()> {
         self.ledger.counters().inc(Counter::DriverTxLinearized);
         let _p = self
             .ledger
             .probe(s, Layer::Driver, Side::Send, Op::DeviceCopy);
-        if frame.linearize_in_place().is_ok() {
-            return Ok(frame);
-        }
-        let Ok(mut whole) = self.pool.alloc(frame.total_len(), frame.headroom()) else {
-            self.ledger.counters().inc(Counter::StackDropNoBuffer);
-            self.pool.free(frame);
-            return Err(());
-        };
-        // The sizes match by construction.
-        let _ = frame.gather_into(whole.data_mut());
-        whole.set_tx_offload(frame.tx_offload());
-        self.pool.free(frame);
-        Ok(whole)
+        gather_frags(&mut self.pool, &self.ledger, frame)
+    }
+
+    /// A received datagram's fragments copied behind its bytes, for a layer that reads
+    /// one contiguous buffer (counted; the copy charged to `layer`).
+    #[cold]
+    pub(crate) fn linearize_received(
+        &mut self,
+        s: impl Sampling,
+        layer: Layer,
+        frame: PacketBuf,
+    ) -> Result<PacketBuf, ()> {
+        self.ledger.counters().inc(Counter::StackRxLinearized);
+        let _p = self.ledger.probe(s, layer, Side::Receive, Op::SocketCopy);
+        gather_frags(&mut self.pool, &self.ledger, frame)
     }
 
     /// Gives a buffer back to the pool, charged to the layer that is done with it.
@@ -348,4 +350,22 @@ impl Stack {
             }
         }
     }
+}
+
+/// The frame's fragments copied behind its bytes: into its tailroom if they fit, else
+/// into a new buffer from `pool` (the old one freed).
+fn gather_frags(pool: &mut Pool, ledger: &Ledger, mut frame: PacketBuf) -> Result<PacketBuf, ()> {
+    if frame.linearize_in_place().is_ok() {
+        return Ok(frame);
+    }
+    let Ok(mut whole) = pool.alloc(frame.total_len(), frame.headroom()) else {
+        ledger.counters().inc(Counter::StackDropNoBuffer);
+        pool.free(frame);
+        return Err(());
+    };
+    // The sizes match by construction.
+    let _ = frame.gather_into(whole.data_mut());
+    whole.set_tx_offload(frame.tx_offload());
+    pool.free(frame);
+    Ok(whole)
 }

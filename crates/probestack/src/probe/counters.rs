@@ -180,6 +180,12 @@ counters! {
     /// Segments sent with loaned data attached by reference (zero-copy send, paper 004
     /// §3.1).
     TcpZeroCopySegments = "tcp.zero_copy.segments_out";
+    /// Segments sent with copied data by reference: the blocks of a send buffer that
+    /// shares them (`Tuning::tcp_send_by_reference`).
+    TcpSegmentsByReference = "tcp.by_reference.segments_out";
+    /// Segments whose data arrived by reference (fragments a sender's device passed on)
+    /// and went into the receive buffer as they were, uncopied.
+    TcpSegmentsInByReference = "tcp.by_reference.segments_in";
     /// Datagrams sent with loaned data by reference (zero-copy send).
     UdpZeroCopyDatagrams = "udp.zero_copy.datagrams_out";
     /// Bytes the application of a zero-copy receive connection got as whole pages by
@@ -265,6 +271,11 @@ counters! {
     TcpIcmpIgnored = "tcp.icmp_ignored";
     /// Sends refused because no packet buffer could be had.
     StackDropNoBuffer = "stack.drop.no_buffer";
+    /// Received datagrams with fragments (data a sender passed by reference across an
+    /// in-memory device with scatter-gather) copied into one buffer: not TCP, an IP
+    /// fragment, or TCP data that could not be kept by reference (out of order, say, or
+    /// `Tuning::tcp_send_by_reference` off here).
+    StackRxLinearized = "stack.rx_linearized";
     /// Sockets refused, and SYNs or SYN-cookie ACKs dropped, because their buffers would
     /// pass `StackConfig::socket_memory_limit`.
     StackDropSocketMemory = "stack.drop.socket_memory";

@@ -440,6 +440,7 @@ impl Stack {
         let iss = self.tcp.isn.isn(local, remote, now);
         let ask = no_checksum || self.checksum_elidable(remote.0);
         let mut conn = Connection::new(local, remote, config, iss, self.tcp_mss_for(remote.0), ask);
+        conn.send_copy = self.tcp_send_copy_for(remote.0);
         conn.connect();
         if let Some(sock) = self.tcp.get_mut(h) {
             sock.kind = Kind::Stream(Box::new(conn));
@@ -670,7 +671,7 @@ impl Stack {
             }
             drop(p);
             // Pages change hands (socket buffer work); ring bytes are copied out.
-            let op = if c.rx.front_is_pages() {
+            let op = if c.rx.front_is_shared() {
                 Op::SocketBuffer
             } else {
                 Op::UserCopy

@@ -29,6 +29,7 @@
 //!   "no checksum" and only then do data segments go without one.
 
 use crate::buf::ExtBuf;
+use crate::checksum::Kernel;
 use crate::probe::{Counter, Layer, Ledger, Op, Sampling, Side};
 use crate::tcp::assembler::Assembler;
 use crate::tcp::recv_buffer::{Chunk, RecvBuffer};
@@ -386,6 +387,20 @@ pub struct ConnStats {
     pub bytes_received: u64,
 }
 
+/// Where a connection's writes are copied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum SendCopy {
+    /// Into the send buffer's ring, and from there into each segment's frame.
+    #[default]
+    Ring,
+    /// Into shared blocks whose slices segments carry by reference
+    /// (`Tuning::tcp_send_by_reference`, on a route whose device gathers), while segments
+    /// are at least [`BY_REFERENCE_MIN_SEGMENT`](super::BY_REFERENCE_MIN_SEGMENT) bytes;
+    /// with `sum`, summed as they are copied (the segments' checksums then need no pass
+    /// over the data).
+    Shared { sum: Option<Kernel> },
+}
+
 /// The transmission control block.
 pub struct Connection {
     pub(crate) state: State,
@@ -421,6 +436,9 @@ pub struct Connection {
     pub(crate) rx: RecvBuffer,
     /// Zero-copy receive: take whole pages the NIC deposited by reference.
     pub(crate) zero_copy_rx: bool,
+    /// Where writes are copied: set by the stack from the route
+    /// (`Tuning::tcp_send_by_reference`).
+    pub(crate) send_copy: SendCopy,
     ooo: Assembler,
     /// The sequence number of a FIN received beyond RCV.NXT, processed when the data before
     /// it has arrived.
@@ -573,6 +591,7 @@ impl Connection {
             tx: SendBuffer::new(config.send_buffer),
             rx: RecvBuffer::new(config.recv_buffer),
             zero_copy_rx: false,
+            send_copy: SendCopy::Ring,
             ooo: Assembler::new(config.max_ooo_ranges),
             fin_seq: None,
             fin_queued: false,
@@ -721,6 +740,14 @@ impl Connection {
                 .ranges()
                 .next()
                 .is_none_or(|(start, _)| start >= len)
+    }
+
+    /// Whether `len` bytes of data at `seq` that arrived in fragments can go into the
+    /// receive buffer by reference (`Tuning::tcp_send_by_reference`): they are the next
+    /// data, nothing waits out of order, and they fit. A zero-copy receive connection
+    /// keeps its own rule (whole pages only).
+    pub(crate) fn stages_by_reference(&self, seq: SeqNumber, len: usize) -> bool {
+        !self.zero_copy_rx && self.nothing_out_of_order() && self.in_order_fits(seq, len)
     }
 
     /// Whether no data waits out of order.
@@ -883,7 +910,14 @@ impl Connection {
     /// Queues data to send; returns bytes taken (fewer than offered when the buffer is
     /// full). The caller checks the state first.
     pub fn send_slices(&mut self, data: &[u8]) -> usize {
-        self.tx.push(data)
+        match self.send_copy {
+            SendCopy::Shared { sum } if self.snd_mss >= super::BY_REFERENCE_MIN_SEGMENT => {
+                // No sums where the peers agreed on no checksum (RFC 1146).
+                let sum = sum.filter(|_| !self.no_checksum);
+                self.tx.push_shared(data, sum)
+            }
+            _ => self.tx.push(data),
+        }
     }
 
     /// Queues loaned memory to send without a copy (zero-copy send); returns bytes taken
@@ -2732,9 +2766,9 @@ mod tests {
             sent += 1;
             let mut payload = Vec::with_capacity(out.data_len);
             from.tx
-                .for_each_piece(out.data_offset, out.data_len, |piece| match piece {
+                .for_each_piece(out.data_offset, out.data_len, None, |piece| match piece {
                     Piece::Copy(s) => payload.extend_from_slice(s),
-                    Piece::Loaned(e) => payload.extend_from_slice(&e),
+                    Piece::Loaned(e) | Piece::Shared(e, _) => payload.extend_from_slice(&e),
                 });
             if lose() {
                 continue;

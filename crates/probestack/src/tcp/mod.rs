@@ -56,7 +56,7 @@ pub(crate) mod template;
 pub use connection::{ConnError, ConnStats, Connection, State, TcpConfig};
 pub use syn_cookie::SynCookies;
 
-use crate::buf::{PacketBuf, TxOffload, PAGE_SIZE};
+use crate::buf::{ExtBuf, PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
 use crate::probe::ledger::cold_path;
@@ -71,6 +71,7 @@ use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
 use crate::wire::tcp::{self as tcp_wire, Control, TcpRepr};
 use crate::wire::{Checksum, Ipv4Address};
 
+use connection::SendCopy;
 use connection::IP_TCP_HEADERS as HEADERS;
 
 /// The smallest path MTU an ICMP fragmentation-needed may set. RFC 1191 §3 allows 68;
@@ -197,6 +198,18 @@ impl Cut {
 const SOFTWARE_SEGMENTS_MAX: usize = 44;
 
 /// RFC 1191 §7's plateaus, for a router too old to say the next-hop MTU.
+/// The smallest segment (bytes of data) worth sending by reference
+/// (`Tuning::tcp_send_by_reference`): each such segment's fragments cost reference counts
+/// and a list the frame carries, and its receiver a run in its buffer, which the copy they
+/// save outweighs only in large segments (README, "Per-packet cost": at MSS 1,460 the
+/// ring was faster, from 4,096 bytes the blocks).
+pub const BY_REFERENCE_MIN_SEGMENT: usize = 4096;
+
+/// Stands for the data of a segment whose fragments TCP input staged in the receive
+/// buffer by reference (`data_in_rx`): the connection reads only the data's length and
+/// never these bytes (zeros, as long as the largest datagram).
+static DATA_IN_RX: [u8; crate::ip::MAX_DATAGRAM] = [0; crate::ip::MAX_DATAGRAM];
+
 const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
 
 impl Stack {
@@ -212,6 +225,32 @@ impl Stack {
             .map_or(536, |i| i.caps.mtu.saturating_sub(HEADERS))
     }
 
+    /// Where a connection to `dst` copies its writes: into shared blocks sent by
+    /// reference (`Tuning::tcp_send_by_reference`) when the route's device gathers
+    /// fragments and its MTU makes segments of at least [`BY_REFERENCE_MIN_SEGMENT`],
+    /// summed as they are copied when the segments' checksums will need it (the copy and
+    /// the checksum fused, no offload); else into the ring. Not to our own addresses:
+    /// loopback copies fragments together.
+    pub(crate) fn tcp_send_copy_for(&self, dst: Ipv4Address) -> SendCopy {
+        let caps = self
+            .routes
+            .lookup(dst)
+            .and_then(|r| self.ifaces.get(r.interface))
+            .map(|i| i.caps)
+            .filter(|c| {
+                c.scatter_gather && c.mtu.saturating_sub(HEADERS) >= BY_REFERENCE_MIN_SEGMENT
+            });
+        match caps {
+            Some(caps) if self.tuning.tcp_send_by_reference && !self.is_own_address(dst) => {
+                let offloaded = self.tuning.checksum_offload && caps.checksum_offload.l4_tx;
+                let sum =
+                    (self.tuning.fused_copy_checksum && !offloaded).then_some(self.tuning.checksum);
+                SendCopy::Shared { sum }
+            }
+            _ => SendCopy::Ring,
+        }
+    }
+
     /// A TCP segment in `datagram` (the whole IP datagram; `ip` its header).
     pub(crate) fn tcp_input(
         &mut self,
@@ -221,18 +260,61 @@ impl Stack {
         rx: RxChecksum,
         now: Instant,
     ) {
+        if datagram.has_frags() && !self.tcp_reads_frags_in_place(ip, &datagram) {
+            // Copied together first, then read as any contiguous segment.
+            if let Ok(whole) = self.linearize_received(s, Layer::Tcp, datagram) {
+                self.tcp_segment_input(s, ip, whole, rx, now);
+            }
+            return;
+        }
+        self.tcp_segment_input(s, ip, datagram, rx, now)
+    }
+
+    /// Whether TCP input can read a segment whose data is in fragments where it lies
+    /// ([`tcp_segment_input`](Self::tcp_segment_input)): one fragment (the payload a NIC
+    /// split off, or one slice a sender passed), or several it will keep by reference
+    /// (`Tuning::tcp_send_by_reference`, [`Connection::stages_by_reference`]); never data
+    /// partly behind the header and partly in fragments. A segment too short to parse is left to the input to drop.
+    #[cold]
+    fn tcp_reads_frags_in_place(&mut self, ip: &Ipv4Repr, datagram: &PacketBuf) -> bool {
+        let bytes = &datagram.data()[ip.header_len()..];
+        let Ok(p) = tcp_wire::Packet::new_checked(bytes) else {
+            return true;
+        };
+        if bytes.len() > p.header_len() {
+            return false;
+        }
+        let frags = datagram.frags();
+        if frags.len() == 1 {
+            return true;
+        }
+        let (sport, dport, seq) = (p.src_port(), p.dst_port(), p.seq_number());
+        let frag_len = frags.iter().map(ExtBuf::len).sum();
+        if !self.tuning.tcp_send_by_reference {
+            return false;
+        }
+        self.tcp_pcbs
+            .lookup(ip.src, sport, ip.dst, dport)
+            .map(|(_, &mut index)| index)
+            .and_then(|i| self.tcp.conn_mut(i))
+            .is_some_and(|c| c.stages_by_reference(seq, frag_len))
+    }
+
+    /// [`tcp_input`](Self::tcp_input) for a segment whose data is behind its header, in
+    /// one fragment, or in several it keeps by reference.
+    fn tcp_segment_input(
+        &mut self,
+        s: impl Sampling,
+        ip: &Ipv4Repr,
+        datagram: PacketBuf,
+        rx: RxChecksum,
+        now: Instant,
+    ) {
         let hl = ip.header_len();
         let bytes = &datagram.data()[hl..];
-        // A segment the NIC split (header/data split): the headers here, the payload in
-        // the frame's one fragment, page-aligned.
-        let split = match datagram.frags() {
-            [] => None,
-            [payload] => Some(payload),
-            _ => {
-                self.ledger.counters().inc(Counter::TcpDropMalformed);
-                return self.free(s, Layer::Tcp, Side::Receive, datagram);
-            }
-        };
+        // Data in fragments (IP input passes only whole TCP segments so): the payload a
+        // NIC split off its headers, page-aligned, or data a sender passed by reference.
+        let frags = datagram.frags();
         let mut parsed = {
             let _p = self
                 .ledger
@@ -247,30 +329,49 @@ impl Stack {
             return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
         let header_len = bytes.len() - seg.payload.len();
-        if let Some(payload) = split {
-            if !seg.payload.is_empty() {
-                self.ledger.counters().inc(Counter::TcpDropMalformed);
-                return self.free(s, Layer::Tcp, Side::Receive, datagram);
-            }
-            seg.payload = payload.as_slice();
-        }
-        let tcp_len = header_len + seg.payload.len();
-        self.ledger.counters().inc(Counter::TcpSegmentsIn);
-        self.ledger.set_message_size(s, seg.payload.len());
-
+        let frag_len: usize = frags.iter().map(ExtBuf::len).sum();
         let found = {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Receive, Op::Demux);
             self.tcp_pcbs
                 .lookup(ip.src, seg.src_port, ip.dst, seg.dst_port)
                 .map(|(_, &mut index)| index)
         };
+        let mut conn = found.and_then(|i| self.tcp.conn_mut(i));
+        // Fragments a sender passed by reference go into the receive buffer as they are
+        // when they are the next data and fit (a zero-copy receive connection keeps its
+        // own rule, whole pages only).
+        let by_reference = frag_len > 0
+            && self.tuning.tcp_send_by_reference
+            && conn
+                .as_deref()
+                .is_some_and(|c| c.stages_by_reference(seg.seq_number, frag_len));
+        let split = match frags {
+            [] => None,
+            [payload] if seg.payload.is_empty() => {
+                seg.payload = payload.as_slice();
+                Some(payload)
+            }
+            _ if by_reference && seg.payload.is_empty() => {
+                // The data is staged in the receive buffer below (`data_in_rx`): the
+                // connection reads only its length.
+                seg.payload = &DATA_IN_RX[..frag_len];
+                None
+            }
+            // `tcp_input` copied anything else together.
+            _ => {
+                self.ledger.counters().inc(Counter::TcpDropMalformed);
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
+            }
+        };
+        let tcp_len = header_len + seg.payload.len();
+        self.ledger.counters().inc(Counter::TcpSegmentsIn);
+        self.ledger.set_message_size(s, seg.payload.len());
 
         // The checksum: elided by agreement, verified by the NIC, summed while the data
         // is copied into the receive buffer, or verified in a pass of its own.
         let kernel = self.tuning.checksum;
         let fused = self.tuning.fused_copy_checksum;
         let mut data_in_rx = false;
-        let mut conn = found.and_then(|i| self.tcp.conn_mut(i));
         // RFC 1146: SYN and RST segments always carry the standard checksum.
         let elided = !matches!(seg.control, Control::Syn | Control::Rst)
             && conn.as_ref().is_some_and(|c| c.checksum_elided());
@@ -341,8 +442,38 @@ impl Stack {
                 return self.free(s, Layer::Tcp, Side::Receive, datagram);
             }
             if let Ok(p) = payload.slice(..whole) {
-                c.rx.stage_pages(p);
+                c.rx.stage(p);
             }
+            data_in_rx = true;
+        }
+        if let (true, Some(c)) = (by_reference, conn.as_deref_mut()) {
+            if verify {
+                // The data is read to be summed, never copied.
+                let _p = self
+                    .ledger
+                    .probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
+                let mut acc = Accumulator::with_seed(seed);
+                acc.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
+                for f in frags {
+                    acc.add_with(kernel, f);
+                }
+                if !checksum::verifies(acc.sum()) {
+                    drop(_p);
+                    self.ledger.counters().inc(Counter::TcpDropBadChecksum);
+                    return self.free(s, Layer::Tcp, Side::Receive, datagram);
+                }
+            }
+            {
+                let _p = self
+                    .ledger
+                    .probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
+                for f in frags {
+                    c.rx.stage(f.clone());
+                }
+            }
+            self.ledger
+                .counters()
+                .inc(Counter::TcpSegmentsInByReference);
             data_in_rx = true;
         }
         if elided {
@@ -526,6 +657,7 @@ impl Stack {
         let ask = ask || self.checksum_elidable(remote.0);
         let mss = self.tcp_mss_for(remote.0);
         let mut conn = Connection::new(local, remote, config, iss, mss, ask);
+        conn.send_copy = self.tcp_send_copy_for(remote.0);
         conn.accept_syn(syn, now);
         let Some(h) = self.tcp_insert_child(s, index, local, remote, conn, reserved) else {
             return;
@@ -669,6 +801,7 @@ impl Stack {
         let iss = ack - 1;
         let mss = self.tcp_mss_for(remote.0);
         let mut conn = Connection::new(local, remote, config, iss, mss, false);
+        conn.send_copy = self.tcp_send_copy_for(remote.0);
         conn.accept_cookie_ack(seg, iss, peer_mss, now);
         let Some(child) = self.tcp_insert_child(s, index, local, remote, conn, reserved) else {
             return true;
@@ -1001,14 +1134,17 @@ impl Stack {
         let offload = csum_offload && (!out.no_checksum || gso_size != 0);
         let fused = self.tuning.fused_copy_checksum && !offload && !out.no_checksum;
         let mut payload_sum = fused.then(Accumulator::new);
+        let mut loaned = false;
+        // The fragments' sum, while every one came with its own.
+        let mut frag_sums = Some(Accumulator::new());
         {
             let _p = self
                 .ledger
                 .probe(s, Layer::Socket, Side::Send, Op::SocketCopy);
+            // The ring's bytes come first (copied), then the queued ones (by reference).
             let (_, mut data) = buf.data_mut().split_at_mut(header_len);
-            let mut frags = Vec::new();
-            c.tx.for_each_piece(data_offset, data_len, |piece| match piece {
-                Piece::Copy(src) => {
+            c.tx.for_each_piece(data_offset, copied, None, |piece| {
+                if let Piece::Copy(src) = piece {
                     let (dst, rest) = std::mem::take(&mut data).split_at_mut(src.len());
                     match payload_sum.as_mut() {
                         Some(acc) => acc.copy_and_add_with(kernel, dst, src),
@@ -1016,14 +1152,34 @@ impl Stack {
                     }
                     data = rest;
                 }
-                Piece::Loaned(e) => frags.push(e),
             });
-            for f in frags {
-                buf.push_frag(f);
+            if copied < data_len {
+                // A shared block's slice comes with its sum when the block kept its
+                // pieces' sums (the ends summed here, charged to the copy as the fused
+                // sums are); any other fragment is summed below.
+                let sum = (!offload && !out.no_checksum).then_some(kernel);
+                let rest = data_len - copied;
+                c.tx.for_each_piece(data_offset + copied, rest, sum, |piece| match piece {
+                    Piece::Copy(_) => {}
+                    Piece::Loaned(e) => {
+                        loaned = true;
+                        frag_sums = None;
+                        buf.push_frag(e)
+                    }
+                    Piece::Shared(e, s) => {
+                        match (s, frag_sums.as_mut()) {
+                            (Some(s), Some(acc)) => acc.add_sum(s, e.len()),
+                            _ => frag_sums = None,
+                        }
+                        buf.push_frag(e)
+                    }
+                });
             }
         }
-        if buf.has_frags() {
+        if loaned {
             self.ledger.counters().inc(Counter::TcpZeroCopySegments);
+        } else if buf.has_frags() {
+            self.ledger.counters().inc(Counter::TcpSegmentsByReference);
         }
         if offload {
             // CHECKSUM_PARTIAL (tap-offload.md §1.4): the pseudo-header sum over the
@@ -1045,10 +1201,16 @@ impl Stack {
                 Some(s) => acc.add_sum(s.sum(), s.len()),
                 None => acc.add_with(kernel, &segment[header_len..]),
             }
-            // Loaned bytes are read to be summed, never copied (zero-copy without
-            // checksum offload still touches the data once, paper 004 §4).
-            for f in buf.frags() {
-                acc.add_with(kernel, f);
+            match frag_sums {
+                Some(f) if f.is_empty() => {}
+                Some(f) => acc.add_sum(f.sum(), f.len()),
+                // Loaned bytes are read to be summed, never copied (zero-copy without
+                // checksum offload still touches the data once, paper 004 §4).
+                None => {
+                    for f in buf.frags() {
+                        acc.add_with(kernel, f);
+                    }
+                }
             }
             let field = checksum::finish(acc.sum());
             tcp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);

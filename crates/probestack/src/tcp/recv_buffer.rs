@@ -1,24 +1,28 @@
-//! [`RecvBuffer`]: a TCP connection's receive buffer, holding copied bytes and whole pages
-//! the NIC deposited (zero-copy receive, paper 004 §3.1).
+//! [`RecvBuffer`]: a TCP connection's receive buffer, holding copied bytes and data held
+//! by reference: whole pages the NIC deposited (zero-copy receive, paper 004 §3.1) and
+//! fragments a sender passed by reference (`Tuning::tcp_send_by_reference`).
 //!
 //! Copied bytes live in a [`ByteRing`], whose free space is the receive window and holds
-//! out-of-order data until the hole before it fills (see `ring.rs`). A connection in
-//! zero-copy receive mode also keeps **pages**: when a segment arrives in order, nothing
-//! is queued out of order, and the NIC split its headers off and put its payload on a
-//! page boundary ([`crate::driver::NicConfig::header_split`]), TCP input *stages* the
-//! payload's whole pages by reference ([`RecvBuffer::stage_pages`]) and copies only the
-//! rest, the "odd data", into the ring; if the connection accepts the segment,
-//! [`commit`](RecvBuffer::commit) makes the pages readable, then the odd bytes.
+//! out-of-order data until the hole before it fills (see `ring.rs`). The buffer also
+//! keeps **shared** data: when a segment arrives in order and nothing is queued out of
+//! order, TCP input may *stage* its data by reference ([`RecvBuffer::stage`]) instead of
+//! copying it into the ring: a zero-copy receive connection the whole pages of a payload
+//! its NIC split off and put on a page boundary
+//! ([`crate::driver::NicConfig::header_split`]), copying only the rest, the "odd data",
+//! into the ring; any connection the fragments a sending stack passed across an
+//! in-memory device. If the connection accepts the segment,
+//! [`commit`](RecvBuffer::commit) makes the staged data readable, then the odd bytes.
 //!
-//! The readable stream is then a sequence of runs, pages and ring bytes, in arrival
-//! order; `runs` records it only while pages are held (empty `runs` means every readable
-//! byte is in the ring, the ordinary case, which costs nothing extra). Because pages are
-//! staged only when nothing waits out of order, the ring's free space holds no data when
-//! pages join the stream, and ring offsets stay relative to `RCV.NXT`.
+//! The readable stream is then a sequence of runs, shared data and ring bytes, in
+//! arrival order; `runs` records it only while shared data is held (empty `runs` means
+//! every readable byte is in the ring, the ordinary case, which costs nothing extra).
+//! Because data is staged only when nothing waits out of order, the ring's free space
+//! holds no data when shared data joins the stream, and ring offsets stay relative to
+//! `RCV.NXT`.
 //!
-//! Pages count against the window like copied bytes: the window is the ring's free space
-//! less the bytes in pages, so the application's unread pages bound what the peer may
-//! send.
+//! Shared data counts against the window like copied bytes: the window is the ring's
+//! free space less the shared bytes, so what the application has not read bounds what
+//! the peer may send.
 
 use std::collections::VecDeque;
 
@@ -28,8 +32,8 @@ use crate::buf::ExtBuf;
 /// A readable run of the stream.
 #[derive(Debug)]
 enum Run {
-    /// Pages by reference.
-    Pages(ExtBuf),
+    /// Data by reference.
+    Shared(ExtBuf),
     /// This many bytes at the front of the ring (after the runs before).
     Ring(usize),
 }
@@ -38,17 +42,17 @@ enum Run {
 #[derive(Debug)]
 pub struct Chunk {
     pub data: ExtBuf,
-    /// Whether the bytes were copied (odd data, or a connection without pages) rather
+    /// Whether the bytes were copied (odd data, or a connection without shared data) rather
     /// than handed over by reference.
     pub copied: bool,
 }
 
-/// The receive buffer: copied bytes and pages (see the module documentation).
+/// The receive buffer: copied bytes and shared data (see the module documentation).
 pub struct RecvBuffer {
     ring: ByteRing,
     runs: VecDeque<Run>,
-    pages: usize,
-    staged: Option<ExtBuf>,
+    shared: usize,
+    staged: Vec<ExtBuf>,
 }
 
 impl RecvBuffer {
@@ -56,8 +60,8 @@ impl RecvBuffer {
         RecvBuffer {
             ring: ByteRing::new(capacity),
             runs: VecDeque::new(),
-            pages: 0,
-            staged: None,
+            shared: 0,
+            staged: Vec::new(),
         }
     }
 
@@ -67,21 +71,21 @@ impl RecvBuffer {
 
     /// Readable bytes.
     pub fn len(&self) -> usize {
-        self.ring.len() + self.pages
+        self.ring.len() + self.shared
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The receive window: room left, counting pages held.
+    /// The receive window: room left, counting shared data held.
     pub fn free(&self) -> usize {
-        self.ring.free().saturating_sub(self.pages)
+        self.ring.free().saturating_sub(self.shared)
     }
 
-    /// Readable bytes held in pages.
-    pub fn pages(&self) -> usize {
-        self.pages
+    /// Readable bytes held by reference.
+    pub fn shared(&self) -> usize {
+        self.shared
     }
 
     /// See [`ByteRing::unreadable_slices_mut`].
@@ -94,37 +98,29 @@ impl RecvBuffer {
         self.ring.write_unreadable(offset, data)
     }
 
-    /// Stages whole pages of an in-order segment to be made readable, ahead of the odd
-    /// bytes written at offset 0 of the ring, by the next [`commit`](Self::commit). The
-    /// caller has checked that nothing waits out of order and that the pages and the odd
-    /// bytes fit the window.
-    pub fn stage_pages(&mut self, pages: ExtBuf) {
-        self.staged = Some(pages);
+    /// Stages data of an in-order segment held by reference (whole pages the NIC split
+    /// off, or fragments the sender passed), in stream order, to be made readable ahead
+    /// of any odd bytes written at offset 0 of the ring by the next
+    /// [`commit`](Self::commit). The caller has checked that nothing waits out of order
+    /// and that the staged data and the odd bytes fit the window.
+    pub fn stage(&mut self, data: ExtBuf) {
+        self.staged.push(data);
     }
 
-    /// Forgets staged pages the connection did not take (the segment was not accepted).
+    /// Forgets staged data the connection did not take (the segment was not accepted).
     pub fn unstage(&mut self) {
-        self.staged = None;
+        self.staged.clear();
     }
 
-    /// Makes `n` bytes readable: the staged pages first (if any), then bytes from the
+    /// Makes `n` bytes readable: the staged data first (if any), then bytes from the
     /// ring's free space. Returns how many became readable.
     #[inline]
     pub fn commit(&mut self, n: usize) -> usize {
-        let mut done = 0;
-        if let Some(p) = self.staged.take() {
-            let k = p.len().min(n);
-            if k > 0 {
-                if self.runs.is_empty() && !self.ring.is_empty() {
-                    self.runs.push_back(Run::Ring(self.ring.len()));
-                }
-                if let Ok(p) = p.slice(..k) {
-                    self.runs.push_back(Run::Pages(p));
-                    self.pages += k;
-                    done = k;
-                }
-            }
-        }
+        let done = if self.staged.is_empty() {
+            0
+        } else {
+            self.commit_staged(n)
+        };
         let c = self.ring.commit(n - done);
         if c > 0 && !self.runs.is_empty() {
             match self.runs.back_mut() {
@@ -133,6 +129,27 @@ impl RecvBuffer {
             }
         }
         done + c
+    }
+
+    /// The staged data's part of [`commit`](Self::commit): up to `n` bytes of it made
+    /// readable, the rest dropped; returns how many.
+    fn commit_staged(&mut self, n: usize) -> usize {
+        let mut done = 0;
+        for mut p in self.staged.drain(..) {
+            let k = p.len().min(n - done);
+            if k == 0 {
+                break;
+            }
+            if self.runs.is_empty() && !self.ring.is_empty() {
+                self.runs.push_back(Run::Ring(self.ring.len()));
+            }
+            if p.trim_back(p.len() - k).is_ok() {
+                self.runs.push_back(Run::Shared(p));
+                self.shared += k;
+                done += k;
+            }
+        }
+        done
     }
 
     /// Copies readable bytes into `dst`, in stream order; returns how many.
@@ -147,11 +164,11 @@ impl RecvBuffer {
             };
             let want = dst.len() - n;
             let (took, emptied) = match run {
-                Run::Pages(p) => {
+                Run::Shared(p) => {
                     let k = want.min(p.len());
                     dst[n..n + k].copy_from_slice(&p[..k]);
                     let _ = p.trim_front(k);
-                    self.pages -= k;
+                    self.shared -= k;
                     (k, p.is_empty())
                 }
                 Run::Ring(r) => {
@@ -171,16 +188,16 @@ impl RecvBuffer {
         n
     }
 
-    /// The front of the stream, at most `max` bytes, for a zero-copy read: pages by
-    /// reference, or (for ring bytes) a copy. `None` when nothing is readable.
+    /// The front of the stream, at most `max` bytes, for a zero-copy read: shared data
+    /// by reference, or (for ring bytes) a copy. `None` when nothing is readable.
     pub fn take_chunk(&mut self, max: usize) -> Option<Chunk> {
         if self.is_empty() || max == 0 {
             return None;
         }
-        if let Some(Run::Pages(p)) = self.runs.front_mut() {
+        if let Some(Run::Shared(p)) = self.runs.front_mut() {
             let k = max.min(p.len());
             let data = p.split_to(k).ok()?;
-            self.pages -= k;
+            self.shared -= k;
             if p.is_empty() {
                 self.runs.pop_front();
             }
@@ -210,10 +227,10 @@ impl RecvBuffer {
         })
     }
 
-    /// Whether the front of the stream is pages (a zero-copy read takes them by
+    /// Whether the front of the stream is shared data (a zero-copy read takes it by
     /// reference) rather than ring bytes (it copies them).
-    pub fn front_is_pages(&self) -> bool {
-        matches!(self.runs.front(), Some(Run::Pages(_)))
+    pub fn front_is_shared(&self) -> bool {
+        matches!(self.runs.front(), Some(Run::Shared(_)))
     }
 }
 
@@ -221,7 +238,7 @@ impl std::fmt::Debug for RecvBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecvBuffer")
             .field("copied", &self.ring.len())
-            .field("pages", &self.pages)
+            .field("shared", &self.shared)
             .field("runs", &self.runs.len())
             .field("capacity", &self.capacity())
             .finish()
@@ -234,7 +251,7 @@ mod tests {
 
     /// Receives `odd` then a segment of `pages` staged pages plus `tail` odd bytes.
     fn segment(b: &mut RecvBuffer, pages: &[u8], tail: &[u8]) -> usize {
-        b.stage_pages(ExtBuf::copy_page_aligned(pages));
+        b.stage(ExtBuf::copy_page_aligned(pages));
         b.write_unreadable(0, tail);
         b.commit(pages.len() + tail.len())
     }
@@ -250,7 +267,7 @@ mod tests {
         assert_eq!(segment(&mut b, &p2, b""), 4096);
         b.write_unreadable(0, b"tail");
         assert_eq!(b.commit(4), 4);
-        assert_eq!((b.len(), b.pages()), (4 + 8196 + 4096 + 4, 8192 + 4096));
+        assert_eq!((b.len(), b.shared()), (4 + 8196 + 4096 + 4, 8192 + 4096));
         assert_eq!(
             b.free(),
             64 * 1024 - b.len(),
@@ -279,12 +296,12 @@ mod tests {
     #[test]
     fn an_unaccepted_segment_leaves_nothing_behind() {
         let mut b = RecvBuffer::new(16 * 1024);
-        b.stage_pages(ExtBuf::copy_page_aligned(&[7; 4096]));
+        b.stage(ExtBuf::copy_page_aligned(&[7; 4096]));
         b.unstage();
         assert!(b.is_empty());
         b.write_unreadable(0, b"abc");
         assert_eq!(b.commit(3), 3, "the next commit takes ring bytes only");
-        assert_eq!(b.pages(), 0);
+        assert_eq!(b.shared(), 0);
         let mut out = [0u8; 3];
         assert_eq!(b.pop_into(&mut out), 3);
         assert_eq!(&out, b"abc");
@@ -293,8 +310,30 @@ mod tests {
     #[test]
     fn a_partial_commit_takes_the_front_of_the_pages() {
         let mut b = RecvBuffer::new(16 * 1024);
-        b.stage_pages(ExtBuf::copy_page_aligned(&[9; 8192]));
+        b.stage(ExtBuf::copy_page_aligned(&[9; 8192]));
         assert_eq!(b.commit(5000), 5000);
-        assert_eq!((b.len(), b.pages()), (5000, 5000));
+        assert_eq!((b.len(), b.shared()), (5000, 5000));
+    }
+
+    #[test]
+    fn fragments_staged_together_become_readable_in_order_up_to_the_commit() {
+        let mut b = RecvBuffer::new(16 * 1024);
+        let block = ExtBuf::new((0..100u8).collect::<Vec<_>>());
+        b.stage(block.slice(..30).unwrap());
+        b.stage(block.slice(30..70).unwrap());
+        b.stage(block.slice(70..).unwrap());
+        assert_eq!(b.commit(50), 50, "the front 50 of the 100 staged");
+        assert_eq!((b.len(), b.shared(), b.free()), (50, 50, 16 * 1024 - 50));
+        b.write_unreadable(0, b"xy");
+        assert_eq!(
+            b.commit(2),
+            2,
+            "the rest was dropped with the commit; ring bytes next"
+        );
+        let mut out = [0u8; 60];
+        assert_eq!(b.pop_into(&mut out), 52);
+        assert_eq!(&out[..50], &(0..50u8).collect::<Vec<_>>()[..]);
+        assert_eq!(&out[50..52], b"xy");
+        assert!(b.is_empty());
     }
 }

@@ -2,47 +2,95 @@
 //! (zero-copy send, paper 004 §3.1).
 //!
 //! The stream waiting to be acknowledged is, in order, the bytes in a [`ByteRing`] (what
-//! the application wrote with a copy) and then a queue of [`ExtBuf`]s (memory the
-//! application loaned). TCP reads the bytes of a segment at offset `SEG.SEQ - SND.UNA`
-//! with [`SendBuffer::pieces`]: ring bytes as slices to copy, loaned bytes as `ExtBuf`
-//! slices the frame carries by reference to the device. An acknowledgment
-//! [`consume`](SendBuffer::consume)s from the front; a loan's last reference goes when
-//! its last byte is acknowledged and no frame in flight still holds it, which is the
-//! application's completion ([`crate::buf::Loan::is_complete`]).
+//! the application wrote with a copy) and then a queue of [`ExtBuf`]s: memory the
+//! application loaned, and blocks the buffer copied writes into to send them by reference
+//! ([`push_shared`](SendBuffer::push_shared), `Tuning::tcp_send_by_reference`). TCP reads
+//! the bytes of a segment at offset `SEG.SEQ - SND.UNA` with [`SendBuffer::pieces`]: ring
+//! bytes as slices to copy, queued bytes as `ExtBuf` slices the frame carries by reference
+//! to the device. An acknowledgment [`consume`](SendBuffer::consume)s from the front; a
+//! loan's last reference goes when its last byte is acknowledged and no frame in flight
+//! still holds it, which is the application's completion
+//! ([`crate::buf::Loan::is_complete`]).
 //!
-//! Order is kept by one rule: the ring is used only while no loan is queued. A copying
-//! write that comes after a loan becomes a loaned-style chunk of its own (a copy into a
-//! new block, as the ring would have made), so bytes never overtake each other.
+//! Order is kept by one rule: the ring is used only while nothing is queued behind it. A
+//! copying write that comes after a loan becomes a block of its own (a copy into a new
+//! block, as the ring would have made), so bytes never overtake each other.
 //!
-//! Loaned bytes count against the buffer's capacity like copied ones: `SO_SNDBUF` bounds
+//! **Shared blocks.** Sending by reference, a write is copied into blocks of
+//! [`SHARED_BLOCK`] bytes, which segments then carry as fragments, uncopied, to a device
+//! that gathers them (or, over an in-memory device that hands frames across, to the
+//! receiving stack, which can keep them by reference too): the sender copies each byte
+//! once, as 4.4BSD's `sosend` did into mbuf clusters that `tcp_output` then shared with
+//! the driver (`m_copym`), where the ring costs a second copy into every frame. A block
+//! grows while no segment holds a slice of it and, once acknowledged and let go by
+//! everyone, is emptied and reused (its pages stay warm and nothing is allocated). Writes
+//! under [`SHARED_WRITE_MIN`] use the ring while it may (a block holds at least that much,
+//! so the blocks of a full buffer take at most four times its capacity).
+//!
+//! Queued bytes count against the buffer's capacity like the ring's: `SO_SNDBUF` bounds
 //! the memory the application has pinned in the stack.
 
 use std::collections::VecDeque;
 
 use super::ring::ByteRing;
 use crate::buf::ExtBuf;
+use crate::checksum::{self, Accumulator, Kernel};
 
-/// A part of the stream for one segment: bytes to copy, or loaned bytes to send by
-/// reference.
+/// The capacity of a block a write is copied into to be sent by reference: 64 KiB, the
+/// data of the largest super-segment.
+pub const SHARED_BLOCK: usize = 64 * 1024;
+
+/// The smallest write (or rest of one) that gets a block of its own to be sent by
+/// reference; smaller ones go to the ring while nothing is queued behind it, else into a
+/// block of their own size.
+pub const SHARED_WRITE_MIN: usize = SHARED_BLOCK / 4;
+
+/// The size of the pieces whose sums a shared block keeps when its bytes are summed as
+/// they are copied in: a segment's checksum is then the sums of the whole pieces it holds
+/// plus its two ends summed (less than a piece each).
+pub const SUM_PIECE: usize = 2048;
+
+/// A part of the stream for one segment: bytes to copy, loaned bytes, or bytes the buffer
+/// copied into a shared block (with their RFC 1071 sum when the block kept its pieces'
+/// sums and the walk asked for it), the last two to send by reference.
 #[derive(Debug)]
 pub enum Piece<'a> {
     Copy(&'a [u8]),
     Loaned(ExtBuf),
+    Shared(ExtBuf, Option<u16>),
 }
 
-/// The send buffer: copied bytes, then loaned ones (see the module documentation).
+/// Bytes queued behind the ring.
+#[derive(Debug)]
+struct Queued {
+    data: ExtBuf,
+    /// A block the buffer copied into (not the application's loan).
+    own: bool,
+    /// The sums of the block's [`SUM_PIECE`]-byte pieces (from the block's start), kept
+    /// while every byte copied into it was summed on the way.
+    sums: Option<Vec<u16>>,
+}
+
+/// The send buffer: copied bytes, then loaned ones and shared blocks (see the module
+/// documentation).
 pub struct SendBuffer {
     ring: ByteRing,
-    loans: VecDeque<ExtBuf>,
+    queue: VecDeque<Queued>,
+    queued: usize,
     loaned: usize,
+    /// Acknowledged [`SHARED_BLOCK`]s (with their sums' memory), for reuse once nothing
+    /// holds them.
+    spares: VecDeque<Queued>,
 }
 
 impl SendBuffer {
     pub fn new(capacity: usize) -> SendBuffer {
         SendBuffer {
             ring: ByteRing::new(capacity),
-            loans: VecDeque::new(),
+            queue: VecDeque::new(),
+            queued: 0,
             loaned: 0,
+            spares: VecDeque::new(),
         }
     }
 
@@ -52,7 +100,7 @@ impl SendBuffer {
 
     /// Bytes queued (sent or not, not yet acknowledged).
     pub fn len(&self) -> usize {
-        self.ring.len() + self.loaned
+        self.ring.len() + self.queued
     }
 
     pub fn is_empty(&self) -> bool {
@@ -71,15 +119,83 @@ impl SendBuffer {
 
     /// Copies in as much of `data` as fits; returns how much.
     pub fn push(&mut self, data: &[u8]) -> usize {
-        if self.loans.is_empty() {
+        if self.queue.is_empty() {
             return self.ring.push(data);
         }
         let n = data.len().min(self.free());
         if n > 0 {
-            self.loans.push_back(ExtBuf::new(data[..n].to_vec()));
-            self.loaned += n;
+            self.push_block(ExtBuf::new(data[..n].to_vec()));
         }
         n
+    }
+
+    /// Copies in as much of `data` as fits, into shared blocks to be sent by reference
+    /// (see the module documentation); returns how much. With `sum`, the bytes are summed
+    /// as they are copied, with that kernel, and the blocks keep their pieces' sums for
+    /// the segments' checksums ([`for_each_piece`](Self::for_each_piece)).
+    pub fn push_shared(&mut self, data: &[u8], sum: Option<Kernel>) -> usize {
+        let n = data.len().min(self.free());
+        if n < SHARED_WRITE_MIN && self.queue.is_empty() {
+            return self.ring.push(data);
+        }
+        let mut rest = &data[..n];
+        // The last block grows while no segment holds a slice of it.
+        if let Some(last) = self.queue.back_mut().filter(|q| q.own) {
+            let k = last.append(rest, sum);
+            rest = &rest[k..];
+            self.queued += k;
+        }
+        while !rest.is_empty() {
+            let mut block = if rest.len() >= SHARED_WRITE_MIN {
+                self.spare_block()
+            } else {
+                Queued {
+                    data: ExtBuf::with_capacity(rest.len()),
+                    own: true,
+                    sums: Some(Vec::new()),
+                }
+            };
+            let k = block.append(rest, sum);
+            rest = &rest[k..];
+            self.queued += k;
+            self.queue.push_back(block);
+        }
+        n
+    }
+
+    /// A [`SHARED_BLOCK`], empty: the spare acknowledged last if nothing holds it any
+    /// more (its bytes are the likeliest still in the cache), else the oldest if nothing
+    /// holds that (a receiver that kept slices by reference may hold the newer ones
+    /// still), else a new one.
+    fn spare_block(&mut self) -> Queued {
+        for newest in [true, false] {
+            let spare = if newest {
+                self.spares.pop_back()
+            } else {
+                self.spares.pop_front()
+            };
+            if let Some(mut q) = spare {
+                if q.data.reset_exclusive() {
+                    q.sums.get_or_insert_with(Vec::new).clear();
+                    return q;
+                }
+                self.spares.push_back(q);
+            }
+        }
+        Queued {
+            data: ExtBuf::with_capacity(SHARED_BLOCK),
+            own: true,
+            sums: Some(Vec::new()),
+        }
+    }
+
+    fn push_block(&mut self, data: ExtBuf) {
+        self.queued += data.len();
+        self.queue.push_back(Queued {
+            data,
+            own: true,
+            sums: None,
+        });
     }
 
     /// Queues as much of the loaned `data` as fits, without copying; returns how much.
@@ -88,7 +204,12 @@ impl SendBuffer {
         if n > 0 {
             // A slice of the caller's range: the same block, one more reference.
             if let Ok(part) = data.slice(..n) {
-                self.loans.push_back(part);
+                self.queue.push_back(Queued {
+                    data: part,
+                    own: false,
+                    sums: None,
+                });
+                self.queued += n;
                 self.loaned += n;
             }
         }
@@ -101,20 +222,35 @@ impl SendBuffer {
         let from_ring = self.ring.consume(n);
         let mut left = n - from_ring;
         while left > 0 {
-            let Some(front) = self.loans.front_mut() else {
+            let Some(front) = self.queue.front_mut() else {
                 break;
             };
-            if front.len() <= left {
-                left -= front.len();
-                self.loaned -= front.len();
-                self.loans.pop_front();
-            } else {
-                let _ = front.trim_front(left);
-                self.loaned -= left;
-                left = 0;
+            let k = left.min(front.data.len());
+            self.queued -= k;
+            if !front.own {
+                self.loaned -= k;
+            }
+            left -= k;
+            if k < front.data.len() {
+                let _ = front.data.trim_front(k);
+                break;
+            }
+            if let Some(q) = self.queue.pop_front() {
+                self.retire(q);
             }
         }
         n - left
+    }
+
+    /// Keeps an acknowledged shared block for reuse, enough of them for a full buffer
+    /// and as many again held elsewhere (the oldest let go past that).
+    fn retire(&mut self, q: Queued) {
+        if q.own && q.data.block_capacity() == SHARED_BLOCK {
+            if self.spares.len() >= 2 * self.capacity().div_ceil(SHARED_BLOCK) {
+                self.spares.pop_front();
+            }
+            self.spares.push_back(q);
+        }
     }
 
     /// How many of the bytes `offset..offset + len` are copied ones (they come first).
@@ -124,16 +260,24 @@ impl SendBuffer {
     }
 
     /// The bytes `offset..offset + len` of the queue, in order, clamped to what is
-    /// queued: ring bytes as at most two slices to copy, loaned bytes as slices sharing
-    /// the application's blocks.
+    /// queued: ring bytes as at most two slices to copy, queued bytes as slices sharing
+    /// their blocks.
     pub fn pieces(&self, offset: usize, len: usize) -> Vec<Piece<'_>> {
         let mut out = Vec::new();
-        self.for_each_piece(offset, len, |p| out.push(p));
+        self.for_each_piece(offset, len, None, |p| out.push(p));
         out
     }
 
-    /// [`pieces`](Self::pieces) without collecting them.
-    pub fn for_each_piece<'a>(&'a self, offset: usize, len: usize, mut f: impl FnMut(Piece<'a>)) {
+    /// [`pieces`](Self::pieces) without collecting them. With `sum`, a shared block's
+    /// slice comes with its sum where the block kept its pieces' sums (the whole pieces'
+    /// sums added, the ends summed with that kernel).
+    pub fn for_each_piece<'a>(
+        &'a self,
+        offset: usize,
+        len: usize,
+        sum: Option<Kernel>,
+        mut f: impl FnMut(Piece<'a>),
+    ) {
         let ring_len = self.ring.len();
         let mut offset = offset;
         let mut len = len.min(self.len().saturating_sub(offset));
@@ -150,17 +294,24 @@ impl SendBuffer {
         } else {
             offset -= ring_len;
         }
-        for loan in &self.loans {
+        for q in &self.queue {
             if len == 0 {
                 break;
             }
-            if offset >= loan.len() {
-                offset -= loan.len();
+            if offset >= q.data.len() {
+                offset -= q.data.len();
                 continue;
             }
-            let here = len.min(loan.len() - offset);
-            if let Ok(s) = loan.slice(offset..offset + here) {
-                f(Piece::Loaned(s));
+            let here = len.min(q.data.len() - offset);
+            if let Ok(s) = q.data.slice(offset..offset + here) {
+                f(match (q.own, sum, &q.sums) {
+                    (false, ..) => Piece::Loaned(s),
+                    (true, Some(kernel), Some(sums)) => {
+                        let total = slice_sum(kernel, sums, &s);
+                        Piece::Shared(s, Some(total))
+                    }
+                    (true, ..) => Piece::Shared(s, None),
+                });
             }
             len -= here;
             offset = 0;
@@ -168,11 +319,73 @@ impl SendBuffer {
     }
 }
 
+impl Queued {
+    /// Copies as much of `bytes` into the block as it has room for, if nothing else
+    /// holds it; returns how many. With `sum`, summed on the way into the pieces' sums;
+    /// without, the block stops keeping sums (they would no longer cover it).
+    fn append(&mut self, bytes: &[u8], sum: Option<Kernel>) -> usize {
+        let at = self.data.block_offset() + self.data.len();
+        match (sum, self.sums.as_mut()) {
+            (Some(kernel), Some(sums)) => self
+                .data
+                .append_exclusive_with(bytes, |dst, src| copy_summing(kernel, sums, at, dst, src)),
+            _ => {
+                let k = self.data.append_exclusive(bytes);
+                if k > 0 {
+                    self.sums = None;
+                }
+                k
+            }
+        }
+    }
+}
+
+/// Copies `src` into `dst`, the block's bytes from block offset `at` on, adding its sums
+/// to `sums`, the block's [`SUM_PIECE`]-byte pieces' (the last one perhaps partial, and
+/// completed here).
+fn copy_summing(kernel: Kernel, sums: &mut Vec<u16>, at: usize, dst: &mut [u8], src: &[u8]) {
+    let mut done = 0;
+    while done < src.len() {
+        let within = (at + done) % SUM_PIECE;
+        let k = (SUM_PIECE - within).min(src.len() - done);
+        let s = checksum::copy_and_sum_with(kernel, &mut dst[done..done + k], &src[done..done + k]);
+        match sums.last_mut() {
+            Some(last) if within != 0 => *last = checksum::combine_at(*last, s, within),
+            _ => sums.push(s),
+        }
+        done += k;
+    }
+}
+
+/// The RFC 1071 sum of `slice`, a slice of a block whose pieces' sums are `sums`: the
+/// sums of the whole pieces it holds, and its ends summed with `kernel`.
+fn slice_sum(kernel: Kernel, sums: &[u16], slice: &ExtBuf) -> u16 {
+    let bytes = slice.as_slice();
+    let at = slice.block_offset();
+    let head = ((SUM_PIECE - at % SUM_PIECE) % SUM_PIECE).min(bytes.len());
+    let mut acc = Accumulator::new();
+    acc.add_with(kernel, &bytes[..head]);
+    let mut done = head;
+    let mut piece = (at + head) / SUM_PIECE;
+    while bytes.len() - done >= SUM_PIECE {
+        match sums.get(piece) {
+            Some(&s) => acc.add_sum(s, SUM_PIECE),
+            None => acc.add_with(kernel, &bytes[done..done + SUM_PIECE]),
+        }
+        piece += 1;
+        done += SUM_PIECE;
+    }
+    acc.add_with(kernel, &bytes[done..]);
+    acc.sum()
+}
+
 impl std::fmt::Debug for SendBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendBuffer")
             .field("copied", &self.ring.len())
+            .field("queued", &self.queued)
             .field("loaned", &self.loaned)
+            .field("spares", &self.spares.len())
             .field("capacity", &self.capacity())
             .finish()
     }
@@ -186,9 +399,9 @@ mod tests {
     /// The bytes `offset..offset + len` as the pieces give them.
     fn read(b: &SendBuffer, offset: usize, len: usize) -> Vec<u8> {
         let mut v = Vec::new();
-        b.for_each_piece(offset, len, |p| match p {
+        b.for_each_piece(offset, len, None, |p| match p {
             Piece::Copy(s) => v.extend_from_slice(s),
-            Piece::Loaned(e) => v.extend_from_slice(&e),
+            Piece::Loaned(e) | Piece::Shared(e, _) => v.extend_from_slice(&e),
         });
         v
     }
@@ -200,7 +413,7 @@ mod tests {
         assert_eq!(b.push(&[1, 2, 3]), 3);
         assert_eq!(b.push_loan(&loan.ext()), 40);
         assert_eq!(b.push(&[7, 8]), 2, "after a loan a copy queues behind it");
-        assert_eq!((b.len(), b.loaned(), b.free()), (45, 42, 55));
+        assert_eq!((b.len(), b.loaned(), b.free()), (45, 40, 55));
         let mut want = vec![1, 2, 3];
         want.extend(100..140u8);
         want.extend([7, 8]);
@@ -247,5 +460,161 @@ mod tests {
         assert_eq!(loan.outstanding(), 2);
         b.consume(100);
         assert!(loan.is_complete());
+    }
+
+    /// The stream as the pieces give it, with how many pieces of each kind.
+    fn kinds(b: &SendBuffer) -> (usize, usize, usize) {
+        let mut k = (0, 0, 0);
+        b.for_each_piece(0, b.len(), None, |p| match p {
+            Piece::Copy(_) => k.0 += 1,
+            Piece::Loaned(_) => k.1 += 1,
+            Piece::Shared(..) => k.2 += 1,
+        });
+        k
+    }
+
+    /// What a segment would hold of `offset..offset + len`: the shared blocks' slices.
+    fn hold(b: &SendBuffer, offset: usize, len: usize) -> Vec<ExtBuf> {
+        let mut v = Vec::new();
+        b.for_each_piece(offset, len, None, |p| {
+            if let Piece::Shared(e, _) = p {
+                v.push(e)
+            }
+        });
+        v
+    }
+
+    #[test]
+    fn shared_writes_are_copied_once_into_blocks_that_grow_until_sent_and_are_reused() {
+        let data: Vec<u8> = (0..4 * SHARED_BLOCK).map(|i| (i % 251) as u8).collect();
+        let mut b = SendBuffer::new(2 * SHARED_BLOCK);
+        assert_eq!(
+            b.push_shared(&data[..100], None),
+            100,
+            "a small write: the ring"
+        );
+        assert_eq!(kinds(&b), (1, 0, 0));
+        let big = SHARED_WRITE_MIN + 10;
+        assert_eq!(b.push_shared(&data[100..100 + big], None), big);
+        assert_eq!(
+            b.push_shared(&data[100 + big..200 + big], None),
+            100,
+            "the block grows"
+        );
+        assert_eq!(kinds(&b), (1, 0, 1));
+        let sent = hold(&b, 0, b.len());
+        assert_eq!(sent.len(), 1);
+        let at = 200 + big;
+        assert_eq!(b.push_shared(&data[at..at + 50], None), 50);
+        assert_eq!(
+            kinds(&b),
+            (1, 0, 2),
+            "a block a segment holds stays as it was"
+        );
+        drop(sent);
+        assert_eq!(read(&b, 0, b.len()), data[..at + 50]);
+        assert_eq!(b.loaned(), 0, "shared blocks are copies, not loans");
+
+        // Fill the buffer; everything is in order; a block is never larger than its size.
+        let n = b.push_shared(&data[at + 50..], None);
+        assert_eq!(b.len(), 2 * SHARED_BLOCK);
+        assert_eq!(read(&b, 0, b.len()), data[..at + 50 + n]);
+        assert!(b.queue.iter().all(|q| q.data.len() <= SHARED_BLOCK));
+        assert_eq!(b.push_shared(&data[..10], None), 0, "full");
+
+        // Acknowledged blocks nobody holds are reused, not allocated again.
+        let held = hold(&b, b.len() - 1, 1);
+        assert_eq!(b.consume(b.len()), 2 * SHARED_BLOCK);
+        assert!(b.is_empty());
+        let spares = b.spares.len();
+        assert!(spares >= 2, "{spares} spares");
+        assert_eq!(b.push_shared(&data[..SHARED_BLOCK], None), SHARED_BLOCK);
+        assert_eq!(
+            kinds(&b),
+            (0, 0, 1),
+            "not the ring: it is empty but the write is large"
+        );
+        assert_eq!(b.spares.len(), spares - 1, "a spare was taken");
+        assert_eq!(
+            held[0][0],
+            data[at + 50 + n - 1],
+            "a held slice never changes"
+        );
+        assert_eq!(read(&b, 0, b.len()), data[..SHARED_BLOCK]);
+    }
+
+    #[test]
+    fn a_small_write_behind_a_sent_block_gets_a_block_of_its_own_size() {
+        let data = vec![7u8; SHARED_WRITE_MIN];
+        let mut b = SendBuffer::new(SHARED_BLOCK);
+        b.push_shared(&data, None);
+        let _sent = hold(&b, 0, 1);
+        assert_eq!(b.push_shared(&[1, 2, 3], None), 3);
+        let last = b.queue.back().map(|q| q.data.block_capacity());
+        assert_eq!(last, Some(3));
+        b.consume(b.len());
+        assert_eq!(b.spares.len(), 1, "only full-size blocks are kept");
+        assert_eq!(b.push_shared(&[4], None), 1);
+        assert_eq!(
+            kinds(&b),
+            (1, 0, 0),
+            "empty again: small writes use the ring"
+        );
+    }
+
+    #[test]
+    fn a_shared_slice_sum_from_the_pieces_sums_is_the_sum_of_its_bytes() {
+        let kernel = Kernel::best();
+        let mut rng = crate::rng::Rng::new(7);
+        let data: Vec<u8> = (0..3 * SHARED_BLOCK)
+            .map(|_| rng.next_u32() as u8)
+            .collect();
+        let mut b = SendBuffer::new(4 * SHARED_BLOCK);
+        // Writes of odd sizes, so pieces are completed across writes and blocks.
+        let mut at = 0;
+        for size in [
+            SHARED_WRITE_MIN + 1,
+            3,
+            999,
+            40_000,
+            17,
+            SHARED_BLOCK,
+            70_001,
+        ] {
+            let end = (at + size).min(data.len());
+            assert_eq!(b.push_shared(&data[at..end], Some(kernel)), end - at);
+            at = end;
+        }
+        let queued = &data[..at];
+        for _ in 0..500 {
+            let offset = rng.below(queued.len() as u64) as usize;
+            let len = 1 + rng.below(9000) as usize;
+            let mut summed = 0;
+            let mut acc = Accumulator::new();
+            let mut bytes = Vec::new();
+            b.for_each_piece(offset, len, Some(kernel), |p| match p {
+                Piece::Shared(e, Some(s)) => {
+                    summed += 1;
+                    acc.add_sum(s, e.len());
+                    bytes.extend_from_slice(&e);
+                }
+                Piece::Copy(s) => {
+                    acc.add_with(kernel, s);
+                    bytes.extend_from_slice(s);
+                }
+                other => panic!("{other:?}"),
+            });
+            let want = &queued[offset..(offset + len).min(queued.len())];
+            assert_eq!(bytes, want);
+            assert_eq!(acc.sum(), checksum::sum(want), "offset {offset} len {len}");
+            assert!(summed > 0 || offset + len <= SHARED_WRITE_MIN + 1);
+        }
+        // Bytes copied without summing stop the block's sums: no stale sum is given.
+        let mut c = SendBuffer::new(SHARED_BLOCK);
+        c.push_shared(&data[..SHARED_WRITE_MIN], Some(kernel));
+        c.push_shared(&data[..100], None);
+        c.for_each_piece(0, c.len(), Some(kernel), |p| {
+            assert!(matches!(p, Piece::Shared(_, None)), "{p:?}")
+        });
     }
 }
