@@ -69,14 +69,6 @@ impl Stack {
             return self.udp_short_input(s, ip, buf, rx, now);
         }
         self.ledger.counters().inc(Counter::IpPacketsIn);
-        if buf.has_frags() && Self::parse_split(&buf).is_err() {
-            // Only a whole TCP segment is read in pieces; anything else with fragments
-            // (a UDP datagram of loaned data, an IP fragment) is copied together first.
-            buf = match self.linearize_received(s, Layer::Ip, buf) {
-                Ok(whole) => whole,
-                Err(()) => return,
-            };
-        }
         let mut parsed = {
             let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             if buf.has_frags() {
@@ -87,6 +79,16 @@ impl Stack {
                 Ipv4Repr::parse(&ipv4::Packet::new_unchecked(buf.data()), Checksum::Skip)
             }
         };
+        if parsed.is_err() && buf.has_frags() {
+            // Only a whole TCP segment is read in pieces; anything else with fragments
+            // (a UDP datagram of loaned data, an IP fragment) is copied together first.
+            buf = match self.linearize_received(s, Layer::Ip, buf) {
+                Ok(whole) => whole,
+                Err(()) => return,
+            };
+            let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
+            parsed = Ipv4Repr::parse(&ipv4::Packet::new_unchecked(buf.data()), Checksum::Skip);
+        }
         // Used where the parse left it: moved out, it was copied with loads wider than
         // the parse's stores, which the CPU cannot forward (a stall every datagram).
         let Ok(repr) = &mut parsed else {

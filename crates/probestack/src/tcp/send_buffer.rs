@@ -294,6 +294,9 @@ impl SendBuffer {
         } else {
             offset -= ring_len;
         }
+        if len == 0 {
+            return;
+        }
         for q in &self.queue {
             if len == 0 {
                 break;
