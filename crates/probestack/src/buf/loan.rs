@@ -364,7 +364,9 @@ impl PageRecycler {
 /// [`ExtBuf`]s into it ([`Loan::ext`], [`Loan::slice`]), and keeps the `Loan`. The stack
 /// cannot write to the memory, and the application cannot have it back while the stack
 /// holds any `ExtBuf` into it: [`Loan::is_complete`] says when none is left (TCP dropped
-/// the last slice once the data was acknowledged) and [`Loan::try_reclaim`] returns the
+/// the last slice once the data was acknowledged; across a device that hands fragments to
+/// a stack in the same process, such as the frame queue, that stack's receive buffer may
+/// hold slices until its application has read them) and [`Loan::try_reclaim`] returns the
 /// memory only then. Paper 004 §3.1 gets the same guarantee from the MMU, by marking the
 /// pages of a pending send copy-on-write until the receiver acknowledges; here the type
 /// system and a reference count give it, at no cost per page.

@@ -197,7 +197,6 @@ impl Cut {
 /// super-segment.
 const SOFTWARE_SEGMENTS_MAX: usize = 44;
 
-/// RFC 1191 §7's plateaus, for a router too old to say the next-hop MTU.
 /// The smallest segment (bytes of data) worth sending by reference
 /// (`Tuning::tcp_send_by_reference`): each such segment's fragments cost reference counts
 /// and a list the frame carries, and its receiver a run in its buffer, which the copy they
@@ -210,6 +209,7 @@ pub const BY_REFERENCE_MIN_SEGMENT: usize = 4096;
 /// never these bytes (zeros, as long as the largest datagram).
 static DATA_IN_RX: [u8; crate::ip::MAX_DATAGRAM] = [0; crate::ip::MAX_DATAGRAM];
 
+/// RFC 1191 §7's plateaus, for a router too old to say the next-hop MTU.
 const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
 
 impl Stack {
@@ -274,25 +274,26 @@ impl Stack {
     /// ([`tcp_segment_input`](Self::tcp_segment_input)): one fragment (the payload a NIC
     /// split off, or one slice a sender passed), or several it will keep by reference
     /// (`Tuning::tcp_send_by_reference`, [`Connection::stages_by_reference`]); never data
-    /// partly behind the header and partly in fragments. A segment too short to parse is left to the input to drop.
+    /// partly behind the header and partly in fragments. A segment too short to parse is
+    /// left to the input to drop.
     #[cold]
     fn tcp_reads_frags_in_place(&mut self, ip: &Ipv4Repr, datagram: &PacketBuf) -> bool {
         let bytes = &datagram.data()[ip.header_len()..];
         let Ok(p) = tcp_wire::Packet::new_checked(bytes) else {
             return true;
         };
+        let frags = datagram.frags();
         if bytes.len() > p.header_len() {
             return false;
         }
-        let frags = datagram.frags();
         if frags.len() == 1 {
             return true;
         }
-        let (sport, dport, seq) = (p.src_port(), p.dst_port(), p.seq_number());
-        let frag_len = frags.iter().map(ExtBuf::len).sum();
         if !self.tuning.tcp_send_by_reference {
             return false;
         }
+        let (sport, dport, seq) = (p.src_port(), p.dst_port(), p.seq_number());
+        let frag_len = frags.iter().map(ExtBuf::len).sum();
         self.tcp_pcbs
             .lookup(ip.src, sport, ip.dst, dport)
             .map(|(_, &mut index)| index)
