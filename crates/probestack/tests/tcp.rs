@@ -942,67 +942,36 @@ fn data_goes_by_reference_across_a_frame_queue_at_large_mtus() {
     }
 }
 
-/// A frame queue end that loses every 53rd frame it is given and holds every 31st back
-/// until the next has gone: out-of-order segments, holes and retransmissions for data
-/// sent by reference.
-struct LossyQueue {
-    inner: probestack::driver::FrameQueue,
+/// Loses every 53rd frame and holds every 31st back until the next has gone: out-of-order
+/// segments, holes and retransmissions.
+#[derive(Default)]
+struct LoseAndReorder {
     sent: u64,
     held: Option<(PacketBuf, TxMeta)>,
 }
 
-impl Device for LossyQueue {
-    fn caps(&self) -> DeviceCaps {
-        self.inner.caps()
-    }
-    fn transmit(
-        &mut self,
-        frame: PacketBuf,
-        meta: TxMeta,
-        cx: &DeviceContext<'_>,
-    ) -> Result<(), DeviceError> {
+impl Tamper for LoseAndReorder {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
         self.sent += 1;
         if self.sent.is_multiple_of(53) {
-            return Ok(());
+            return Vec::new();
         }
         if self.sent.is_multiple_of(31) && self.held.is_none() {
             self.held = Some((frame, meta));
-            return Ok(());
+            return Vec::new();
         }
-        let result = self.inner.transmit(frame, meta, cx);
-        if let Some((held, meta)) = self.held.take() {
-            let _ = self.inner.transmit(held, meta, cx);
-        }
-        result
-    }
-    fn tx_ready(&self) -> bool {
-        self.inner.tx_ready()
-    }
-    fn tx_room(&self) -> usize {
-        // Room for the held frame too.
-        self.inner.tx_room().saturating_sub(1)
-    }
-    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
-        self.inner.take_notification(cx)
-    }
-    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
-        self.inner.receive(cx)
-    }
-    fn next_deadline(&self) -> Option<Instant> {
-        self.inner.next_deadline()
-    }
-    fn buffer_depot(&self) -> Option<probestack::buf::Depot> {
-        self.inner.buffer_depot()
+        std::iter::once((frame, meta))
+            .chain(self.held.take())
+            .collect()
     }
 }
 
 #[test]
 fn data_by_reference_survives_loss_and_reordering() {
-    let lossy = |inner| -> Box<dyn Device + Send> {
-        Box::new(LossyQueue {
-            inner,
-            sent: 0,
-            held: None,
+    let lossy = |dev| -> Box<dyn Device + Send> {
+        Box::new(Tampered {
+            dev,
+            tamper: LoseAndReorder::default(),
         })
     };
     let mut p = Pair::on_frame_queue_with(
