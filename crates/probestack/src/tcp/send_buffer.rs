@@ -24,8 +24,9 @@
 //! the driver (`m_copym`), where the ring costs a second copy into every frame. A block
 //! grows while no segment holds a slice of it and, once acknowledged and let go by
 //! everyone, is emptied and reused (its pages stay warm and nothing is allocated). Writes
-//! under [`SHARED_WRITE_MIN`] use the ring while it may (a block holds at least that much,
-//! so the blocks of a full buffer take at most four times its capacity).
+//! under [`SHARED_WRITE_MIN`] use the ring while it may, or a block of their own size (a
+//! shared block holds at least that much, so the blocks of a full buffer take at most four
+//! times its capacity, and the spares kept for reuse twice more).
 //!
 //! Queued bytes count against the buffer's capacity like the ring's: `SO_SNDBUF` bounds
 //! the memory the application has pinned in the stack.
@@ -619,5 +620,29 @@ mod tests {
         c.for_each_piece(0, c.len(), Some(kernel), |p| {
             assert!(matches!(p, Piece::Shared(_, None)), "{p:?}")
         });
+    }
+
+    #[test]
+    fn the_blocks_of_a_full_buffer_take_at_most_four_times_its_capacity() {
+        let capacity = 8 * SHARED_BLOCK;
+        let data = vec![3u8; SHARED_WRITE_MIN];
+        let mut b = SendBuffer::new(capacity);
+        let mut held = Vec::new();
+        // Every write sent at once (a segment holds its block), so none grows another's.
+        while b.free() > 0 {
+            let before = b.len();
+            assert!(b.push_shared(&data, None) > 0);
+            held.extend(hold(&b, before, b.len() - before));
+        }
+        let memory: usize = b.queue.iter().map(|q| q.data.block_capacity()).sum();
+        assert_eq!(b.len(), capacity);
+        assert!(memory <= 4 * capacity, "{memory} bytes of blocks");
+        b.consume(capacity);
+        drop(held);
+        assert!(
+            b.spares.len() <= 2 * capacity / SHARED_BLOCK,
+            "{} spares",
+            b.spares.len()
+        );
     }
 }
