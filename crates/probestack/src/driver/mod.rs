@@ -81,9 +81,11 @@ pub struct DeviceCaps {
     /// not segment. Only together with `checksum_offload.l4_tx`.
     pub tso_max: usize,
     /// Scatter-gather: the device reads a frame's external fragments
-    /// ([`PacketBuf::frags`], the loaned data of a zero-copy send) itself, as a NIC's DMA
-    /// engine follows a descriptor list. Without it the stack copies them into the frame
-    /// first (counted as `driver.tx_linearized`).
+    /// ([`PacketBuf::frags`]: the loaned data of a zero-copy send, the shared blocks TCP
+    /// sends by reference) itself, as a NIC's DMA engine follows a descriptor list, or
+    /// hands them to the other end with the frame (the frame queue). Without it the stack
+    /// copies them into the frame first (counted as `driver.tx_linearized`), and TCP
+    /// sends from its ring.
     pub scatter_gather: bool,
 }
 
