@@ -942,6 +942,57 @@ fn data_goes_by_reference_across_a_frame_queue_at_large_mtus() {
     }
 }
 
+/// Data by reference across the memory NICs: at MTU 9000 A's DMA hands each frame to B's
+/// NIC with its fragments, uncopied, and B keeps them by reference; a receiving NIC that
+/// reads frames whole (PIO, header split, a faulty wire) gathers them first, and the bytes
+/// arrive all the same.
+#[test]
+fn data_by_reference_crosses_the_memory_nics_and_is_gathered_where_a_nic_reads_frames_whole() {
+    use probestack::driver::CopyMode;
+    let b = |change: &dyn Fn(&mut HostConfig)| {
+        let mut h = host(9000, Tuning::fast());
+        change(&mut h);
+        h
+    };
+    let cases = [
+        ("DMA", b(&|_| {}), true),
+        ("PIO", b(&|h| h.nic.copy_mode = CopyMode::Pio), false),
+        ("header split", b(&|h| h.nic.header_split = true), false),
+        (
+            "faulty wire",
+            b(&|h| h.nic.rx_faults = FaultConfig::lossy(9)),
+            false,
+        ),
+    ];
+    for (what, b, passed) in cases {
+        let a = host(9000, Tuning::fast());
+        let mut p = Pair::new(a, b).unwrap();
+        let (c, _l, s) = connect(&mut p);
+        transfer(&mut p, c, s, 8 << 20, Duration::from_secs(60));
+        let ca = |k| p.a.ledger().counters().get(k);
+        let cb = |k| p.b.ledger().counters().get(k);
+        let sent = ca(Counter::TcpSegmentsByReference);
+        assert!(sent > 100, "{what}");
+        assert!(ca(Counter::DriverTxFragmentsPassed) >= sent, "{what}");
+        let (gathered, kept) = (
+            cb(Counter::DriverRxGathered),
+            cb(Counter::TcpSegmentsInByReference),
+        );
+        if passed {
+            assert_eq!(gathered, 0, "{what}");
+            assert!(
+                kept > sent / 2,
+                "{what}: {kept} of {sent} kept by reference"
+            );
+        } else {
+            assert!(gathered > sent / 2, "{what}: {gathered} gathered of {sent}");
+            // Header split hands TCP the payload as a fragment again (the NIC's page
+            // block), which it keeps as it would the sender's.
+            assert_eq!(kept > 0, what == "header split", "{what}");
+        }
+    }
+}
+
 /// Loses every 53rd frame, holds every 31st back until the next has gone, and flips a bit
 /// in a copy of every 41st frame's first fragment (the sender's block is never written):
 /// out-of-order segments, holes, retransmissions, and data by reference that fails its

@@ -608,6 +608,24 @@ pub fn fcs(frame: &[u8]) -> [u8; FCS_LEN] {
     crc32(frame).to_le_bytes()
 }
 
+/// The FCS of a frame given as its window then its fragments (a scatter-gather frame).
+pub fn fcs_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; FCS_LEN] {
+    let mut crc = Crc32::new();
+    for p in parts {
+        crc.update(p);
+    }
+    crc.finish().to_le_bytes()
+}
+
+/// Whether a scatter-gather frame is intact: its window ends in the FCS of the rest of
+/// the window followed by `frags` (where the memory NIC puts it; see `memlink.rs`).
+pub fn check_fcs_parts<'a>(window: &'a [u8], frags: impl IntoIterator<Item = &'a [u8]>) -> bool {
+    match window.split_last_chunk::<FCS_LEN>() {
+        Some((head, tail)) => *tail == fcs_parts(std::iter::once(head).chain(frags)),
+        None => false,
+    }
+}
+
 /// Whether `frame_with_fcs` (a frame followed by its four FCS bytes) is intact. Shorter
 /// than an FCS is not.
 #[inline]
@@ -622,6 +640,29 @@ pub fn check_fcs(frame_with_fcs: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::rng::Rng;
+
+    #[test]
+    fn a_frame_in_pieces_has_the_fcs_of_its_bytes_and_a_flip_in_any_piece_fails_it() {
+        let mut rng = Rng::new(11);
+        let bytes: Vec<u8> = (0..9000).map(|_| rng.next_u32() as u8).collect();
+        let (head, rest) = bytes.split_at(54);
+        let (a, b) = rest.split_at(4000);
+        assert_eq!(fcs_parts([head, a, b]), fcs(&bytes));
+        let mut window = head.to_vec();
+        window.extend_from_slice(&fcs_parts([head, a, b]));
+        assert!(check_fcs_parts(&window, [a, b]));
+        for piece in 0..3 {
+            let mut parts = [window.clone(), a.to_vec(), b.to_vec()];
+            let at = rng.below(parts[piece].len() as u64) as usize;
+            parts[piece][at] ^= 1 << rng.below(8);
+            let [w, x, y] = &parts;
+            assert!(
+                !check_fcs_parts(w, [&x[..], &y[..]]),
+                "a flip in piece {piece}"
+            );
+        }
+        assert!(!check_fcs_parts(&[1, 2, 3], []), "shorter than an FCS");
+    }
 
     #[test]
     fn check_value_and_known_vectors() {

@@ -232,6 +232,11 @@ impl Wire {
         }
     }
 
+    /// Whether the wire does nothing to frames (no faults configured).
+    pub fn is_perfect(&self) -> bool {
+        self.perfect
+    }
+
     pub fn stats(&self) -> FaultStats {
         self.stats
     }

@@ -91,7 +91,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use super::coalesce::Coalescer;
-use super::crc32::{check_fcs, fcs, FCS_LEN};
+use super::crc32::{check_fcs, check_fcs_parts, fcs, fcs_parts, FCS_LEN};
 use super::faults::{FaultConfig, FaultConfigError, FaultStats, Wire};
 use super::ring::{ring, Consumer, Producer, RingError, MAX_CAPACITY};
 use super::{
@@ -311,6 +311,12 @@ pub struct NicStats {
     pub tx_bounced: u64,
     /// Frames sent with fragments (loaned data), which the NIC gathered.
     pub tx_gathered: u64,
+    /// Frames whose fragments went to the other end with them, uncopied (DMA, nothing for
+    /// the NIC to do to their bytes): data a stack sent by reference.
+    pub tx_fragments_passed: u64,
+    /// Frames with fragments this NIC gathered on receipt because it reads frames whole
+    /// (a faulty wire, PIO, header split, receive checksum offload).
+    pub rx_gathered: u64,
     /// Received frames whose payload the NIC split off into page-aligned memory.
     pub rx_header_split: u64,
     /// Transport checksums the NIC completed (`l4_tx`): one per frame on the wire, so one
@@ -598,6 +604,14 @@ impl MemoryNic {
             else {
                 break;
             };
+            let mut wf = wf;
+            if wf.frame.has_frags() && !self.takes_fragments() {
+                counters.inc(Counter::DriverRxGathered);
+                match self.gathered(wf.frame) {
+                    Some(f) => wf.frame = f,
+                    None => continue,
+                }
+            }
             if wf.more.is_none() {
                 // A perfect wire with nothing on it delays nothing: straight to the MAC,
                 // in the order the wire would have delivered it.
@@ -650,14 +664,19 @@ impl MemoryNic {
     #[inline(always)]
     fn mac_receive(&mut self, frame: PacketBuf, at: Instant, counters: &Counters) {
         let len = frame.len();
-        if len > self.config.max_frame_len() + FCS_LEN {
+        if frame.total_len() > self.config.max_frame_len() + FCS_LEN {
             self.stats.rx_too_long += 1;
             counters.inc(Counter::DriverDropTooLong);
             self.reclaim(frame);
             return;
         }
         // (A frame too short for an FCS fails the check.)
-        if !check_fcs(frame.data()) {
+        let intact = if frame.has_frags() {
+            check_fcs_parts(frame.data(), frame.frags().iter().map(|f| &f[..]))
+        } else {
+            check_fcs(frame.data())
+        };
+        if !intact {
             self.stats.rx_bad_fcs += 1;
             counters.inc(Counter::DriverDropBadFcs);
             self.reclaim(frame);
@@ -695,6 +714,43 @@ impl MemoryNic {
     fn checks_received(&self) -> bool {
         let offload = self.config.checksum_offload;
         offload.ipv4_rx || offload.l4_rx
+    }
+
+    /// Whether a frame with fragments (data its sender passed by reference) goes up as it
+    /// is: a DMA NIC on a perfect wire that neither splits headers nor checks checksums;
+    /// the others read frames whole ([`gathered`](Self::gathered)).
+    fn takes_fragments(&self) -> bool {
+        self.config.copy_mode == CopyMode::Dma
+            && !self.config.header_split
+            && !self.checks_received()
+            && self.wire.is_perfect()
+    }
+
+    /// A frame with fragments made one contiguous frame, its FCS (which ended the window)
+    /// moved to the end: device work, a DMA engine writing the frame into one of this
+    /// NIC's buffers. `None` (counted as an overrun) without a buffer for it.
+    fn gathered(&mut self, mut frame: PacketBuf) -> Option<PacketBuf> {
+        self.stats.rx_gathered += 1;
+        let at = frame.len().checked_sub(FCS_LEN)?;
+        let mut fcs = [0u8; FCS_LEN];
+        fcs.copy_from_slice(&frame.data()[at..]);
+        frame.trim_back(FCS_LEN).ok()?;
+        let rest = frame.total_len() - frame.len();
+        let mut whole = if frame.tailroom() >= rest + FCS_LEN {
+            frame.linearize_in_place().ok()?;
+            frame
+        } else {
+            let Ok(mut b) = self.segment_buffer(frame.total_len()) else {
+                self.stats.rx_overrun += 1;
+                self.reclaim(frame);
+                return None;
+            };
+            let _ = frame.gather_into(b.data_mut());
+            self.reclaim(frame);
+            b
+        };
+        whole.extend_from_slice(&fcs).ok()?;
+        Some(whole)
     }
 
     /// The receive checksum offload on a frame (with `moved`, the length and sum of the
@@ -937,6 +993,39 @@ impl MemoryNic {
     ) -> Result<(), DeviceError> {
         let len = frame.total_len();
         let max = self.config.max_frame_len();
+        // DMA hands a frame to the other end as the same buffer, and its fragments go with
+        // it when the NIC has nothing to do to their bytes (no checksum to complete,
+        // nothing to cut): data a stack sent by reference stays where it is. The FCS,
+        // taken over the pieces, ends the window, before the fragments, so that it comes
+        // off as any frame's does; a receiving NIC that reads frames whole gathers them.
+        if frame.has_frags()
+            && self.config.copy_mode == CopyMode::Dma
+            && meta.l4_checksum.is_none()
+            && meta.gso_size == 0
+            && frame.tailroom() >= FCS_LEN
+        {
+            self.check_room(len, max, cx)?;
+            let mut frame = frame;
+            {
+                let _device = cx.ledger.device_work(s);
+                frame.set_tx_offload(TxOffload::default());
+                let parts =
+                    std::iter::once(frame.data()).chain(frame.frags().iter().map(|f| &f[..]));
+                let sum = fcs_parts(parts);
+                frame
+                    .append(FCS_LEN)
+                    .map_err(|_| DeviceError::QueueFull)?
+                    .copy_from_slice(&sum);
+            }
+            self.stats.tx_fragments_passed += 1;
+            cx.ledger.counters().inc(Counter::DriverTxFragmentsPassed);
+            let entry = WireFrame {
+                frame,
+                more: None,
+                sent_at: cx.now,
+            };
+            return self.enqueue(s, entry, 1, len as u64, cx);
+        }
         // A zero-copy super-frame on a DMA NIC: each segment is cut straight from the
         // frame's parts, one copy of the data (as a DMA engine reads host memory), not
         // gathered into one frame first and cut from that.
@@ -1200,7 +1289,7 @@ impl MemoryNic {
                 a
             };
             let mut rx = arrived.rx;
-            let len = rx.frame.len();
+            let len = rx.frame.total_len();
             match self.config.copy_mode {
                 CopyMode::Dma if self.config.header_split => {
                     let _device = cx.ledger.device_work(s);

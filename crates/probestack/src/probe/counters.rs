@@ -42,6 +42,12 @@ counters! {
     /// Frames whose external fragments (loaned data) the driver copied into one buffer
     /// because the device cannot gather them (no scatter-gather), or to loop them back.
     DriverTxLinearized = "driver.tx_linearized";
+    /// Frames a memory NIC with DMA handed to the other end with their fragments, uncopied
+    /// (data a stack sent by reference).
+    DriverTxFragmentsPassed = "driver.tx_fragments_passed";
+    /// Frames with fragments a memory NIC gathered on receipt because it reads frames
+    /// whole (a faulty wire, PIO, header split, receive checksum offload).
+    DriverRxGathered = "driver.rx_gathered";
     /// DMA frames without 4 bytes of tailroom for the FCS, copied into a larger buffer.
     DriverTxBounce = "driver.tx_bounce";
     /// Faults a memory link's wire injected (fault injection, not real events): frames dropped,
