@@ -993,16 +993,19 @@ impl MemoryNic {
     ) -> Result<(), DeviceError> {
         let len = frame.total_len();
         let max = self.config.max_frame_len();
-        // DMA hands a frame to the other end as the same buffer, and its fragments go with
-        // it when the NIC has nothing to do to their bytes (no checksum to complete,
-        // nothing to cut): data a stack sent by reference stays where it is. The FCS,
-        // taken over the pieces, ends the window, before the fragments, so that it comes
-        // off as any frame's does; a receiving NIC that reads frames whole gathers them.
+        // DMA hands a frame to the other end as the same buffer, and the fragments of a TCP
+        // segment go with it when the NIC has nothing to do to their bytes (no checksum to
+        // complete, nothing to cut): data a stack sent by reference stays where it is, for
+        // the receiving stack to keep so (other protocols' it would copy; they are gathered
+        // here, device work). The FCS, taken over the pieces, ends the window, before the
+        // fragments, so that it comes off as any frame's does; a receiving NIC that reads
+        // frames whole gathers them.
         if frame.has_frags()
             && self.config.copy_mode == CopyMode::Dma
             && meta.l4_checksum.is_none()
             && meta.gso_size == 0
             && frame.tailroom() >= FCS_LEN
+            && offload::starts_whole_tcp_segment(frame.data())
         {
             self.check_room(len, max, cx)?;
             let mut frame = frame;

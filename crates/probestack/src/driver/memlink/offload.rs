@@ -86,6 +86,16 @@ fn ipv4_header_len(frame: &[u8]) -> Option<usize> {
     (vihl >> 4 == 4 && ihl >= 20 && ETH_LEN + ihl <= frame.len()).then_some(ihl)
 }
 
+/// Whether a frame's window (its headers, the data following in fragments) starts an
+/// unfragmented IPv4 TCP segment: the frames whose fragments the NIC hands across, the
+/// data TCP at the other end can keep by reference (anything else it would copy there).
+pub(super) fn starts_whole_tcp_segment(window: &[u8]) -> bool {
+    ipv4_header_len(window).is_some_and(|_| {
+        let ip = &window[ETH_LEN..];
+        ip[9] == PROTO_TCP && be16(ip, 6) & 0x3FFF == 0
+    })
+}
+
 /// Where the TCP payload starts in a frame that is exactly one unfragmented IPv4 TCP
 /// segment (no link padding, a TCP data offset that fits): what a NIC with header/data
 /// split must know to place the payload. `None` for any other frame.
