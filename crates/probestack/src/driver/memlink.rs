@@ -664,17 +664,23 @@ impl MemoryNic {
     #[inline(always)]
     fn mac_receive(&mut self, frame: PacketBuf, at: Instant, counters: &Counters) {
         let len = frame.len();
-        if frame.total_len() > self.config.max_frame_len() + FCS_LEN {
+        let frags = frame.frags();
+        let total = if frags.is_empty() {
+            len
+        } else {
+            frame.total_len()
+        };
+        if total > self.config.max_frame_len() + FCS_LEN {
             self.stats.rx_too_long += 1;
             counters.inc(Counter::DriverDropTooLong);
             self.reclaim(frame);
             return;
         }
         // (A frame too short for an FCS fails the check.)
-        let intact = if frame.has_frags() {
-            check_fcs_parts(frame.data(), frame.frags().iter().map(|f| &f[..]))
-        } else {
+        let intact = if frags.is_empty() {
             check_fcs(frame.data())
+        } else {
+            check_fcs_parts(frame.data(), frags.iter().map(|f| &f[..]))
         };
         if !intact {
             self.stats.rx_bad_fcs += 1;
