@@ -448,33 +448,11 @@ impl Stack {
             data_in_rx = true;
         }
         if let (true, Some(c)) = (by_reference, conn.as_deref_mut()) {
-            if verify {
-                // The data is read to be summed, never copied.
-                let _p = self
-                    .ledger
-                    .probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
-                let mut acc = Accumulator::with_seed(seed);
-                acc.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
-                for f in frags {
-                    acc.add_with(kernel, f);
-                }
-                if !checksum::verifies(acc.sum()) {
-                    drop(_p);
-                    self.ledger.counters().inc(Counter::TcpDropBadChecksum);
-                    return self.free(s, Layer::Tcp, Side::Receive, datagram);
-                }
+            let check = verify.then_some((seed, kernel));
+            if !stage_by_reference(&self.ledger, s, c, &bytes[..header_len], frags, check) {
+                self.ledger.counters().inc(Counter::TcpDropBadChecksum);
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
             }
-            {
-                let _p = self
-                    .ledger
-                    .probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
-                for f in frags {
-                    c.rx.stage(f.clone());
-                }
-            }
-            self.ledger
-                .counters()
-                .inc(Counter::TcpSegmentsInByReference);
             data_in_rx = true;
         }
         if elided {
@@ -1136,7 +1114,6 @@ impl Stack {
         let fused = self.tuning.fused_copy_checksum && !offload && !out.no_checksum;
         let mut payload_sum = fused.then(Accumulator::new);
         let mut loaned = false;
-        // The fragments' sum, while every one came with its own.
         let mut frag_sums = Some(Accumulator::new());
         {
             let _p = self
@@ -1155,26 +1132,9 @@ impl Stack {
                 }
             });
             if copied < data_len {
-                // A shared block's slice comes with its sum when the block kept its
-                // pieces' sums (the ends summed here, charged to the copy as the fused
-                // sums are); any other fragment is summed below.
                 let sum = (!offload && !out.no_checksum).then_some(kernel);
-                let rest = data_len - copied;
-                c.tx.for_each_piece(data_offset + copied, rest, sum, |piece| match piece {
-                    Piece::Copy(_) => {}
-                    Piece::Loaned(e) => {
-                        loaned = true;
-                        frag_sums = None;
-                        buf.push_frag(e)
-                    }
-                    Piece::Shared(e, s) => {
-                        match (s, frag_sums.as_mut()) {
-                            (Some(s), Some(acc)) => acc.add_sum(s, e.len()),
-                            _ => frag_sums = None,
-                        }
-                        buf.push_frag(e)
-                    }
-                });
+                let range = (data_offset + copied, data_len - copied);
+                (loaned, frag_sums) = attach_queued(&c.tx, &mut buf, range, sum);
             }
         }
         if loaned {
@@ -1392,4 +1352,71 @@ impl Stack {
         }
         earliest
     }
+}
+
+/// Keeps a segment's fragments (data its sender passed by reference) in `c`'s receive
+/// buffer, staged for the connection to take, once the segment checks: with `check`
+/// (the pseudo-header's sum and the kernel), `header` and the fragments are summed, read
+/// and never copied. Returns whether it checked. Out of line: the bulk path's alone, kept
+/// out of the request/response path's instruction cache.
+#[cold]
+#[inline(never)]
+fn stage_by_reference(
+    ledger: &crate::probe::Ledger,
+    s: impl Sampling,
+    c: &mut Connection,
+    header: &[u8],
+    frags: &[ExtBuf],
+    check: Option<(u16, checksum::Kernel)>,
+) -> bool {
+    if let Some((seed, kernel)) = check {
+        let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
+        let mut acc = Accumulator::with_seed(seed);
+        acc.add_sum(checksum::header_sum(header), header.len());
+        for f in frags {
+            acc.add_with(kernel, f);
+        }
+        if !checksum::verifies(acc.sum()) {
+            return false;
+        }
+    }
+    let _p = ledger.probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
+    for f in frags {
+        c.rx.stage(f.clone());
+    }
+    ledger.counters().inc(Counter::TcpSegmentsInByReference);
+    true
+}
+
+/// Attaches the send buffer's queued bytes `range` (offset, length: loaned memory, shared
+/// blocks) to `buf` as fragments, uncopied. Returns whether any was loaned, and, when
+/// every fragment came with its sum (a shared block's slice does when the block kept its
+/// pieces' sums and `sum` asks; its ends are summed here, charged to the copy as the
+/// fused sums are), their sum. Out of line, as [`stage_by_reference`].
+#[cold]
+#[inline(never)]
+fn attach_queued(
+    tx: &send_buffer::SendBuffer,
+    buf: &mut PacketBuf,
+    (offset, len): (usize, usize),
+    sum: Option<checksum::Kernel>,
+) -> (bool, Option<Accumulator>) {
+    let mut loaned = false;
+    let mut sums = Some(Accumulator::new());
+    tx.for_each_piece(offset, len, sum, |piece| match piece {
+        Piece::Copy(_) => {}
+        Piece::Loaned(e) => {
+            loaned = true;
+            sums = None;
+            buf.push_frag(e)
+        }
+        Piece::Shared(e, s) => {
+            match (s, sums.as_mut()) {
+                (Some(s), Some(acc)) => acc.add_sum(s, e.len()),
+                _ => sums = None,
+            }
+            buf.push_frag(e)
+        }
+    });
+    (loaned, sums)
 }

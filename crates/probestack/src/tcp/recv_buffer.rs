@@ -133,6 +133,7 @@ impl RecvBuffer {
 
     /// The staged data's part of [`commit`](Self::commit): up to `n` bytes of it made
     /// readable, the rest dropped; returns how many.
+    #[inline(never)]
     fn commit_staged(&mut self, n: usize) -> usize {
         let mut done = 0;
         for mut p in self.staged.drain(..) {

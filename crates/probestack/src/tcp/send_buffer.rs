@@ -134,6 +134,7 @@ impl SendBuffer {
     /// (see the module documentation); returns how much. With `sum`, the bytes are summed
     /// as they are copied, with that kernel, and the blocks keep their pieces' sums for
     /// the segments' checksums ([`for_each_piece`](Self::for_each_piece)).
+    #[inline(never)]
     pub fn push_shared(&mut self, data: &[u8], sum: Option<Kernel>) -> usize {
         let n = data.len().min(self.free());
         if n < SHARED_WRITE_MIN && self.queue.is_empty() {
