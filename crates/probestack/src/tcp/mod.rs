@@ -260,13 +260,16 @@ impl Stack {
         rx: RxChecksum,
         now: Instant,
     ) {
-        if datagram.has_frags() && !self.tcp_reads_frags_in_place(ip, &datagram) {
+        let datagram = if datagram.has_frags() && !self.tcp_reads_frags_in_place(ip, &datagram) {
             // Copied together first, then read as any contiguous segment.
-            if let Ok(whole) = self.linearize_received(s, Layer::Tcp, datagram) {
-                self.tcp_segment_input(s, ip, whole, rx, now);
+            match self.linearize_received(s, Layer::Tcp, datagram) {
+                Ok(whole) => whole,
+                Err(()) => return,
             }
-            return;
-        }
+        } else {
+            datagram
+        };
+        // One call, so that the segment's input stays in line here.
         self.tcp_segment_input(s, ip, datagram, rx, now)
     }
 
