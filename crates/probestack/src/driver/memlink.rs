@@ -734,7 +734,8 @@ impl MemoryNic {
 
     /// A frame with fragments made one contiguous frame, its FCS (which ended the window)
     /// moved to the end: device work, a DMA engine writing the frame into one of this
-    /// NIC's buffers. `None` (counted as an overrun) without a buffer for it.
+    /// NIC's buffers. `None` (the frame lost) without a buffer for it, counted as an
+    /// overrun, or for a window too short to hold the FCS, which no memory NIC sends.
     fn gathered(&mut self, mut frame: PacketBuf) -> Option<PacketBuf> {
         self.stats.rx_gathered += 1;
         let at = frame.len().checked_sub(FCS_LEN)?;

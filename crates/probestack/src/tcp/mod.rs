@@ -232,23 +232,20 @@ impl Stack {
     /// the checksum fused, no offload); else into the ring. Not to our own addresses:
     /// loopback copies fragments together.
     pub(crate) fn tcp_send_copy_for(&self, dst: Ipv4Address) -> SendCopy {
-        let caps = self
-            .routes
-            .lookup(dst)
-            .and_then(|r| self.ifaces.get(r.interface))
-            .map(|i| i.caps)
-            .filter(|c| {
-                c.scatter_gather && c.mtu.saturating_sub(HEADERS) >= BY_REFERENCE_MIN_SEGMENT
-            });
-        match caps {
-            Some(caps) if self.tuning.tcp_send_by_reference && !self.is_own_address(dst) => {
-                let offloaded = self.tuning.checksum_offload && caps.checksum_offload.l4_tx;
-                let sum =
-                    (self.tuning.fused_copy_checksum && !offloaded).then_some(self.tuning.checksum);
-                SendCopy::Shared { sum }
-            }
-            _ => SendCopy::Ring,
+        if !self.tuning.tcp_send_by_reference || self.is_own_address(dst) {
+            return SendCopy::Ring;
         }
+        let iface = self.routes.lookup(dst).map(|r| r.interface);
+        let gathers = iface.and_then(|i| self.ifaces.get(i)).is_some_and(|i| {
+            i.caps.scatter_gather && i.caps.mtu.saturating_sub(HEADERS) >= BY_REFERENCE_MIN_SEGMENT
+        });
+        if !gathers {
+            return SendCopy::Ring;
+        }
+        // The segments' checksums: the device's, or summed in the write's copy.
+        let (offloaded, _) = self.tcp_offloads(iface);
+        let sum = (self.tuning.fused_copy_checksum && !offloaded).then_some(self.tuning.checksum);
+        SendCopy::Shared { sum }
     }
 
     /// A TCP segment in `datagram` (the whole IP datagram; `ip` its header).
