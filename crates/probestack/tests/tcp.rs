@@ -147,6 +147,32 @@ fn bulk_transfer_one_mib_clean() {
     }
 }
 
+/// Every segment B takes is demultiplexed through its PCB table, whose counts the stack
+/// gives (`tcp_pcb_stats`); with `fast`'s one-behind receive cache one connection's
+/// segments hit it, with `bsd`'s linear scan and no cache nothing is cached.
+#[test]
+fn tcp_pcb_lookups_and_cache_hits_are_counted() {
+    for t in [Tuning::fast(), Tuning::bsd()] {
+        let mut p = Pair::new(host(1500, t), host(1500, t)).unwrap();
+        let (c, _l, s) = connect(&mut p);
+        let before = p.b.tcp_pcb_stats();
+        transfer(&mut p, c, s, 256 << 10, Duration::from_secs(10));
+        let pcbs = p.b.tcp_pcb_stats().since(&before);
+        let segments = p.b.ledger().counters().get(Counter::TcpSegmentsIn);
+        assert!(
+            pcbs.lookups >= segments * 9 / 10,
+            "{pcbs:?}, {segments} segments"
+        );
+        assert_eq!(pcbs.unmatched, 0, "{pcbs:?}");
+        if t.pcb_recv_cache {
+            assert!(pcbs.recv_cache_hits >= pcbs.lookups * 9 / 10, "{pcbs:?}");
+        } else {
+            assert_eq!(pcbs.recv_cache_hits + pcbs.recv_cache_misses, 0, "{pcbs:?}");
+            assert!(pcbs.examined >= pcbs.lookups, "{pcbs:?}");
+        }
+    }
+}
+
 fn bulk_under_faults(mtu: usize, total: usize, tuning: Tuning) {
     let mut a = host(mtu, tuning);
     let mut b = host(mtu, tuning);

@@ -810,6 +810,12 @@ impl Stack {
         Ok(self.tcp_conn(h)?.stats())
     }
 
+    /// The TCP PCB table's lookup and cache statistics (the table and counts UDP's
+    /// [`udp_pcb_stats`](Stack::udp_pcb_stats) gives for its own).
+    pub fn tcp_pcb_stats(&self) -> crate::udp::pcb::PcbStats {
+        self.tcp_pcbs.stats()
+    }
+
     /// TCP_NODELAY: `true` turns Nagle's algorithm off.
     pub fn tcp_set_nodelay(&mut self, h: TcpHandle, nodelay: bool) -> Result<(), TcpError> {
         self.tcp_conn_mut(h)?.set_nagle(!nodelay);
