@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
-use common::tamper::{tcp_segment, tcp_seq, Tamper, Tampered};
+use common::tamper::{tcp_segment, tcp_seq, Refragment, Tamper, Tampered};
 use common::transfer::{fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -1081,6 +1081,52 @@ fn data_by_reference_survives_loss_reordering_and_corruption() {
     assert!(cb(Counter::StackRxLinearized) > 10);
     // The corrupted copies were caught (and the transfer's hash says nothing else got by).
     assert!(cb(Counter::TcpDropBadChecksum) > 10);
+}
+
+/// Whatever layout of fragments the device hands a frame in (headers cut anywhere, data
+/// partly behind the header, in one fragment or several), the stack reads it: a transfer
+/// arrives whole (its ACKs cut up too) with nothing dropped or sent again, with data by
+/// reference (9000) and without (1500).
+#[test]
+fn any_layout_of_fragments_is_read() {
+    for (mtu, seed) in [(1500, 7), (9000, 11)] {
+        let refragment = |seed| {
+            move |dev| -> Box<dyn Device + Send> {
+                Box::new(Tampered {
+                    dev,
+                    tamper: Refragment::new(seed),
+                })
+            }
+        };
+        let mut p = Pair::on_frame_queue_with(
+            host(mtu, Tuning::fast()),
+            host(mtu, Tuning::fast()),
+            refragment(seed),
+            refragment(seed + 1),
+        )
+        .unwrap();
+        let (c, _l, s) = connect(&mut p);
+        transfer(&mut p, c, s, 4 << 20, Duration::from_secs(120));
+        let cb = |k| p.b.ledger().counters().get(k);
+        // Nothing was lost or damaged, so nothing is dropped or sent again.
+        for host in [&p.a, &p.b] {
+            let c = host.ledger().counters();
+            for k in [
+                Counter::LinkDropMalformed,
+                Counter::ArpDropMalformed,
+                Counter::IpDropMalformed,
+                Counter::TcpDropMalformed,
+                Counter::TcpDropBadChecksum,
+                Counter::TcpRetransmittedSegments,
+            ] {
+                assert_eq!(c.get(k), 0, "{k:?} at MTU {mtu}");
+            }
+        }
+        assert!(cb(Counter::StackRxLinearized) > 100, "mtu {mtu}");
+        if mtu == 9000 {
+            assert!(cb(Counter::TcpSegmentsInByReference) > 10);
+        }
+    }
 }
 
 /// A template goes stale when the next hop's MAC changes and when the route goes: the

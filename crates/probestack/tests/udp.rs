@@ -5,7 +5,8 @@
 mod common;
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
-use probestack::driver::FaultConfig;
+use common::tamper::{Refragment, Tampered};
+use probestack::driver::{Device, FaultConfig};
 use probestack::ip::route::{Ipv4Cidr, NextHop, Route};
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B};
@@ -94,6 +95,57 @@ fn every_size_every_mtu_every_path() {
                 assert_eq!(from, (ADDR_A, p.a.udp_local_addr(tx).unwrap().1));
             }
         }
+    }
+}
+
+/// Datagrams of every size, fragmented by IP or not, arrive whole whatever layout of
+/// fragments the device hands their frames in (`common::tamper::Refragment`: headers cut
+/// anywhere, the payload in up to four pieces), on both receive paths, with nothing
+/// dropped as malformed.
+#[test]
+fn any_layout_of_fragments_is_read() {
+    let sizes = [0, 1, 64, 512, 1472, 1473, 8000, 30000, MAX_UDP_PAYLOAD];
+    for (mtu, t) in [
+        (1500, Tuning::bsd()),
+        (1500, fast_without_elision()),
+        (9000, Tuning::fast()),
+    ] {
+        let refragment = |seed| {
+            move |dev| -> Box<dyn Device + Send> {
+                Box::new(Tampered {
+                    dev,
+                    tamper: Refragment::new(seed),
+                })
+            }
+        };
+        let mut a = HostConfig::with_mtu(mtu);
+        let mut b = HostConfig::with_mtu(mtu);
+        a.stack.tuning = t;
+        b.stack.tuning = t;
+        let mut p = Pair::on_frame_queue_with(a, b, refragment(3), refragment(5)).unwrap();
+        let rx = p.b.udp_open();
+        p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+        let tx = p.a.udp_open();
+        for round in 0..4 {
+            for (i, &size) in sizes.iter().enumerate() {
+                let data = payload((round * sizes.len() + i) as u32, size);
+                assert_eq!(p.a.udp_send_to(tx, &data, ADDR_B, 9).unwrap(), size);
+                let (got, _) =
+                    recv_one(&mut p, rx).unwrap_or_else(|| panic!("mtu {mtu} size {size} lost"));
+                assert_eq!(got, data, "mtu {mtu} size {size}");
+            }
+        }
+        let c = p.b.ledger().counters();
+        for k in [
+            Counter::LinkDropMalformed,
+            Counter::ArpDropMalformed,
+            Counter::IpDropMalformed,
+            Counter::UdpDropMalformed,
+            Counter::UdpDropBadChecksum,
+        ] {
+            assert_eq!(c.get(k), 0, "{k:?} at MTU {mtu}");
+        }
+        assert!(c.get(Counter::StackRxLinearized) > 20, "MTU {mtu}");
     }
 }
 

@@ -27,6 +27,14 @@ impl Stack {
             mut frame,
             checksum,
         } = rx;
+        if frame.has_frags() && frame.data().len() < ethernet::HEADER_LEN {
+            // A device may cut a frame anywhere; the layers read their headers from the
+            // window, so one cut inside the Ethernet header is copied together first.
+            frame = match self.linearize_received(s, Layer::Link, frame) {
+                Ok(whole) => whole,
+                Err(()) => return,
+            };
+        }
         let ethertype = {
             let _p = self
                 .ledger
@@ -65,6 +73,12 @@ impl Stack {
         }
         match ethertype {
             EtherType::Ipv4 => self.ip_input(s, iface, frame, checksum, now),
+            EtherType::Arp if frame.has_frags() => {
+                // ARP reads one contiguous packet.
+                if let Ok(whole) = self.linearize_received(s, Layer::Link, frame) {
+                    self.arp_input(s, iface, whole, now)
+                }
+            }
             EtherType::Arp => self.arp_input(s, iface, frame, now),
             _ => {
                 self.ledger.counters().inc(Counter::LinkDropUnknownType);

@@ -274,13 +274,13 @@ impl Stack {
     /// ([`tcp_segment_input`](Self::tcp_segment_input)): one fragment (the payload a NIC
     /// split off, or one slice a sender passed), or several it will keep by reference
     /// (`Tuning::tcp_send_by_reference`, [`Connection::stages_by_reference`]); never data
-    /// partly behind the header and partly in fragments. A segment too short to parse is
-    /// left to the input to drop.
+    /// partly behind the header and partly in fragments, nor a header cut by the window
+    /// (copied together first; what is still too short then, the input drops).
     #[cold]
     fn tcp_reads_frags_in_place(&mut self, ip: &Ipv4Repr, datagram: &PacketBuf) -> bool {
         let bytes = &datagram.data()[ip.header_len()..];
         let Ok(p) = tcp_wire::Packet::new_checked(bytes) else {
-            return true;
+            return false;
         };
         let frags = datagram.frags();
         if bytes.len() > p.header_len() {

@@ -94,3 +94,84 @@ pub fn tcp_seq(frame: &[u8], at: usize) -> [u8; 4] {
     seq.copy_from_slice(&frame[at + 4..at + 8]);
     seq
 }
+
+/// Hands the device each frame's bytes in a new layout of fragments (seeded): the head
+/// cut at the end of the frame's headers (half the frames) or somewhere in its payload,
+/// the rest in one to four fragments, an empty one among them now and then; one frame in
+/// sixteen cut anywhere, headers included.
+/// The bytes stay the same, so a stack that reads any layout the device may hand it loses
+/// nothing.
+pub struct Refragment {
+    state: u64,
+}
+
+impl Refragment {
+    pub fn new(seed: u64) -> Refragment {
+        Refragment { state: seed | 1 }
+    }
+
+    /// xorshift64: a number below `n` (`n` > 0).
+    fn below(&mut self, n: usize) -> usize {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        (self.state % n as u64) as usize
+    }
+}
+
+/// The length of an Ethernet frame's Ethernet, IPv4 and TCP or UDP headers, as far as the
+/// frame says (14 for anything not IPv4).
+fn headers_len(frame: &[u8]) -> usize {
+    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
+        return 14.min(frame.len());
+    }
+    let ip = 14 + usize::from(frame[14] & 0x0f) * 4;
+    let first_fragment = u16::from_be_bytes([frame[20], frame[21]]) & 0x1fff == 0;
+    let l4 = match frame[23] {
+        6 if first_fragment => frame.get(ip + 12).map_or(0, |b| usize::from(b >> 4) * 4),
+        17 if first_fragment => 8,
+        _ => 0,
+    };
+    (ip + l4).min(frame.len())
+}
+
+impl Tamper for Refragment {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        let mut bytes = vec![0; frame.total_len()];
+        frame.gather_into(&mut bytes).expect("gather");
+        let headers = headers_len(&bytes);
+        let head = match self.below(16) {
+            0 => self.below(headers.max(1)),
+            1..=8 => headers,
+            _ => headers + self.below(bytes.len() - headers + 1),
+        };
+        let mut out = PacketBuf::from_slice(&bytes[..head], 128).expect("head");
+        out.set_tx_offload(frame.tx_offload());
+        let rest = bytes.len() - head;
+        let pieces = if rest == 0 {
+            0
+        } else {
+            1 + self.below(4.min(rest))
+        };
+        // Distinct cuts inside the rest, in order: each piece at least a byte.
+        let mut cuts: Vec<usize> = Vec::new();
+        while cuts.len() + 1 < pieces {
+            let c = 1 + self.below(rest - 1);
+            if !cuts.contains(&c) {
+                cuts.push(c);
+            }
+        }
+        cuts.sort_unstable();
+        let mut at = head;
+        for end in cuts.into_iter().map(|c| head + c).chain([bytes.len()]) {
+            if end > at {
+                if self.below(8) == 0 {
+                    out.push_frag(probestack::buf::ExtBuf::new(Vec::new()));
+                }
+                out.push_frag(probestack::buf::ExtBuf::new(bytes[at..end].to_vec()));
+                at = end;
+            }
+        }
+        vec![(out, meta)]
+    }
+}
