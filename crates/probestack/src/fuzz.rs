@@ -29,7 +29,10 @@
 //!   endian)]` ([`INGRESS_HEADER`]). `flags` bit 0 picks the host the frame arrives at (B,
 //!   or A); bits 1-2 the checksum treatment (as sent; recomputed; recomputed and reported
 //!   by the device as a raw sum; recomputed and reported as verified); bits 3-4 how far
-//!   the virtual clock moves after the frame (not at all, 1 ms, 250 ms, 5 s). Recomputing
+//!   the virtual clock moves after the frame (not at all, 1 ms, 250 ms, 5 s); bits 5-7
+//!   how the device hands it over (0 whole, 1-3 cut once at that many eighths of its
+//!   length, 4-7 cut at 1-4 eighths and again halfway through the rest, each piece after
+//!   the first a fragment, as a device that splits frames hands them). Recomputing
 //!   checksums lets the fuzzer reach past checksum verification into the protocols, as a
 //!   real attacker can.
 //!
@@ -787,9 +790,29 @@ impl Fixture {
 
     /// Hands `frame` to host B (or A) as if its device had received it.
     pub fn inject(&mut self, to_b: bool, frame: &[u8], checksum: RxChecksum) {
-        let Ok(frame) = PacketBuf::from_slice(frame, 0) else {
+        self.inject_split(to_b, frame, &[], checksum)
+    }
+
+    /// [`inject`](Self::inject) with the frame handed over in pieces, as a device that
+    /// splits frames may: the window holds the bytes up to the first cut, each later
+    /// piece is a fragment (`cuts` in order, each at most the frame's length).
+    pub fn inject_split(&mut self, to_b: bool, frame: &[u8], cuts: &[usize], checksum: RxChecksum) {
+        let head = cuts.first().map_or(frame.len(), |&c| c.min(frame.len()));
+        let Ok(mut buf) = PacketBuf::from_slice(&frame[..head], 0) else {
             return;
         };
+        let mut at = head;
+        for end in cuts
+            .iter()
+            .skip(1)
+            .map(|&c| c.min(frame.len()))
+            .chain([frame.len()])
+        {
+            let end = end.max(at);
+            buf.push_frag(crate::buf::ExtBuf::new(frame[at..end].to_vec()));
+            at = end;
+        }
+        let frame = buf;
         self.inbox[usize::from(!to_b)]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -1063,7 +1086,18 @@ pub fn stack_ingress(data: &[u8]) {
             }
         };
         touched |= may_touch_connection(&frame, ports);
-        fixture.inject(to_b, &frame, rx);
+        // Bits 5-7: the layout the device hands the frame in (whole, or cut at an eighth
+        // of its length and, from 4 on, again halfway through the rest).
+        let cut = usize::from(flags >> 5);
+        let cuts = match cut {
+            0 => Vec::new(),
+            1..=3 => vec![frame.len() * cut / 8],
+            _ => {
+                let head = frame.len() * (cut - 3) / 8;
+                vec![head, head + (frame.len() - head) / 2]
+            }
+        };
+        fixture.inject_split(to_b, &frame, &cuts, rx);
         match (flags >> 3) & 3 {
             0 => {
                 fixture.pair.settle();
@@ -1321,8 +1355,9 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "stack_ingress" => {
             let mut input = Vec::new();
             for (i, f) in frames.iter().chain(&fragment_frames()).enumerate() {
-                // Alternate the checksum treatments and let a little time pass.
-                let flags = (((i % 4) as u8) << 1) | (1 << 3);
+                // Alternate the checksum treatments and the layouts, and let a little
+                // time pass.
+                let flags = (((i % 4) as u8) << 1) | (1 << 3) | (((i % 8) as u8) << 5);
                 input.push(flags);
                 input.extend_from_slice(&(f.len() as u16).to_be_bytes());
                 input.extend_from_slice(f);
