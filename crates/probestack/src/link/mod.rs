@@ -27,42 +27,48 @@ impl Stack {
             mut frame,
             checksum,
         } = rx;
-        if frame.has_frags() && frame.data().len() < ethernet::HEADER_LEN {
-            // A device may cut a frame anywhere; the layers read their headers from the
-            // window, so one cut inside the Ethernet header is copied together first.
-            frame = match self.linearize_received(s, Layer::Link, frame) {
-                Ok(whole) => whole,
-                Err(()) => return,
-            };
-        }
-        let ethertype = {
-            let _p = self
-                .ledger
-                .probe(s, Layer::Link, Side::Receive, Op::LinkProto);
-            // Only the type is kept; the destination is read from the frame where it lies
-            // (taken from a parsed header built on the stack, it was read back with loads
-            // the CPU could not forward from the stores that built it, a stall a frame).
-            match ethernet::Frame::new_checked(frame.data()) {
-                Ok(f) => match EthernetRepr::parse(&f) {
-                    Ok(r) => {
-                        let destination = f.destination();
-                        if destination != self.ifaces[iface].mac && !destination.is_broadcast() {
-                            Err(Counter::LinkDropNotForUs)
-                        } else {
-                            Ok(r.ethertype)
+        let ethertype = loop {
+            let parsed = {
+                let _p = self
+                    .ledger
+                    .probe(s, Layer::Link, Side::Receive, Op::LinkProto);
+                // Only the type is kept; the destination is read from the frame where it
+                // lies (taken from a parsed header built on the stack, it was read back
+                // with loads the CPU could not forward from the stores that built it, a
+                // stall a frame).
+                match ethernet::Frame::new_checked(frame.data()) {
+                    Ok(f) => match EthernetRepr::parse(&f) {
+                        Ok(r) => {
+                            let destination = f.destination();
+                            if destination != self.ifaces[iface].mac && !destination.is_broadcast()
+                            {
+                                Err(Counter::LinkDropNotForUs)
+                            } else {
+                                Ok(r.ethertype)
+                            }
                         }
-                    }
+                        Err(_) => Err(Counter::LinkDropMalformed),
+                    },
                     Err(_) => Err(Counter::LinkDropMalformed),
-                },
-                Err(_) => Err(Counter::LinkDropMalformed),
-            }
-        };
-        let ethertype = match ethertype {
-            Ok(t) => t,
-            Err(c) => {
-                self.ledger.counters().inc(c);
-                self.pool.free(frame);
-                return;
+                }
+            };
+            match parsed {
+                Ok(EtherType::Arp) | Err(Counter::LinkDropMalformed) if frame.has_frags() => {
+                    // A device may cut a frame anywhere, and this one cut it inside the
+                    // Ethernet header (the layers read their headers from the window), or
+                    // it holds ARP, which reads one contiguous packet: copied together,
+                    // then read again.
+                    frame = match self.linearize_received(s, Layer::Link, frame) {
+                        Ok(whole) => whole,
+                        Err(()) => return,
+                    };
+                }
+                Ok(t) => break t,
+                Err(c) => {
+                    self.ledger.counters().inc(c);
+                    self.pool.free(frame);
+                    return;
+                }
             }
         };
         // Strip the header: the window moves, the bytes stay where they are.
@@ -73,12 +79,6 @@ impl Stack {
         }
         match ethertype {
             EtherType::Ipv4 => self.ip_input(s, iface, frame, checksum, now),
-            EtherType::Arp if frame.has_frags() => {
-                // ARP reads one contiguous packet.
-                if let Ok(whole) = self.linearize_received(s, Layer::Link, frame) {
-                    self.arp_input(s, iface, whole, now)
-                }
-            }
             EtherType::Arp => self.arp_input(s, iface, frame, now),
             _ => {
                 self.ledger.counters().inc(Counter::LinkDropUnknownType);
