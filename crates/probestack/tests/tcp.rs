@@ -13,8 +13,8 @@ use common::tamper::{tcp_segment, tcp_seq, Refragment, Tamper, Tampered};
 use common::transfer::{fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
-    Device, DeviceCaps, DeviceContext, DeviceError, FaultConfig, MemoryNic, RxChecksum, RxFrame,
-    TxMeta,
+    Device, DeviceCaps, DeviceContext, DeviceError, FaultConfig, MemoryNic, NicConfig, RxChecksum,
+    RxFrame, TxMeta,
 };
 use probestack::probe::Counter;
 use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
@@ -1085,29 +1085,50 @@ fn data_by_reference_survives_loss_reordering_and_corruption() {
 
 /// Whatever layout of fragments the device hands a frame in (headers cut anywhere, data
 /// partly behind the header, in one fragment or several), the stack reads it: a transfer
-/// arrives whole (its ACKs cut up too) with nothing dropped or sent again, with data by
-/// reference (9000) and without (1500).
+/// arrives whole (its ACKs cut up too) with nothing dropped or sent again. On a frame
+/// queue, with data by reference (9000) and without (1500); through the memory NICs,
+/// which hand fragments on or gather them, with and without checksum offload, TSO and
+/// header split.
 #[test]
 fn any_layout_of_fragments_is_read() {
-    for (mtu, seed) in [(1500, 7), (9000, 11)] {
-        let refragment = |seed| {
-            move |dev| -> Box<dyn Device + Send> {
-                Box::new(Tampered {
-                    dev,
-                    tamper: Refragment::new(seed),
-                })
+    fn refragment<D: Device + Send + 'static>(
+        seed: u64,
+    ) -> impl FnOnce(D) -> Box<dyn Device + Send> {
+        move |dev| {
+            Box::new(Tampered {
+                dev,
+                tamper: Refragment::new(seed),
+            })
+        }
+    }
+    for (case, mtu, seed) in [
+        ("frame queue", 1500, 7),
+        ("frame queue", 9000, 11),
+        ("memory NICs", 1500, 13),
+        ("memory NICs", 9000, 17),
+        ("memory NICs with offloads", 9000, 19),
+    ] {
+        let mut a = host(mtu, Tuning::fast());
+        let mut b = host(mtu, Tuning::fast());
+        let mut p = match case {
+            "frame queue" => {
+                Pair::on_frame_queue_with(a, b, refragment(seed), refragment(seed + 1)).unwrap()
+            }
+            _ => {
+                if case == "memory NICs with offloads" {
+                    for h in [&mut a, &mut b] {
+                        h.stack.tuning.checksum_elision = false;
+                        h.nic = NicConfig {
+                            header_split: true,
+                            ..h.nic.with_offloads()
+                        };
+                    }
+                }
+                Pair::with_devices(a, b, refragment(seed), refragment(seed + 1)).unwrap()
             }
         };
-        let mut p = Pair::on_frame_queue_with(
-            host(mtu, Tuning::fast()),
-            host(mtu, Tuning::fast()),
-            refragment(seed),
-            refragment(seed + 1),
-        )
-        .unwrap();
         let (c, _l, s) = connect(&mut p);
         transfer(&mut p, c, s, 4 << 20, Duration::from_secs(120));
-        let cb = |k| p.b.ledger().counters().get(k);
         // Nothing was lost or damaged, so nothing is dropped or sent again.
         for host in [&p.a, &p.b] {
             let c = host.ledger().counters();
@@ -1119,11 +1140,14 @@ fn any_layout_of_fragments_is_read() {
                 Counter::TcpDropBadChecksum,
                 Counter::TcpRetransmittedSegments,
             ] {
-                assert_eq!(c.get(k), 0, "{k:?} at MTU {mtu}");
+                assert_eq!(c.get(k), 0, "{k:?}, {case} at MTU {mtu}");
             }
         }
-        assert!(cb(Counter::StackRxLinearized) > 100, "mtu {mtu}");
-        if mtu == 9000 {
+        let cb = |k| p.b.ledger().counters().get(k);
+        if case == "frame queue" {
+            assert!(cb(Counter::StackRxLinearized) > 100, "{case} at MTU {mtu}");
+        }
+        if case == "frame queue" && mtu == 9000 {
             assert!(cb(Counter::TcpSegmentsInByReference) > 10);
         }
     }
