@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
-use common::tamper::{tcp_segment, tcp_seq, Refragment, Tamper, Tampered};
+use common::tamper::{refragmenting, tcp_segment, tcp_seq, Tamper, Tampered};
 use common::transfer::{fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -1091,16 +1091,6 @@ fn data_by_reference_survives_loss_reordering_and_corruption() {
 /// header split.
 #[test]
 fn any_layout_of_fragments_is_read() {
-    fn refragment<D: Device + Send + 'static>(
-        seed: u64,
-    ) -> impl FnOnce(D) -> Box<dyn Device + Send> {
-        move |dev| {
-            Box::new(Tampered {
-                dev,
-                tamper: Refragment::new(seed),
-            })
-        }
-    }
     for (case, mtu, seed) in [
         ("frame queue", 1500, 7),
         ("frame queue", 9000, 11),
@@ -1112,7 +1102,8 @@ fn any_layout_of_fragments_is_read() {
         let mut b = host(mtu, Tuning::fast());
         let mut p = match case {
             "frame queue" => {
-                Pair::on_frame_queue_with(a, b, refragment(seed), refragment(seed + 1)).unwrap()
+                Pair::on_frame_queue_with(a, b, refragmenting(seed), refragmenting(seed + 1))
+                    .unwrap()
             }
             _ => {
                 if case == "memory NICs with offloads" {
@@ -1124,7 +1115,7 @@ fn any_layout_of_fragments_is_read() {
                         };
                     }
                 }
-                Pair::with_devices(a, b, refragment(seed), refragment(seed + 1)).unwrap()
+                Pair::with_devices(a, b, refragmenting(seed), refragmenting(seed + 1)).unwrap()
             }
         };
         let (c, _l, s) = connect(&mut p);

@@ -119,6 +119,19 @@ impl Refragment {
     }
 }
 
+/// A pair's device wrapper (`Pair::with_devices`, `Pair::on_frame_queue_with`) that puts
+/// a [`Refragment`] seeded with `seed` in front of the device.
+pub fn refragmenting<D: Device + Send + 'static>(
+    seed: u64,
+) -> impl FnOnce(D) -> Box<dyn Device + Send> {
+    move |dev| {
+        Box::new(Tampered {
+            dev,
+            tamper: Refragment::new(seed),
+        })
+    }
+}
+
 /// The length of an Ethernet frame's Ethernet, IPv4 and TCP or UDP headers, as far as the
 /// frame says (14 for anything not IPv4).
 fn headers_len(frame: &[u8]) -> usize {
