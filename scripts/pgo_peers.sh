@@ -8,6 +8,7 @@
 # LLVM_PROFDATA.
 #
 #   scripts/pgo_peers.sh [lab peers arguments]     # e.g. --quick, --json
+#   PGO_TRAINING="" scripts/pgo_peers.sh             # train on a full lab peers run instead
 set -eu
 cd "$(dirname "$0")/.."
 profdata="${LLVM_PROFDATA:-}"
@@ -22,10 +23,12 @@ if [ ! -x "$profdata" ]; then
 fi
 data=$(mktemp -d /tmp/probestack-pgo.XXXXXX)
 trap 'rm -rf "$data"' EXIT
-echo "pgo_peers: instrumented build, then training on lab peers --quick" >&2
+training="${PGO_TRAINING---quick}"
+echo "pgo_peers: instrumented build, then training on lab peers $training" >&2
 RUSTFLAGS="-Cprofile-generate=$data/raw" CARGO_TARGET_DIR=target/pgo-generate \
     cargo build -q --release -p probestack-lab
-target/pgo-generate/release/probestack lab peers --quick > /dev/null
+# shellcheck disable=SC2086
+target/pgo-generate/release/probestack lab peers $training > /dev/null
 "$profdata" merge -o "$data/merged.profdata" "$data/raw"
 echo "pgo_peers: build with the profile" >&2
 RUSTFLAGS="-Cprofile-use=$data/merged.profdata" CARGO_TARGET_DIR=target/pgo-use \
