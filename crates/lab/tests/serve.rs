@@ -395,6 +395,13 @@ fn echo_discard_and_chargen_with_socat_and_nc() {
         printed.contains("echo.udp_datagrams_in"),
         "services counted:\n{printed}"
     );
+    // The demultiplexing of both protocols, as it went.
+    for proto in ["udp", "tcp"] {
+        assert!(
+            printed.contains(&format!("{proto} pcb lookups: ")),
+            "{proto} PCB lookups:\n{printed}"
+        );
+    }
     server.check_capture("udp");
 }
 

@@ -218,6 +218,19 @@ fn print_stack(stack: &Stack, stats: &RunStats, host: &HostArgs) {
             println!("  {name:32} {v}");
         }
     }
+    // Demultiplexing: each protocol's PCB lookups and how many its one-behind receive
+    // cache answered (paper 002 §6.3).
+    for (proto, pcbs) in [
+        ("udp", stack.udp_pcb_stats()),
+        ("tcp", stack.tcp_pcb_stats()),
+    ] {
+        if pcbs.lookups != 0 {
+            println!(
+                "{proto} pcb lookups: {} ({} unmatched, {} answered by the receive cache, {} entries examined)",
+                pcbs.lookups, pcbs.unmatched, pcbs.recv_cache_hits, pcbs.examined
+            );
+        }
+    }
     // The device's own counters, as `tap.rx_gso_frames` or `packet.tx_frames`.
     let kind = if host.tap.is_some() { "tap" } else { "packet" };
     let offload = if host.offload { "on" } else { "off" };
