@@ -792,6 +792,47 @@ fn nagle_does_not_hold_the_tail_of_a_write() {
     assert_eq!(p.a.ledger().counters().get(Counter::TcpSegmentsOut), out);
 }
 
+/// Nagle's test applies to the short tail of a super-segment as to a short segment of its
+/// own: while an earlier short segment is unacknowledged, a write of three full segments
+/// and a little more sends the three now and the tail once that ACK is in, instead of all
+/// four frames at once (as it did, so that a writer of 64 KiB at MTU 65535 sent a full
+/// segment and a 53-byte one per write).
+#[test]
+fn nagle_holds_the_short_tail_of_a_super_segment() {
+    let t = Tuning::fast();
+    assert!(t.software_segmentation);
+    let mut p = Pair::new(host(1500, t), host(1500, t)).unwrap();
+    let (c, _l, s) = connect(&mut p);
+    let mss = 1448;
+    let frames = |p: &Pair| p.a.ledger().counters().get(Counter::TcpSegmentsOut);
+    // A short segment goes at once and stays unacknowledged while the pair is not run.
+    let before = frames(&p);
+    assert_eq!(p.a.tcp_send(c, b"first"), Ok(5));
+    assert_eq!(frames(&p), before + 1);
+    let data = pattern(5, 3 * mss + 100);
+    assert_eq!(p.a.tcp_send(c, &data), Ok(data.len()));
+    assert_eq!(frames(&p), before + 4, "the tail went past Nagle");
+    // B's ACK of "first" lets the tail go; everything arrives, in order.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    assert!(p.run_until(Duration::from_secs(1), |p| {
+        while let Ok(n) = p.b.tcp_recv(s, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        got.len() == 5 + data.len()
+    }));
+    assert_eq!(&got[..5], b"first");
+    assert_eq!(&got[5..], &data[..]);
+    assert_eq!(
+        frames(&p) - before,
+        5,
+        "three full segments and the tail after the ACK"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // The link template (`Tuning::tcp_header_template`).
 

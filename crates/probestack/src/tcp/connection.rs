@@ -2221,10 +2221,28 @@ impl Connection {
         let in_flight = self.snd_nxt.bytes_since(self.snd_una);
         let usable = window.saturating_sub(in_flight);
         let mss = self.segment_data_max();
+        let fin_pending = self.fin_queued
+            && matches!(
+                self.state,
+                State::FinWait1 | State::LastAck | State::Closing
+            )
+            && !self.fin_acked();
+        let fin_seq = self.fin_seq_out();
+        let fin_unsent = fin_pending && fin_seq.is_some_and(|f| self.snd_nxt.le(f));
+        // Nagle in Minshall's form (as Linux has it): a short segment waits only while an
+        // earlier short one is unacknowledged, not while any data is, so the short tail
+        // of a bulk write does not wait for the peer's delayed ACK of the full segments
+        // before it. In flight means sent and not acknowledged: after a timeout took
+        // SND.NXT back, the short segment is to be sent again, not waited for (else the
+        // tail of a stream would wait for its own acknowledgement forever).
+        let short_in_flight = self.snd_sml.gt(self.snd_una) && self.snd_sml.le(self.snd_nxt);
+        let short_may_go = !short_in_flight || !self.config.nagle || fin_unsent;
         let mut len = unsent.min(usable).min(tso_max.max(mss));
-        if len > mss && len < unsent {
-            // A super-segment holds whole segments; the short tail waits for Nagle's
-            // test on its own, as it would without the offload.
+        if len > mss && (len < unsent || !short_may_go) {
+            // A super-segment holds whole segments; its short tail goes with it only
+            // when the tail ends the data and Nagle's test lets a short segment go, as
+            // it would without the offload. (Else a writer of 64 KiB at MTU 65535 sent
+            // a full segment and a 53-byte one per write, each short one past Nagle.)
             len -= len % mss;
         }
 
@@ -2265,29 +2283,13 @@ impl Connection {
             }
         }
 
-        let fin_pending = self.fin_queued
-            && matches!(
-                self.state,
-                State::FinWait1 | State::LastAck | State::Closing
-            )
-            && !self.fin_acked();
-        let fin_seq = self.fin_seq_out();
-        let fin_unsent = fin_pending && fin_seq.is_some_and(|f| self.snd_nxt.le(f));
-
         if len > 0 {
             // Sender silly-window avoidance and Nagle (RFC 9293 §3.8.6.2.1, RFC 1122
             // §4.2.3.4): send a full segment; or everything left, if Nagle allows it or
-            // is off; or at least half the largest window seen. Nagle in Minshall's form
-            // (as Linux has it): a short segment waits only while an earlier short one
-            // is unacknowledged, not while any data is, so the short tail of a bulk write
-            // does not wait for the peer's delayed ACK of the full segments before it.
+            // is off; or at least half the largest window seen.
             let all = len == unsent;
-            // In flight means sent and not acknowledged: after a timeout took SND.NXT
-            // back, the short segment is to be sent again, not waited for (else the
-            // tail of a stream would wait for its own acknowledgement forever).
-            let short_in_flight = self.snd_sml.gt(self.snd_una) && self.snd_sml.le(self.snd_nxt);
             let ok = len >= mss
-                || (all && (!short_in_flight || !self.config.nagle || fin_unsent))
+                || (all && short_may_go)
                 || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2);
             if ok {
                 let seq = self.snd_nxt;
