@@ -74,7 +74,13 @@ impl Device for Watched {
         if let Some(f) = &f {
             let mut seen = self.seen.lock().unwrap();
             if seen.frames.len() < KEEP_FRAMES {
-                seen.frames.push((f.frame.data().to_vec(), f.checksum));
+                // The whole frame: a NIC may hand data its sender passed by reference up
+                // in fragments behind the headers.
+                let mut bytes = f.frame.data().to_vec();
+                for frag in f.frame.frags() {
+                    bytes.extend_from_slice(frag);
+                }
+                seen.frames.push((bytes, f.checksum));
             }
         }
         self.publish();

@@ -293,8 +293,8 @@ impl PageRecycler {
     /// A page-aligned copy of `data`: in the oldest block if nothing else refers to it
     /// and it is large enough, else in a new one.
     pub fn copy_page_aligned(&mut self, data: &[u8]) -> ExtBuf {
-        self.copy_with(data, |dst, src| {
-            dst.copy_from_slice(src);
+        self.copy_with(data.len(), |dst| {
+            dst.copy_from_slice(data);
             0
         })
         .0
@@ -303,14 +303,29 @@ impl PageRecycler {
     /// The same, summing the bytes (RFC 1071) as they are copied, as a NIC's receive
     /// engine checks a checksum while its DMA places the data: the copy and the sum.
     pub fn copy_and_sum_page_aligned(&mut self, data: &[u8]) -> (ExtBuf, u16) {
-        self.copy_with(data, crate::checksum::copy_and_sum)
+        self.copy_with(data.len(), |dst| crate::checksum::copy_and_sum(dst, data))
     }
 
-    fn copy_with(
+    /// The same for `len` bytes that lie in `pieces`, one after another (a frame's
+    /// window and its fragments): one copy of each byte, summed as it goes.
+    pub fn copy_and_sum_page_aligned_parts<'a>(
         &mut self,
-        data: &[u8],
-        copy: impl FnOnce(&mut [u8], &[u8]) -> u16,
+        len: usize,
+        pieces: impl IntoIterator<Item = &'a [u8]>,
     ) -> (ExtBuf, u16) {
+        self.copy_with(len, |dst| {
+            let (mut sum, mut done) = (0u16, 0usize);
+            for piece in pieces {
+                let n = piece.len().min(dst.len() - done);
+                let part = crate::checksum::copy_and_sum(&mut dst[done..done + n], &piece[..n]);
+                sum = crate::checksum::combine_at(sum, part, done);
+                done += n;
+            }
+            sum
+        })
+    }
+
+    fn copy_with(&mut self, len: usize, copy: impl FnOnce(&mut [u8]) -> u16) -> (ExtBuf, u16) {
         let free = match self.blocks.pop_front() {
             Some(block) => match Arc::try_unwrap(block) {
                 Ok(block) => Some(block),
@@ -321,20 +336,20 @@ impl PageRecycler {
             },
             None => None,
         };
-        let fresh = || Vec::with_capacity(data.len() + PAGE_SIZE - 1);
+        let fresh = || Vec::with_capacity(len + PAGE_SIZE - 1);
         let mut block = free.unwrap_or_else(fresh);
         let mut pad = block.as_ptr().align_offset(PAGE_SIZE).min(PAGE_SIZE - 1);
-        if pad + data.len() > block.capacity() {
+        if pad + len > block.capacity() {
             block = fresh();
             pad = block.as_ptr().align_offset(PAGE_SIZE).min(PAGE_SIZE - 1);
         }
-        let end = pad + data.len();
+        let end = pad + len;
         // Only bytes no earlier copy wrote are zeroed first; then the window is written.
         if block.len() < end {
             block.resize(end, 0);
         }
         block.truncate(end);
-        let sum = copy(&mut block[pad..end], data);
+        let sum = copy(&mut block[pad..end]);
         let buf = ExtBuf {
             block: Arc::new(block),
             start: pad,

@@ -111,6 +111,15 @@ pub(crate) mod offload;
 
 use offload::SuperFrame;
 
+/// The least data a segment carrying a checksum the NIC completes must hold for the NIC
+/// to send it by reference (its data left in the fragments it came in, read for the
+/// checksum and the FCS, not copied): a page, the least header split at the other end
+/// places in pages. Smaller segments cost more in references and per-piece work than the
+/// copy saves (as TCP's `BY_REFERENCE_MIN_SEGMENT` found for its own sends; at MTU 1500
+/// the zero-copy bulk harness ran 8% slower by reference), so the NIC copies them, summing
+/// as it goes.
+const BY_REFERENCE_MIN: usize = PAGE_SIZE;
+
 /// The smallest MTU a NIC accepts (the datagram every IPv4 host must take, RFC 791).
 pub const MIN_MTU: usize = 576;
 /// The largest MTU a NIC accepts (the largest IPv4 datagram).
@@ -312,10 +321,11 @@ pub struct NicStats {
     /// Frames sent with fragments (loaned data), which the NIC gathered.
     pub tx_gathered: u64,
     /// Frames whose fragments went to the other end with them, uncopied (DMA, nothing for
-    /// the NIC to do to their bytes): data a stack sent by reference.
+    /// the NIC to do to their bytes but read them for a checksum it completes): data a
+    /// stack sent by reference or loaned, and the segments of such a super-frame.
     pub tx_fragments_passed: u64,
     /// Frames with fragments this NIC gathered on receipt because it reads frames whole
-    /// (a faulty wire, PIO, header split, receive checksum offload).
+    /// (PIO, or a faulty wire, which must not alter the sender's memory).
     pub rx_gathered: u64,
     /// Received frames whose payload the NIC split off into page-aligned memory.
     pub rx_header_split: u64,
@@ -605,12 +615,30 @@ impl MemoryNic {
                 break;
             };
             let mut wf = wf;
-            if wf.frame.has_frags() && !self.takes_fragments() {
+            if !self.takes_as_is(&wf.frame) {
                 counters.inc(Counter::DriverRxGathered);
                 match self.gathered(wf.frame) {
                     Some(f) => wf.frame = f,
                     None => continue,
                 }
+            }
+            // A super-frame's other segments, when a NIC cut it by reference.
+            if let Some(more) = wf.more.take() {
+                wf.more = if more.iter().all(|f| self.takes_as_is(f)) {
+                    Some(more)
+                } else {
+                    let whole: Vec<PacketBuf> = more
+                        .into_iter()
+                        .filter_map(|f| {
+                            if self.takes_as_is(&f) {
+                                return Some(f);
+                            }
+                            counters.inc(Counter::DriverRxGathered);
+                            self.gathered(f)
+                        })
+                        .collect();
+                    (!whole.is_empty()).then(|| Box::new(whole))
+                };
             }
             if wf.more.is_none() {
                 // A perfect wire with nothing on it delays nothing: straight to the MAC,
@@ -696,9 +724,19 @@ impl MemoryNic {
         }
         let bytes = &frame.data()[..len - FCS_LEN];
         // A frame header split will take has its checksums checked as the split copies
-        // its payload, in one pass over the bytes; the others' are checked now.
-        let checksum = if self.checks_received() && self.split_offset(bytes).is_none() {
-            self.check_received(bytes, None)
+        // its payload, in one pass over the bytes; the others' are checked now (over the
+        // window, and the fragments summed where they lie).
+        let checksum = if self.checks_received() && self.split_offset(bytes, total - len).is_none()
+        {
+            let moved = (!frags.is_empty()).then(|| {
+                frags.iter().fold((0, 0), |(done, sum), f| {
+                    (
+                        done + f.len(),
+                        checksum::combine_at(sum, checksum::sum(f), done),
+                    )
+                })
+            });
+            self.check_received(bytes, moved)
         } else {
             RxChecksum::None
         };
@@ -722,14 +760,14 @@ impl MemoryNic {
         offload.ipv4_rx || offload.l4_rx
     }
 
-    /// Whether a frame with fragments (data its sender passed by reference) goes up as it
-    /// is: a DMA NIC on a perfect wire that neither splits headers nor checks checksums;
-    /// the others read frames whole ([`gathered`](Self::gathered)).
-    fn takes_fragments(&self) -> bool {
-        self.config.copy_mode == CopyMode::Dma
-            && !self.config.header_split
-            && !self.checks_received()
-            && self.wire.is_perfect()
+    /// Whether a frame off the wire goes to the MAC as it came: one without fragments, or
+    /// one whose fragments (data its sender passed by reference or loaned) a DMA NIC on a
+    /// perfect wire takes as they are: it reads them for the FCS and any checksum it
+    /// checks, and header split copies a payload of a page or more from them into its own
+    /// pages. Any other is gathered first ([`gathered`](Self::gathered)): PIO reads frames
+    /// whole, and a faulty wire must not alter its sender's memory.
+    fn takes_as_is(&self, frame: &PacketBuf) -> bool {
+        !frame.has_frags() || (self.config.copy_mode == CopyMode::Dma && self.wire.is_perfect())
     }
 
     /// A frame with fragments made one contiguous frame, its FCS (which ended the window)
@@ -773,13 +811,15 @@ impl MemoryNic {
         check.checksum
     }
 
-    /// Where header split cuts this frame, if it takes its payload: a DMA NIC with the
-    /// split on, and one unfragmented TCP segment with at least a page of payload.
-    fn split_offset(&self, frame: &[u8]) -> Option<usize> {
+    /// Where header split cuts this frame (its window, and `frags_len` bytes after it in
+    /// fragments), if it takes its payload: a DMA NIC with the split on, and one
+    /// unfragmented TCP segment with at least a page of payload.
+    fn split_offset(&self, window: &[u8], frags_len: usize) -> Option<usize> {
         if self.config.copy_mode != CopyMode::Dma || !self.config.header_split {
             return None;
         }
-        offload::tcp_payload_offset(frame).filter(|&at| frame.len() - at >= PAGE_SIZE)
+        let len = window.len() + frags_len;
+        offload::tcp_payload_offset_parts(window, len).filter(|&at| len - at >= PAGE_SIZE)
     }
 
     /// A frame with fragments made whole. With DMA the NIC's engine follows the
@@ -849,14 +889,26 @@ impl MemoryNic {
     ///
     /// Returns the length and sum of the payload it moved: the copy sums as it goes.
     fn split(&mut self, mut frame: PacketBuf) -> (PacketBuf, Option<(usize, u16)>) {
-        let Some(at) = self.split_offset(frame.data()) else {
+        let frags_len = frame.total_len() - frame.len();
+        let Some(at) = self.split_offset(frame.data(), frags_len) else {
             return (frame, None);
         };
-        let payload_len = frame.len() - at;
-        let (payload, sum) = self.rx_pages.copy_and_sum_page_aligned(&frame.data()[at..]);
-        if frame.trim_back(payload_len).is_err() {
+        let in_window = frame.len() - at;
+        let payload_len = in_window + frags_len;
+        let (payload, sum) = if frags_len == 0 {
+            self.rx_pages.copy_and_sum_page_aligned(&frame.data()[at..])
+        } else {
+            // From the window's end and the fragments (data its sender passed by
+            // reference), which the frame then lets go.
+            let pieces =
+                std::iter::once(&frame.data()[at..]).chain(frame.frags().iter().map(|f| &f[..]));
+            self.rx_pages
+                .copy_and_sum_page_aligned_parts(payload_len, pieces)
+        };
+        if frame.trim_back(in_window).is_err() {
             return (frame, None);
         }
+        drop(frame.take_frags());
         frame.push_frag(payload);
         self.stats.rx_header_split += 1;
         (frame, Some((payload_len, sum)))
@@ -947,8 +999,12 @@ impl MemoryNic {
         self.stats.tx_csum_offloaded += n as u64;
         Ok((frame, more))
     }
-    /// The segments of a super-frame whose data lies in its fragments, each cut straight
-    /// from them into a buffer of its own (device work), with its checksum and FCS.
+    /// The segments of a super-frame whose data lies in its fragments (device work): each
+    /// gets headers of its own, its data stays where it is, as slices of those fragments
+    /// (Linux's GSO shares page fragments between the segments it cuts the same way), and
+    /// the NIC reads it twice, once for the checksum and once for the FCS, and copies none
+    /// of it. (Any of its data that lay in the frame's window is copied behind its
+    /// headers.) A receiving NIC that reads frames whole gathers them.
     fn cut_parts(
         &mut self,
         s: impl Sampling,
@@ -956,20 +1012,32 @@ impl MemoryNic {
         plan: &SuperFrame,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
+        let by_reference = plan.mss() >= BY_REFERENCE_MIN;
         let mut segments = {
             let _device = cx.ledger.device_work(s);
             let n = plan.segments();
             let mut segments = Vec::with_capacity(n);
             for i in 0..n {
-                let (_, len) = plan.segment(i);
-                let mut segment = self.segment_buffer(len)?;
-                plan.cut_with(frame.data(), i, segment.data_mut(), |range, out| {
-                    copy_and_sum_parts(&frame, range, out)
+                segments.push(if by_reference {
+                    self.cut_by_reference(&frame, plan, i)?
+                } else {
+                    let (_, len) = plan.segment(i);
+                    let mut segment = self.segment_buffer(len)?;
+                    plan.cut_with(frame.data(), i, segment.data_mut(), |range, out| {
+                        copy_and_sum_parts(&frame, range, out)
+                    });
+                    Self::append_fcs(&mut segment)?;
+                    segment
                 });
-                Self::append_fcs(&mut segment)?;
-                segments.push(segment);
             }
-            self.stats.tx_gathered += 1;
+            if by_reference {
+                self.stats.tx_fragments_passed += n as u64;
+                cx.ledger
+                    .counters()
+                    .add(Counter::DriverTxFragmentsPassed, n as u64);
+            } else {
+                self.stats.tx_gathered += 1;
+            }
             self.stats.tx_super_frames += 1;
             self.stats.tx_segments += n as u64;
             self.stats.tx_csum_offloaded += n as u64;
@@ -979,7 +1047,10 @@ impl MemoryNic {
         // segments, and the loaned fragments are let go.
         self.segment_pool.free(frame);
         let frames = segments.len() as u64;
-        let bytes = segments.iter().map(|f| (f.len() - FCS_LEN) as u64).sum();
+        let bytes = segments
+            .iter()
+            .map(|f| (f.total_len() - FCS_LEN) as u64)
+            .sum();
         let first = segments.remove(0);
         let entry = WireFrame {
             frame: first,
@@ -1000,24 +1071,45 @@ impl MemoryNic {
     ) -> Result<(), DeviceError> {
         let len = frame.total_len();
         let max = self.config.max_frame_len();
+        let caps = self.config.checksum_offload;
+        let dma_frags = frame.has_frags() && self.config.copy_mode == CopyMode::Dma;
+        // A zero-copy super-frame on a DMA NIC: cut into segments that keep their data
+        // where it is (`cut_parts`), not gathered into one frame first and cut from that.
+        if dma_frags && meta.gso_size != 0 && self.config.segments() && caps.l4_tx {
+            if let Some(plan) = SuperFrame::plan_parts(frame.data(), len, &meta) {
+                self.check_room(plan.segment_frame_len(), max, cx)?;
+                return self.cut_parts(s, frame, &plan, cx);
+            }
+        }
         // DMA hands a frame to the other end as the same buffer, and the fragments of a TCP
-        // segment go with it when the NIC has nothing to do to their bytes (no checksum to
-        // complete, nothing to cut): data a stack sent by reference stays where it is, for
-        // the receiving stack to keep so (other protocols' it would copy; they are gathered
-        // here, device work). The FCS, taken over the pieces, ends the window, before the
-        // fragments, so that it comes off as any frame's does; a receiving NIC that reads
-        // frames whole gathers them.
-        if frame.has_frags()
-            && self.config.copy_mode == CopyMode::Dma
-            && meta.l4_checksum.is_none()
-            && meta.gso_size == 0
+        // segment go with it, uncopied, when the NIC has nothing to do to their bytes but
+        // read them (a checksum to complete, which it sums where they lie; nothing to
+        // cut): data a stack sent by reference, or loaned, stays where it is (other
+        // protocols' it would copy; they are gathered below, device work). The FCS, taken
+        // over the pieces, ends the window, before the fragments, so that it comes off as
+        // any frame's does; a receiving NIC that reads frames whole gathers them.
+        if dma_frags
+            && (meta.l4_checksum.is_none() || caps.l4_tx && len - frame.len() >= BY_REFERENCE_MIN)
+            && !(meta.gso_size != 0 && self.config.segments() && !caps.l4_tx)
             && frame.tailroom() >= FCS_LEN
             && offload::starts_whole_tcp_segment(frame.data())
         {
             self.check_room(len, max, cx)?;
             let mut frame = frame;
+            self.software_offloads(s, frame.data_mut(), meta, false, cx);
             {
                 let _device = cx.ledger.device_work(s);
+                if meta.l4_checksum.is_some() || meta.ipv4_checksum {
+                    let from = frame.len();
+                    let (mut rest, mut done) = (0u16, 0usize);
+                    if meta.l4_checksum.is_some() {
+                        for f in frame.frags() {
+                            rest = checksum::combine_at(rest, checksum::sum(f), done);
+                            done += f.len();
+                        }
+                    }
+                    self.device_offloads(frame.data_mut(), meta, Some((from, rest)));
+                }
                 frame.set_tx_offload(TxOffload::default());
                 let parts =
                     std::iter::once(frame.data()).chain(frame.frags().iter().map(|f| &f[..]));
@@ -1035,20 +1127,6 @@ impl MemoryNic {
                 sent_at: cx.now,
             };
             return self.enqueue(s, entry, 1, len as u64, cx);
-        }
-        // A zero-copy super-frame on a DMA NIC: each segment is cut straight from the
-        // frame's parts, one copy of the data (as a DMA engine reads host memory), not
-        // gathered into one frame first and cut from that.
-        if frame.has_frags()
-            && self.config.copy_mode == CopyMode::Dma
-            && meta.gso_size != 0
-            && self.config.segments()
-            && self.config.checksum_offload.l4_tx
-        {
-            if let Some(plan) = SuperFrame::plan_parts(frame.data(), len, &meta) {
-                self.check_room(plan.segment_frame_len(), max, cx)?;
-                return self.cut_parts(s, frame, &plan, cx);
-            }
         }
         // Scatter-gather: the frame's fragments (loaned data, a zero-copy send) are read
         // where they are, into one frame.
@@ -1228,6 +1306,54 @@ fn copy_and_sum_parts(frame: &PacketBuf, range: std::ops::Range<usize>, out: &mu
         done += n;
     }
     sum
+}
+
+impl MemoryNic {
+    /// Segment `i` of the super-frame `frame`, whose data lies in its fragments: a buffer
+    /// of the NIC's with the segment's headers (and any of its data the frame's window
+    /// held, copied), then the fragments' slices that hold the rest, by reference; the
+    /// checksum summed over the data where it lies, the FCS over the pieces at the
+    /// window's end (as for any frame whose fragments go across).
+    fn cut_by_reference(
+        &mut self,
+        frame: &PacketBuf,
+        plan: &SuperFrame,
+        i: usize,
+    ) -> Result<PacketBuf, DeviceError> {
+        let (range, _) = plan.segment(i);
+        let window = frame.data();
+        let headers = plan.header_len();
+        let in_window = range.start.min(window.len())..range.end.min(window.len());
+        let mut segment = self.segment_buffer(headers + in_window.len())?;
+        let mut sum =
+            checksum::copy_and_sum(&mut segment.data_mut()[headers..], &window[in_window]);
+        let (mut done, mut at) = (segment.len() - headers, window.len());
+        for f in frame.frags() {
+            let (start, end) = (at, at + f.len());
+            at = end;
+            if end <= range.start {
+                continue;
+            }
+            if start >= range.end {
+                break;
+            }
+            let piece = f
+                .slice(range.start.max(start) - start..range.end.min(end) - start)
+                .map_err(|_| DeviceError::QueueFull)?;
+            sum = checksum::combine_at(sum, checksum::sum(&piece), done);
+            done += piece.len();
+            segment.push_frag(piece);
+        }
+        plan.write_headers(window, i, &mut segment.data_mut()[..headers], sum);
+        let fcs = fcs_parts(
+            std::iter::once(segment.data()).chain(segment.frags().iter().map(|f| &f[..])),
+        );
+        segment
+            .append(FCS_LEN)
+            .map_err(|_| DeviceError::QueueFull)?
+            .copy_from_slice(&fcs);
+        Ok(segment)
+    }
 }
 
 impl MemoryNic {

@@ -96,19 +96,27 @@ pub(super) fn starts_whole_tcp_segment(window: &[u8]) -> bool {
     })
 }
 
-/// Where the TCP payload starts in a frame that is exactly one unfragmented IPv4 TCP
-/// segment (no link padding, a TCP data offset that fits): what a NIC with header/data
-/// split must know to place the payload. `None` for any other frame.
-pub(super) fn tcp_payload_offset(frame: &[u8]) -> Option<usize> {
-    let ihl = ipv4_header_len(frame)?;
-    let ip = &frame[ETH_LEN..];
+/// Where the TCP payload starts in a frame of `frame_len` bytes that is exactly one
+/// unfragmented IPv4 TCP segment (no link padding, a TCP data offset that fits) and whose
+/// first part, `window`, holds its headers (the rest may lie in fragments: data its sender
+/// passed by reference): what a NIC with header/data split must know to place the
+/// payload. `None` for any other frame.
+pub(super) fn tcp_payload_offset_parts(window: &[u8], frame_len: usize) -> Option<usize> {
+    let ihl = ipv4_header_len(window)?;
+    let ip = &window[ETH_LEN..];
     let total = usize::from(be16(ip, 2));
     let is_fragment = be16(ip, 6) & 0x3FFF != 0;
-    if ip[9] != PROTO_TCP || is_fragment || ETH_LEN + total != frame.len() || total < ihl + 20 {
+    if ip[9] != PROTO_TCP
+        || is_fragment
+        || ETH_LEN + total != frame_len
+        || total < ihl + 20
+        || window.len() < ETH_LEN + ihl + 20
+    {
         return None;
     }
     let data_offset = usize::from(ip[ihl + 12] >> 4) * 4;
-    (data_offset >= 20 && ihl + data_offset <= total).then_some(ETH_LEN + ihl + data_offset)
+    let at = ETH_LEN + ihl + data_offset;
+    (data_offset >= 20 && ihl + data_offset <= total && at <= window.len()).then_some(at)
 }
 
 /// Stores the value for a checksum field, 0 as `0xFFFF` (see the module documentation).
@@ -229,6 +237,16 @@ impl SuperFrame {
         })
     }
 
+    /// Data bytes per segment (the last may have fewer).
+    pub(super) fn mss(&self) -> usize {
+        self.mss
+    }
+
+    /// The headers' length (Ethernet onward), which every segment repeats.
+    pub(super) fn header_len(&self) -> usize {
+        self.headers
+    }
+
     /// How many segments.
     pub(super) fn segments(&self) -> usize {
         self.data.div_ceil(self.mss)
@@ -312,9 +330,16 @@ impl SuperFrame {
         let (range, len) = self.segment(i);
         debug_assert_eq!(out.len(), len);
         let (headers, data) = out.split_at_mut(self.headers);
+        let data_sum = copy_data(range, data);
+        self.write_headers(window, i, headers, data_sum);
+    }
+
+    /// Writes segment `i`'s headers into `headers` (exactly [`header_len`](Self::header_len)
+    /// bytes) from the super-frame's, its checksum completed with `data_sum`, the sum of
+    /// its data.
+    pub(super) fn write_headers(&self, window: &[u8], i: usize, headers: &mut [u8], data_sum: u16) {
         headers.copy_from_slice(&window[..self.headers]);
         self.rewrite_headers(headers, i);
-        let data_sum = copy_data(range, data);
         self.finish(headers, data_sum);
     }
 

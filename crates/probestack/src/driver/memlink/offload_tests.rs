@@ -427,6 +427,97 @@ fn tso_cuts_a_super_frame_as_linux_does() {
     }
 }
 
+/// `f` as a zero-copy send hands it over: the headers and `in_window` data bytes in the
+/// stack's buffer, the rest in two fragments (loaned memory).
+fn loaned(f: &[u8], headers: usize, in_window: usize) -> PacketBuf {
+    let split = headers + in_window;
+    let mut b = buf(&f[..split]);
+    let mid = split + (f.len() - split) / 3;
+    b.push_frag(ExtBuf::new(f[split..mid].to_vec()));
+    b.push_frag(ExtBuf::new(f[mid..].to_vec()));
+    b
+}
+
+/// A received frame's bytes: its window, then its fragments.
+fn whole(frame: &PacketBuf) -> Vec<u8> {
+    let mut v = frame.data().to_vec();
+    for f in frame.frags() {
+        v.extend_from_slice(f);
+    }
+    v
+}
+
+/// A super-frame whose data lies in fragments (a zero-copy send) with the transport
+/// checksum offloaded: from a page of data per segment on, the DMA NIC cuts it into
+/// segments that keep their data in those fragments, read for the checksum and the FCS
+/// and never copied, and a receiving NIC takes them as they are (header split copying
+/// each payload into its pages); below a page it copies each segment, as it gathers an
+/// ordinary frame. Either way every segment is right by etherparse, the receiving NIC
+/// verifies it, and the data arrives whole; a PIO receiver gathers what came by
+/// reference.
+#[test]
+fn a_loaned_super_frame_is_cut_by_reference_from_a_page_a_segment() {
+    let mut rng = Rng::new(78);
+    let headers = 14 + 20 + 32;
+    for (mtu, k, rx_mode, split) in [
+        (9000, 3, CopyMode::Dma, false),
+        (9000, 3, CopyMode::Dma, true),
+        (16384, 1, CopyMode::Dma, true),
+        (9000, 2, CopyMode::Pio, false),
+        (1500, 5, CopyMode::Dma, true),
+    ] {
+        let what = format!("mtu {mtu}, {k} segments, {rx_mode:?}, split {split}");
+        let tx = nic(CopyMode::Dma, mtu, offloads(true, true), true);
+        let rx = NicConfig {
+            header_split: split,
+            ..nic(rx_mode, mtu, offloads(true, true), true)
+        };
+        let (mut a, mut b) = MemoryLink::pair(tx, rx).unwrap();
+        let l = Ledger::new();
+        let mss = mtu - 20 - 32;
+        // k - 1 whole segments and a short one: a single one is not cut at all.
+        let data = bytes(&mut rng, (k - 1) * mss + mss / 2);
+        let f = super_frame(&data, 1000, 7, &[]);
+        a.transmit(loaned(&f, headers, 100), meta(&f, mss as u16), &cx(&l))
+            .unwrap();
+        let got = drain(&mut b, &l);
+        assert_eq!(got.len(), k, "{what}");
+        let by_reference = mss >= PAGE_SIZE;
+        let mut joined = Vec::new();
+        for g in &got {
+            let d = whole(&g.frame);
+            let sliced = check_with_etherparse(&d);
+            assert!(verifies_by_reference(&d), "{what}");
+            assert_eq!(g.checksum, RxChecksum::Verified, "{what}");
+            let Some(TransportSlice::Tcp(t)) = &sliced.transport else {
+                panic!("no TCP")
+            };
+            joined.extend_from_slice(t.payload());
+            if split && rx_mode == CopyMode::Dma && t.payload().len() >= PAGE_SIZE {
+                // The payload in the NIC's own page-aligned memory, after the headers.
+                assert_eq!(g.frame.len(), headers, "{what}");
+                assert!(g.frame.frags()[0].is_page_aligned(), "{what}");
+            } else if by_reference && rx_mode == CopyMode::Dma {
+                assert!(g.frame.has_frags(), "{what}");
+            } else {
+                assert!(!g.frame.has_frags(), "{what}");
+            }
+        }
+        assert_eq!(joined, data, "{what}");
+        let (sa, sb) = (a.stats(), b.stats());
+        let passed = if by_reference { k as u64 } else { 0 };
+        assert_eq!(sa.tx_fragments_passed, passed, "{what}");
+        assert_eq!(sa.tx_csum_offloaded, k as u64, "{what}");
+        let gathered = if by_reference && rx_mode == CopyMode::Pio {
+            k as u64
+        } else {
+            0
+        };
+        assert_eq!(sb.rx_gathered, gathered, "{what}");
+        assert_eq!(sb.rx_csum_verified, k as u64, "{what}");
+    }
+}
+
 #[test]
 fn a_super_frame_that_needs_no_cutting_is_an_ordinary_frame() {
     let cfg = nic(CopyMode::Dma, 1500, offloads(true, true), true);
