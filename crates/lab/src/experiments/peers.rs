@@ -2372,7 +2372,7 @@ mod tests {
             assert!(f.budget_ns > 0.0 && f.budget_ns.is_finite(), "{}", f.target);
             assert!(f.floor_memory_nic_ns > 0.0, "{}", f.target);
         }
-        assert_eq!(r.passes.len(), 3 * TCP_MTUS.len());
+        assert_eq!(r.passes.len(), 4 * TCP_MTUS.len());
         assert!(r.passes.iter().all(|p| p.ns > 0.0 && p.ns.is_finite()));
     }
 
