@@ -792,6 +792,45 @@ fn nagle_does_not_hold_the_tail_of_a_write() {
     assert_eq!(p.a.ledger().counters().get(Counter::TcpSegmentsOut), out);
 }
 
+/// A bulk receiver whose application drains the buffer acknowledges a short segment at
+/// once instead of delaying the ACK (Linux's `tcp_cleanup_rbuf`): the sender is holding
+/// its next short segment until that ACK comes (Nagle), and nothing else would make it
+/// the second of two. Without it the second short write waited out the 40 ms timer (as
+/// the last bytes of `lab bulk`'s `zero_copy` runs sometimes did). A connection that
+/// sends data too keeps delaying, its ACK riding on the data (the request/response tests
+/// above count their segments exactly).
+#[test]
+fn a_read_that_drains_the_buffer_acknowledges_a_short_segment_at_once() {
+    let mut p = pair(1500);
+    let (c, _l, s) = connect(&mut p);
+    let mut buf = vec![0u8; 64 * 1024];
+    // Past B's first read, whose window update would acknowledge anything.
+    transfer(&mut p, c, s, 100_000, Duration::from_secs(1));
+    let first = pattern(1, 416);
+    assert_eq!(p.a.tcp_send(c, &first), Ok(first.len()));
+    assert!(
+        p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s)
+            == Ok(first.len()))
+    );
+    // A short write while that short segment is unacknowledged: Nagle holds it.
+    let out = p.a.ledger().counters().get(Counter::TcpSegmentsOut);
+    let second = pattern(2, 1000);
+    assert_eq!(p.a.tcp_send(c, &second), Ok(second.len()));
+    assert_eq!(p.a.ledger().counters().get(Counter::TcpSegmentsOut), out);
+    let start = p.now();
+    assert_eq!(p.b.tcp_recv(s, &mut buf), Ok(first.len()));
+    assert_eq!(&buf[..first.len()], &first[..]);
+    assert!(
+        p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s)
+            == Ok(second.len()))
+    );
+    let ms = (p.now() - start).as_millis();
+    assert!(ms < 40, "the second write waited {ms} ms for a delayed ACK");
+    assert_eq!(p.b.tcp_recv(s, &mut buf), Ok(second.len()));
+    assert_eq!(&buf[..second.len()], &second[..]);
+    assert_eq!(p.b.ledger().counters().get(Counter::TcpDelayedAcks), 0);
+}
+
 /// Nagle's test applies to the short tail of a super-segment as to a short segment of its
 /// own: while an earlier short segment is unacknowledged, a write of three full segments
 /// and a little more sends the three now and the tail once that ACK is in, instead of all
