@@ -99,7 +99,7 @@ use super::{
     TxMeta,
 };
 use crate::buf::{
-    Depot, PacketBuf, PageRecycler, Pool, PoolConfig, TxOffload, HEADROOM, PAGE_SIZE,
+    Depot, ExtBuf, PacketBuf, PageRecycler, Pool, PoolConfig, TxOffload, HEADROOM, PAGE_SIZE,
 };
 use crate::checksum;
 use crate::probe::ledger::cold_path;
@@ -1284,13 +1284,34 @@ impl MemoryNic {
     }
 }
 
-/// Copies bytes `range` of `frame` (offsets over its window, then its fragments, as if
-/// they were one buffer) into `out`, summing them in the same pass; returns the sum.
-fn copy_and_sum_parts(frame: &PacketBuf, range: std::ops::Range<usize>, out: &mut [u8]) -> u16 {
-    let parts = std::iter::once(frame.data()).chain(frame.frags().iter().map(|f| &f[..]));
-    let (mut sum, mut done, mut at) = (0u16, 0usize, 0usize);
-    for part in parts {
-        let (start, end) = (at, at + part.len());
+/// A piece of a frame's bytes: its window, or one of its fragments.
+enum Piece<'a> {
+    Window(&'a [u8]),
+    Frag(&'a ExtBuf),
+}
+
+impl Piece<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Window(w) => w,
+            Piece::Frag(f) => f,
+        }
+    }
+}
+
+/// Calls `each` with every piece of `frame` that bytes `range` cover (offsets over its
+/// window, then its fragments, as if they were one buffer), in order, and the part of the
+/// piece they cover.
+fn for_each_piece<'a>(
+    frame: &'a PacketBuf,
+    range: std::ops::Range<usize>,
+    mut each: impl FnMut(Piece<'a>, std::ops::Range<usize>),
+) {
+    let pieces =
+        std::iter::once(Piece::Window(frame.data())).chain(frame.frags().iter().map(Piece::Frag));
+    let mut at = 0;
+    for piece in pieces {
+        let (start, end) = (at, at + piece.bytes().len());
         at = end;
         if end <= range.start {
             continue;
@@ -1298,13 +1319,23 @@ fn copy_and_sum_parts(frame: &PacketBuf, range: std::ops::Range<usize>, out: &mu
         if start >= range.end {
             break;
         }
-        let from = range.start.max(start) - start;
-        let to = range.end.min(end) - start;
-        let n = to - from;
-        let piece = checksum::copy_and_sum(&mut out[done..done + n], &part[from..to]);
+        each(
+            piece,
+            range.start.max(start) - start..range.end.min(end) - start,
+        );
+    }
+}
+
+/// Copies bytes `range` of `frame` (offsets over its window, then its fragments, as if
+/// they were one buffer) into `out`, summing them in the same pass; returns the sum.
+fn copy_and_sum_parts(frame: &PacketBuf, range: std::ops::Range<usize>, out: &mut [u8]) -> u16 {
+    let (mut sum, mut done) = (0u16, 0usize);
+    for_each_piece(frame, range, |piece, part| {
+        let n = part.len();
+        let piece = checksum::copy_and_sum(&mut out[done..done + n], &piece.bytes()[part]);
         sum = checksum::combine_at(sum, piece, done);
         done += n;
-    }
+    });
     sum
 }
 
@@ -1323,27 +1354,29 @@ impl MemoryNic {
         let (range, _) = plan.segment(i);
         let window = frame.data();
         let headers = plan.header_len();
-        let in_window = range.start.min(window.len())..range.end.min(window.len());
-        let mut segment = self.segment_buffer(headers + in_window.len())?;
-        let mut sum =
-            checksum::copy_and_sum(&mut segment.data_mut()[headers..], &window[in_window]);
-        let (mut done, mut at) = (segment.len() - headers, window.len());
-        for f in frame.frags() {
-            let (start, end) = (at, at + f.len());
-            at = end;
-            if end <= range.start {
-                continue;
-            }
-            if start >= range.end {
-                break;
-            }
-            let piece = f
-                .slice(range.start.max(start) - start..range.end.min(end) - start)
-                .map_err(|_| DeviceError::QueueFull)?;
-            sum = checksum::combine_at(sum, checksum::sum(&piece), done);
-            done += piece.len();
-            segment.push_frag(piece);
-        }
+        let in_window = range.end.min(window.len()).saturating_sub(range.start);
+        let mut segment = self.segment_buffer(headers + in_window)?;
+        let (mut sum, mut done) = (0u16, 0usize);
+        for_each_piece(frame, range, |piece, part| {
+            let n = part.len();
+            let piece_sum = match piece {
+                // The window's part comes first, behind the headers.
+                Piece::Window(w) => {
+                    checksum::copy_and_sum(&mut segment.data_mut()[headers..], &w[part])
+                }
+                Piece::Frag(f) => match f.slice(part) {
+                    Ok(slice) => {
+                        let piece_sum = checksum::sum(&slice);
+                        segment.push_frag(slice);
+                        piece_sum
+                    }
+                    // Not reached: the part lies within the fragment.
+                    Err(_) => 0,
+                },
+            };
+            sum = checksum::combine_at(sum, piece_sum, done);
+            done += n;
+        });
         plan.write_headers(window, i, &mut segment.data_mut()[..headers], sum);
         let fcs = fcs_parts(
             std::iter::once(segment.data()).chain(segment.frags().iter().map(|f| &f[..])),
