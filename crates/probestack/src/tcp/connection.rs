@@ -959,10 +959,10 @@ impl Connection {
 
     /// A read that drained the receive buffer of a connection that only receives
     /// acknowledges a short segment whose ACK was being delayed, at once (Linux's
-    /// `tcp_cleanup_rbuf`, for a connection not in pingpong mode): the sender may be holding its next short segment until
-    /// that ACK comes (Nagle), and nothing more will arrive to make it the second of two.
-    /// Else a bulk writer's last short segments waited out the delayed-ACK timer (40 ms
-    /// in `lab bulk`'s `zero_copy` runs).
+    /// `tcp_cleanup_rbuf`, for a connection not in pingpong mode): the sender may be
+    /// holding its next short segment until that ACK comes (Nagle), and nothing more will
+    /// arrive to make it the second of two. Else a bulk writer's last short segments
+    /// waited out the delayed-ACK timer (40 ms in `lab bulk`'s `zero_copy` runs).
     fn ack_if_drained(&mut self) {
         if self.short_unacked
             && !self.interactive

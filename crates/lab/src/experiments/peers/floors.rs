@@ -255,8 +255,9 @@ pub const NOTE: &str = "budget: the time per datagram or segment the target allo
     it can cost): on the memory NIC, the NICs alone for a 64-byte datagram (through \
     smoltcp's device interface, with a copy into and out of the NICs' buffers), four \
     copies and two CRC-32s for a TCP segment, and the NIC model's sum, two CRC-32s and \
-    copy-and-sum for a zero-copy, offloaded one (sent by reference, copied into pages); on a frame queue, the queue alone, and two \
-    copies and two copies fused with the checksum. A floor above its budget means the \
+    copy-and-sum for a zero-copy, offloaded one (sent by reference, copied into pages); \
+    on a frame queue, the queue alone, and two copies and two copies fused with the \
+    checksum. A floor above its budget means the \
     target cannot be met on that device, whatever the stack does; below it, the rest of \
     the budget is what the protocol work may take.";
 
