@@ -1083,11 +1083,12 @@ impl MemoryNic {
         }
         // DMA hands a frame to the other end as the same buffer, and the fragments of a TCP
         // segment go with it, uncopied, when the NIC has nothing to do to their bytes but
-        // read them (a checksum to complete, which it sums where they lie; nothing to
-        // cut): data a stack sent by reference, or loaned, stays where it is (other
-        // protocols' it would copy; they are gathered below, device work). The FCS, taken
-        // over the pieces, ends the window, before the fragments, so that it comes off as
-        // any frame's does; a receiving NIC that reads frames whole gathers them.
+        // read them (a checksum to complete, which it sums where they lie, from a page of
+        // data on; nothing to cut): data a stack sent by reference, or loaned, stays where
+        // it is (other protocols' it would copy; they are gathered below, device work).
+        // The FCS, taken over the pieces, ends the window, before the fragments, so that it
+        // comes off as any frame's does; a receiving NIC that reads frames whole gathers
+        // them.
         if dma_frags
             && (meta.l4_checksum.is_none() || caps.l4_tx && len - frame.len() >= BY_REFERENCE_MIN)
             && !(meta.gso_size != 0 && self.config.segments() && !caps.l4_tx)
