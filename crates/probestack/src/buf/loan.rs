@@ -314,14 +314,13 @@ impl PageRecycler {
         pieces: impl IntoIterator<Item = &'a [u8]>,
     ) -> (ExtBuf, u16) {
         self.copy_with(len, |dst| {
-            let (mut sum, mut done) = (0u16, 0usize);
+            let mut acc = crate::checksum::Accumulator::new();
             for piece in pieces {
-                let n = piece.len().min(dst.len() - done);
-                let part = crate::checksum::copy_and_sum(&mut dst[done..done + n], &piece[..n]);
-                sum = crate::checksum::combine_at(sum, part, done);
-                done += n;
+                let at = acc.len();
+                let n = piece.len().min(dst.len() - at);
+                acc.copy_and_add(&mut dst[at..at + n], &piece[..n]);
             }
-            sum
+            acc.sum()
         })
     }
 

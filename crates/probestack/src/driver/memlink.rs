@@ -101,7 +101,7 @@ use super::{
 use crate::buf::{
     Depot, ExtBuf, PacketBuf, PageRecycler, Pool, PoolConfig, TxOffload, HEADROOM, PAGE_SIZE,
 };
-use crate::checksum;
+use crate::checksum::{self, Accumulator};
 use crate::probe::ledger::cold_path;
 use crate::probe::{Counter, Counters, Layer, Op, Sampled, Sampling, Side, Unsampled};
 use crate::time::{Duration, Instant};
@@ -729,12 +729,8 @@ impl MemoryNic {
         let checksum = if self.checks_received() && self.split_offset(bytes, total - len).is_none()
         {
             let moved = (!frags.is_empty()).then(|| {
-                frags.iter().fold((0, 0), |(done, sum), f| {
-                    (
-                        done + f.len(),
-                        checksum::combine_at(sum, checksum::sum(f), done),
-                    )
-                })
+                let acc = sum_of(frags);
+                (acc.len(), acc.sum())
             });
             self.check_received(bytes, moved)
         } else {
@@ -1100,17 +1096,12 @@ impl MemoryNic {
             self.software_offloads(s, frame.data_mut(), meta, false, cx);
             {
                 let _device = cx.ledger.device_work(s);
-                if meta.l4_checksum.is_some() || meta.ipv4_checksum {
-                    let from = frame.len();
-                    let (mut rest, mut done) = (0u16, 0usize);
-                    if meta.l4_checksum.is_some() {
-                        for f in frame.frags() {
-                            rest = checksum::combine_at(rest, checksum::sum(f), done);
-                            done += f.len();
-                        }
-                    }
-                    self.device_offloads(frame.data_mut(), meta, Some((from, rest)));
-                }
+                // A transport checksum: the fragments summed where they lie, after the
+                // window.
+                let summed = meta
+                    .l4_checksum
+                    .map(|_| (frame.len(), sum_of(frame.frags()).sum()));
+                self.device_offloads(frame.data_mut(), meta, summed);
                 frame.set_tx_offload(TxOffload::default());
                 let parts =
                     std::iter::once(frame.data()).chain(frame.frags().iter().map(|f| &f[..]));
@@ -1330,14 +1321,21 @@ fn for_each_piece<'a>(
 /// Copies bytes `range` of `frame` (offsets over its window, then its fragments, as if
 /// they were one buffer) into `out`, summing them in the same pass; returns the sum.
 fn copy_and_sum_parts(frame: &PacketBuf, range: std::ops::Range<usize>, out: &mut [u8]) -> u16 {
-    let (mut sum, mut done) = (0u16, 0usize);
+    let mut acc = Accumulator::new();
     for_each_piece(frame, range, |piece, part| {
-        let n = part.len();
-        let piece = checksum::copy_and_sum(&mut out[done..done + n], &piece.bytes()[part]);
-        sum = checksum::combine_at(sum, piece, done);
-        done += n;
+        let at = acc.len();
+        acc.copy_and_add(&mut out[at..at + part.len()], &piece.bytes()[part]);
     });
-    sum
+    acc.sum()
+}
+
+/// Fragments' bytes summed where they lie (RFC 1071), one after another.
+fn sum_of(frags: &[ExtBuf]) -> Accumulator {
+    let mut acc = Accumulator::new();
+    for f in frags {
+        acc.add(f);
+    }
+    acc
 }
 
 impl MemoryNic {
@@ -1357,28 +1355,22 @@ impl MemoryNic {
         let headers = plan.header_len();
         let in_window = range.end.min(window.len()).saturating_sub(range.start);
         let mut segment = self.segment_buffer(headers + in_window)?;
-        let (mut sum, mut done) = (0u16, 0usize);
-        for_each_piece(frame, range, |piece, part| {
-            let n = part.len();
-            let piece_sum = match piece {
-                // The window's part comes first, behind the headers.
-                Piece::Window(w) => {
-                    checksum::copy_and_sum(&mut segment.data_mut()[headers..], &w[part])
+        let mut acc = Accumulator::new();
+        let mut cut = Ok(());
+        for_each_piece(frame, range, |piece, part| match piece {
+            // The window's part comes first, behind the headers.
+            Piece::Window(w) => acc.copy_and_add(&mut segment.data_mut()[headers..], &w[part]),
+            Piece::Frag(f) => match f.slice(part) {
+                Ok(slice) => {
+                    acc.add(&slice);
+                    segment.push_frag(slice);
                 }
-                Piece::Frag(f) => match f.slice(part) {
-                    Ok(slice) => {
-                        let piece_sum = checksum::sum(&slice);
-                        segment.push_frag(slice);
-                        piece_sum
-                    }
-                    // Not reached: the part lies within the fragment.
-                    Err(_) => 0,
-                },
-            };
-            sum = checksum::combine_at(sum, piece_sum, done);
-            done += n;
+                // Not reached (the part lies within the fragment), but never a wrong sum.
+                Err(_) => cut = Err(DeviceError::QueueFull),
+            },
         });
-        plan.write_headers(window, i, &mut segment.data_mut()[..headers], sum);
+        cut?;
+        plan.write_headers(window, i, &mut segment.data_mut()[..headers], acc.sum());
         let fcs = fcs_parts(
             std::iter::once(segment.data()).chain(segment.frags().iter().map(|f| &f[..])),
         );
