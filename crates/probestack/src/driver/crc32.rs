@@ -32,6 +32,8 @@
 //! [`crate::probe::Ledger::device_work`]. Its speed still matters, for wall-clock
 //! throughput: a real NIC computes the FCS in hardware, at no cost to the host's time.
 
+use crate::checksum;
+
 /// The reflected IEEE 802.3 polynomial.
 pub const POLY: u32 = 0xEDB8_8320;
 
@@ -99,6 +101,133 @@ impl Crc32 {
     #[inline]
     pub const fn finish(&self) -> u32 {
         !self.state
+    }
+}
+
+impl Crc32 {
+    /// Feeds `data` and returns its RFC 1071 sum, as `checksum::sum` gives it: one read
+    /// of the bytes for both where the CPU has AVX-512's VPCLMULQDQ and the data is long
+    /// enough for that loop ([`x86::update_vpclmul_summing`]), else the two passes one
+    /// after the other. A NIC that completes a checksum and computes the FCS over the
+    /// same data does both as it reads it once (the memory NIC's by-reference send,
+    /// `memlink.rs`); the checksum field, which the FCS covers too, is then set right
+    /// with [`CrcPatch`].
+    pub fn update_and_sum(&mut self, data: &[u8]) -> u16 {
+        #[cfg(target_arch = "x86_64")]
+        if data.len() >= x86::MIN_LEN_512 && x86::level() == x86::Level::Vpclmul {
+            // SAFETY: `level` checked the CPU's features; the length is enough.
+            let (state, head, summed) =
+                unsafe { x86::update_vpclmul_summing::<true>(self.state, data) };
+            self.state = state;
+            // The vectors summed little-endian words; what they left starts at a multiple
+            // of 64 bytes, an even offset, so its sum adds as it is.
+            return checksum::combine(head.swap_bytes(), checksum::sum(&data[summed..]));
+        }
+        self.update(data);
+        checksum::sum(data)
+    }
+}
+
+/// x^(2^k) mod P for k = 0 to 63, bit-reflected as the register holds a remainder (bit
+/// 31 is x^0, bit 0 is x^31).
+static X_POW2: [u32; 64] = {
+    let mut t = [0u32; 64];
+    t[0] = 0x4000_0000;
+    let mut k = 1;
+    while k < 64 {
+        t[k] = mul_mod_p_bits(t[k - 1], t[k - 1]);
+        k += 1;
+    }
+    t
+};
+
+/// a·b mod P, both bit-reflected: for each power x^i in `a`, b·x^i added in, b·x being a
+/// shift towards bit 0 and P's remainder in place of the x^32 that falls off.
+const fn mul_mod_p_bits(a: u32, mut b: u32) -> u32 {
+    let mut p = 0;
+    let mut i = 0;
+    while i < 32 {
+        if a & (0x8000_0000 >> i) != 0 {
+            p ^= b;
+        }
+        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+        i += 1;
+    }
+    p
+}
+
+/// a·b mod P, both bit-reflected: one carry-less multiply where the CPU has it (the
+/// product's high-degree half reduced by four table lookups, which is what feeding a
+/// register four zero bytes does), else [`mul_mod_p_bits`].
+fn mul_mod_p(a: u32, b: u32) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if x86::level() != x86::Level::Table {
+        // SAFETY: `level` checked that the CPU has PCLMULQDQ.
+        let c = unsafe { x86::clmul32(a, b) } << 1;
+        // Bit m of `c` is x^(63 − m): its low half is a remainder's worth of x^32 to x^63,
+        // that is L·x^32 with L read as a register; its high half is x^0 to x^31 as is.
+        let (lo, hi) = (c as u32, (c >> 32) as u32);
+        let t = &TABLES;
+        return hi
+            ^ t[3][(lo & 0xFF) as usize]
+            ^ t[2][((lo >> 8) & 0xFF) as usize]
+            ^ t[1][((lo >> 16) & 0xFF) as usize]
+            ^ t[0][(lo >> 24) as usize];
+    }
+    mul_mod_p_bits(a, b)
+}
+
+/// Sets a CRC-32 right after bytes it covers have changed, without reading the message
+/// again: the CRC is linear, so XORing D into bytes that `n` more bytes follow changes it
+/// by the CRC (from a zero register) of D followed by `n` zero bytes, which is D's
+/// times x^(8n) mod P. That factor is kept for the last `n` asked (the segments of one
+/// TSO super-frame all have the same length behind their checksum field), so a patch
+/// costs a table lookup per changed byte and one multiplication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrcPatch {
+    trailing: usize,
+    factor: u32,
+}
+
+impl Default for CrcPatch {
+    fn default() -> Self {
+        CrcPatch::new()
+    }
+}
+
+impl CrcPatch {
+    pub const fn new() -> CrcPatch {
+        // x^0: nothing follows.
+        CrcPatch {
+            trailing: 0,
+            factor: 0x8000_0000,
+        }
+    }
+
+    /// The CRC-32 (as [`crc32`] gives it) of a message whose CRC was `crc`, after `xor`
+    /// is XORed into bytes of it that `trailing` more bytes follow.
+    pub fn after_xor(&mut self, crc: u32, xor: &[u8], trailing: usize) -> u32 {
+        if trailing != self.trailing {
+            let mut f = 0x8000_0000;
+            let mut e = 8 * trailing as u64;
+            let mut k = 0;
+            while e != 0 {
+                if e & 1 != 0 {
+                    f = mul_mod_p(f, X_POW2[k]);
+                }
+                e >>= 1;
+                k += 1;
+            }
+            *self = CrcPatch {
+                trailing,
+                factor: f,
+            };
+        }
+        let t = &TABLES[0];
+        let d = xor.iter().fold(0u32, |r, &b| {
+            (r >> 8) ^ t[((r ^ u32::from(b)) & 0xFF) as usize]
+        });
+        crc ^ mul_mod_p(d, self.factor)
     }
 }
 
@@ -543,10 +672,30 @@ mod x86 {
     /// `Vpclmul`), and `data` must hold at least [`MIN_LEN_512`] bytes.
     #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse2,ssse3,sse4.1")]
     pub unsafe fn update_vpclmul(crc: u32, data: &[u8]) -> u32 {
+        // SAFETY: the caller's promise is this function's.
+        unsafe { update_vpclmul_summing::<false>(crc, data).0 }
+    }
+
+    /// [`update_vpclmul`] that also sums the data (RFC 1071) as it loads it, when `SUM`:
+    /// the register and the sum of the bytes its vectors loaded, each 64 bytes' 32-bit
+    /// words added into 64-bit lanes (two adds beside the two multiplies a vector costs:
+    /// the sum runs in the multiplier's shadow, `examples/fused_passes.rs`), folded to 16
+    /// bits little-endian. Returns the register and how many leading bytes the sum
+    /// covers (a multiple of 64; the caller sums the rest).
+    ///
+    /// # Safety
+    ///
+    /// As [`update_vpclmul`].
+    #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse2,ssse3,sse4.1")]
+    pub unsafe fn update_vpclmul_summing<const SUM: bool>(
+        crc: u32,
+        data: &[u8],
+    ) -> (u32, u16, usize) {
         use std::arch::x86_64::{
-            __m512i, _mm512_broadcast_i32x4, _mm512_clmulepi64_epi128, _mm512_extracti32x4_epi32,
-            _mm512_loadu_si512, _mm512_ternarylogic_epi64, _mm512_xor_si512,
-            _mm512_zextsi128_si512,
+            __m512i, _mm512_add_epi64, _mm512_and_si512, _mm512_broadcast_i32x4,
+            _mm512_clmulepi64_epi128, _mm512_extracti32x4_epi32, _mm512_loadu_si512,
+            _mm512_reduce_add_epi64, _mm512_set1_epi64, _mm512_setzero_si512, _mm512_srli_epi64,
+            _mm512_ternarylogic_epi64, _mm512_xor_si512, _mm512_zextsi128_si512,
         };
         let load64 = |b: &[[u8; 16]]| -> __m512i {
             debug_assert!(b.len() >= 4);
@@ -560,24 +709,40 @@ mod x86 {
             let hi = _mm512_clmulepi64_epi128(a, k, 0x11);
             _mm512_ternarylogic_epi64(lo, hi, next, 0x96)
         };
+        // The two 32-bit halves of each 64-bit lane of `v` added into `acc`'s lanes: no
+        // carry is lost below 2^31 vectors.
+        let low32 = _mm512_set1_epi64(0xFFFF_FFFF);
+        let add = |acc: &mut __m512i, v: __m512i| {
+            if SUM {
+                *acc = _mm512_add_epi64(*acc, _mm512_and_si512(v, low32));
+                *acc = _mm512_add_epi64(*acc, _mm512_srli_epi64(v, 32));
+            }
+        };
         let blocks = data.as_chunks::<16>().0;
         if blocks.len() < 16 {
             // Not reached (callers pass at least 256 bytes), but stays correct.
-            return super::update_slice16(crc, data);
+            return (super::update_slice16(crc, data), 0, 0);
         }
         let (first, mut rest) = blocks.split_at(16);
         let seed = _mm512_zextsi128_si512(_mm_cvtsi32_si128(crc as i32));
         let mut acc = [
-            _mm512_xor_si512(load64(&first[0..4]), seed),
+            load64(&first[0..4]),
             load64(&first[4..8]),
             load64(&first[8..12]),
             load64(&first[12..16]),
         ];
+        let mut sums = [_mm512_setzero_si512(); 4];
+        for (s, a) in sums.iter_mut().zip(acc) {
+            add(s, a);
+        }
+        acc[0] = _mm512_xor_si512(acc[0], seed);
         let k2048 = _mm512_broadcast_i32x4(_mm_set_epi64x(FOLD_2048.1, FOLD_2048.0));
         while rest.len() >= 16 {
             let (step, more) = rest.split_at(16);
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = fold4(*a, load64(&step[4 * i..4 * i + 4]), k2048);
+            for (i, (a, s)) in acc.iter_mut().zip(sums.iter_mut()).enumerate() {
+                let v = load64(&step[4 * i..4 * i + 4]);
+                add(s, v);
+                *a = fold4(*a, v, k2048);
             }
             rest = more;
         }
@@ -587,9 +752,21 @@ mod x86 {
         x = fold4(x, acc[3], k512);
         while rest.len() >= 4 {
             let (step, more) = rest.split_at(4);
-            x = fold4(x, load64(step), k512);
+            let v = load64(step);
+            add(&mut sums[0], v);
+            x = fold4(x, v, k512);
             rest = more;
         }
+        let summed = data.len() - (data.len() % 16 + rest.len() * 16);
+        let sum = if SUM {
+            let all = _mm512_add_epi64(
+                _mm512_add_epi64(sums[0], sums[1]),
+                _mm512_add_epi64(sums[2], sums[3]),
+            );
+            fold_to_16(_mm512_reduce_add_epi64(all) as u64)
+        } else {
+            0
+        };
         let k128 = _mm_set_epi64x(FOLD_128.1, FOLD_128.0);
         let mut y = fold(
             _mm512_extracti32x4_epi32(x, 0),
@@ -598,7 +775,31 @@ mod x86 {
         );
         y = fold(y, _mm512_extracti32x4_epi32(x, 2), k128);
         y = fold(y, _mm512_extracti32x4_epi32(x, 3), k128);
-        finish(y, rest, data)
+        (finish(y, rest, data), sum, summed)
+    }
+
+    /// A sum of 32-bit words folded to 16 bits with end-around carries (RFC 1071 §2(C)).
+    fn fold_to_16(mut s: u64) -> u16 {
+        while s >> 16 != 0 {
+            s = (s & 0xFFFF) + (s >> 16);
+        }
+        s as u16
+    }
+
+    /// The carry-less product of `a` and `b`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have PCLMULQDQ ([`level`] not `Table`).
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    pub unsafe fn clmul32(a: u32, b: u32) -> u64 {
+        use std::arch::x86_64::_mm_cvtsi128_si64;
+        let p = _mm_clmulepi64_si128(
+            _mm_cvtsi32_si128(a as i32),
+            _mm_cvtsi32_si128(b as i32),
+            0x00,
+        );
+        _mm_cvtsi128_si64(p) as u64
     }
 }
 
@@ -736,6 +937,69 @@ mod tests {
         for fill in [0x00u8, 0xFF, 0x80, 0x01] {
             let d = vec![fill; 1000];
             assert_eq!(crc32(&d), crc32_bitwise(&d), "fill {fill:#x}");
+        }
+    }
+
+    #[test]
+    fn a_crc_fed_and_summed_in_one_pass_matches_the_two_passes_at_every_length_and_offset() {
+        let mut rng = Rng::new(0x5117);
+        let mut buf = vec![0u8; 70_000];
+        rng.fill(&mut buf);
+        for start in [0, 1, 2, 3, 17, 63] {
+            for len in (0..=700).chain([1460, 4096, 8960, 9001, 16_384, 65_483, 65_536]) {
+                let d = &buf[start..start + len];
+                let mut c = Crc32::new();
+                c.update(&buf[..5]);
+                let sum = c.update_and_sum(d);
+                let mut want = Crc32::new();
+                want.update(&buf[..5]);
+                want.update(d);
+                assert_eq!(c, want, "crc, start {start} len {len}");
+                assert_eq!(sum, checksum::sum(d), "sum, start {start} len {len}");
+                assert_eq!(
+                    sum,
+                    checksum::sum_with(checksum::Kernel::Rfc1071, d),
+                    "RFC 1071 reference, start {start} len {len}"
+                );
+            }
+        }
+        // Words that carry out of every lane, where a lost carry shows.
+        for fill in [0xFFu8, 0x80, 0x00] {
+            let d = vec![fill; 65_536];
+            let mut c = Crc32::new();
+            assert_eq!(c.update_and_sum(&d), checksum::sum(&d), "fill {fill:#x}");
+            assert_eq!(c.finish(), crc32(&d));
+        }
+    }
+
+    #[test]
+    fn a_patched_crc_is_the_crc_of_the_changed_message() {
+        let mut rng = Rng::new(0xFA7C);
+        let mut patch = CrcPatch::new();
+        for len in [2usize, 3, 16, 54, 1514, 9014, 65_549] {
+            let mut msg = vec![0u8; len];
+            rng.fill(&mut msg);
+            for _ in 0..8 {
+                let width = 1 + rng.below(4.min(len as u64)) as usize;
+                let at = rng.below((len - width + 1) as u64) as usize;
+                let mut xor = vec![0u8; width];
+                rng.fill(&mut xor);
+                let before = crc32(&msg);
+                for (m, x) in msg[at..at + width].iter_mut().zip(&xor) {
+                    *m ^= x;
+                }
+                let trailing = len - at - width;
+                assert_eq!(
+                    patch.after_xor(before, &xor, trailing),
+                    crc32_bitwise(&msg),
+                    "len {len} at {at} width {width}"
+                );
+            }
+        }
+        // The fast multiplication against the definition's.
+        for _ in 0..1000 {
+            let (a, b) = (rng.next_u32(), rng.next_u32());
+            assert_eq!(mul_mod_p(a, b), mul_mod_p_bits(a, b));
         }
     }
 

@@ -125,6 +125,15 @@ fn store_checksum(frame: &mut [u8], at: usize, sum: u16) {
     put16(frame, at, if value == 0 { 0xFFFF } else { value });
 }
 
+/// Adds to the checksum at `at`, completed over some of a datagram's bytes, the sum
+/// `more` of the others (ones'-complement arithmetic: the field is the complement of the
+/// sum it covered, so the new sum is that plus `more`, RFC 1071 §2). Summing the bytes in
+/// two parts this way stores what one pass over all of them would.
+pub(super) fn add_to_checksum(frame: &mut [u8], at: usize, more: u16) {
+    let covered = checksum::finish(be16(frame, at));
+    store_checksum(frame, at, checksum::combine(covered, more));
+}
+
 /// Completes a partial checksum: sums from `start` to the end of `frame` with the seed in
 /// the field at `start + offset`, complements and stores. False, with the frame
 /// untouched, when the field does not fit the frame or is not on a 16-bit boundary from
@@ -245,6 +254,16 @@ impl SuperFrame {
     /// The headers' length (Ethernet onward), which every segment repeats.
     pub(super) fn header_len(&self) -> usize {
         self.headers
+    }
+
+    /// Where the TCP header starts (Ethernet onward).
+    pub(super) fn tcp_start(&self) -> usize {
+        ETH_LEN + self.ip_len
+    }
+
+    /// Where the TCP checksum field lies (Ethernet onward).
+    pub(super) fn checksum_at(&self) -> usize {
+        self.tcp_start() + TCP_CHECKSUM
     }
 
     /// How many segments.
