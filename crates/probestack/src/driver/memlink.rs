@@ -708,11 +708,22 @@ impl MemoryNic {
             self.reclaim(frame);
             return;
         }
+        // A frame header split will take has its checksums checked as the split copies
+        // its payload, in one pass over the bytes; the others' are checked here, after
+        // the FCS (over the window, and the fragments summed as the FCS reads them).
+        let check_here = self.checks_received()
+            && self
+                .split_offset(&frame.data()[..len.saturating_sub(FCS_LEN)], total - len)
+                .is_none();
         // (A frame too short for an FCS fails the check.)
-        let intact = if frags.is_empty() {
-            check_fcs(frame.data())
+        let (intact, frags_sum) = if frags.is_empty() {
+            (check_fcs(frame.data()), None)
+        } else if check_here {
+            let (intact, sum) = check_fcs_summing_frags(frame.data(), frags);
+            (intact, Some(sum))
         } else {
-            check_fcs_parts(frame.data(), frags.iter().map(|f| &f[..]))
+            let frags = frags.iter().map(|f| &f[..]);
+            (check_fcs_parts(frame.data(), frags), None)
         };
         if !intact {
             self.stats.rx_bad_fcs += 1;
@@ -726,16 +737,9 @@ impl MemoryNic {
             self.reclaim(frame);
             return;
         }
-        let bytes = &frame.data()[..len - FCS_LEN];
-        // A frame header split will take has its checksums checked as the split copies
-        // its payload, in one pass over the bytes; the others' are checked now (over the
-        // window, and the fragments summed where they lie).
-        let checksum = if self.checks_received() && self.split_offset(bytes, total - len).is_none()
-        {
-            let moved = (!frags.is_empty()).then(|| {
-                let acc = sum_of(frags);
-                (acc.len(), acc.sum())
-            });
+        let checksum = if check_here {
+            let bytes = &frame.data()[..len - FCS_LEN];
+            let moved = frags_sum.map(|acc| (acc.len(), acc.sum()));
             self.check_received(bytes, moved)
         } else {
             RxChecksum::None
@@ -1343,13 +1347,20 @@ fn copy_and_sum_parts(frame: &PacketBuf, range: std::ops::Range<usize>, out: &mu
     acc.sum()
 }
 
-/// Fragments' bytes summed where they lie (RFC 1071), one after another.
-fn sum_of(frags: &[ExtBuf]) -> Accumulator {
-    let mut acc = Accumulator::new();
+/// Whether a frame given as its window (ending in the FCS) and its fragments is intact
+/// (as `check_fcs_parts` says), and the fragments' sum (RFC 1071), from one read of them
+/// (`Crc32::update_and_sum`).
+fn check_fcs_summing_frags(window: &[u8], frags: &[ExtBuf]) -> (bool, Accumulator) {
+    let mut sum = Accumulator::new();
+    let Some((head, fcs)) = window.split_last_chunk::<FCS_LEN>() else {
+        return (false, sum);
+    };
+    let mut crc = Crc32::new();
+    crc.update(head);
     for f in frags {
-        acc.add(f);
+        sum.add_sum(crc.update_and_sum(f), f.len());
     }
-    acc
+    (crc.finish().to_le_bytes() == *fcs, sum)
 }
 
 impl MemoryNic {
