@@ -18,8 +18,10 @@
 //! power of x their distance asks, so that the multiplies do not wait on each other
 //! (`x86::update_clmul_short`),
 //! four from 128 bytes (`x86::update_clmul`), and four lanes at a time with AVX-512's
-//! VPCLMULQDQ from 256 (`x86::update_vpclmul`), the last 1 to 15 bytes in one more fold
-//! rather than through the tables: Gopal et al., "Fast CRC Computation for Generic
+//! VPCLMULQDQ from 256 (`x86::update_vpclmul`; below 256, with AVX-512, most lengths take
+//! `x86::update_short_512`, which reads the data as if zeros preceded it and folds four
+//! blocks to a 512-bit multiply, for a shorter chain of dependent steps), the last 1 to 15
+//! bytes in one more fold rather than through the tables: Gopal et al., "Fast CRC Computation for Generic
 //! Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), the method Linux's
 //! `crc32-pclmul` and zlib-ng use; several times faster than slicing on a 1500-byte frame,
 //! and about 100 instructions for a 106-byte one (`examples/crc_speed.rs` times them).
@@ -107,7 +109,7 @@ impl Crc32 {
 impl Crc32 {
     /// Feeds `data` and returns its RFC 1071 sum, as `checksum::sum` gives it: one read
     /// of the bytes for both where the CPU has AVX-512's VPCLMULQDQ and the data is long
-    /// enough for that loop ([`x86::update_vpclmul_summing`]), else the two passes one
+    /// enough for that loop (`x86::update_vpclmul_summing`), else the two passes one
     /// after the other. A NIC that completes a checksum and computes the FCS over the
     /// same data does both as it reads it once (the memory NIC's by-reference send,
     /// `memlink.rs`); the checksum field, which the FCS covers too, is then set right
@@ -356,7 +358,7 @@ mod x86 {
     //! on. Then the last 128 bits are reduced to 64, to 32, and Barrett's reduction gives
     //! the remainder.
     //!
-    //! Three routines share that end ([`finish`]), by length:
+    //! Four routines share that end ([`reduce`], after [`finish`]'s tail), by length:
     //!
     //! - [`update_clmul_short`] (16 bytes up): every block folded straight onto the last
     //!   whole block, each by the power of x its own distance asks ([`FOLD_BLOCKS`]), so
@@ -365,6 +367,9 @@ mod x86 {
     //! - [`update_clmul`] (128 bytes up): four accumulators 64 bytes apart keep four
     //!   multiplies in flight, then are folded into one.
     //! - [`update_vpclmul`] (256 bytes up, with AVX-512): the same, four lanes at a time.
+    //! - [`update_short_512`] (16 to 255 bytes with AVX-512, but not 1 to 3 past a whole
+    //!   block): the data as if zeros preceded it to a whole number of blocks, so no tail
+    //!   fold at the end, and every block folded onto the last four at a time.
     //!
     //! The last 1 to 15 bytes are not fed through a table byte by byte: [`fold_tail`] loads
     //! the last 16 bytes of the data (overlapping bytes already folded) and shuffles the
