@@ -2,7 +2,8 @@
 //! RFC 1071 sum in it, and with a copy and the sum in it, beside the crate's own `crc32`,
 //! `checksum::sum`, `checksum::copy_and_sum`, `Crc32::update_and_sum` (the CRC and the sum
 //! in one read, which the memory NIC uses since the eighteenth session) and a plain copy,
-//! in ns per pass over the same bytes (data in cache, the best of 5 rounds after one to warm up).
+//! in ns per pass over the same bytes (data in cache, the best of 5 rounds after one to
+//! warm up).
 //!
 //! `cargo run --release -p probestack --example fused_passes -- [BYTES]` (default 65536)
 //!

@@ -20,11 +20,12 @@
 //! four from 128 bytes (`x86::update_clmul`), and four lanes at a time with AVX-512's
 //! VPCLMULQDQ from 256 (`x86::update_vpclmul`; below 256, with AVX-512, most lengths take
 //! `x86::update_short_512`, which reads the data as if zeros preceded it and folds four
-//! blocks to a 512-bit multiply, for a shorter chain of dependent steps), the last 1 to 15
-//! bytes in one more fold rather than through the tables: Gopal et al., "Fast CRC Computation for Generic
-//! Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), the method Linux's
-//! `crc32-pclmul` and zlib-ng use; several times faster than slicing on a 1500-byte frame,
-//! and about 100 instructions for a 106-byte one (`examples/crc_speed.rs` times them).
+//! blocks to a 512-bit multiply, for a shorter chain of dependent steps), the last 1 to
+//! 15 bytes in one more fold rather than through the tables: Gopal et al., "Fast CRC
+//! Computation for Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), the
+//! method Linux's `crc32-pclmul` and zlib-ng use; several times faster than slicing on a
+//! 1500-byte frame, and about 100 instructions for a 106-byte one (`examples/crc_speed.rs`
+//! times them).
 //! The short routine's independent multiplies are for latency, which is what a frame's
 //! CRC in the stack's path waits on: `examples/udp_burst` went from ~272 to ~265 ns per
 //! datagram with them, while `crc_speed`, whose frames overlap one another, times a
@@ -104,9 +105,7 @@ impl Crc32 {
     pub const fn finish(&self) -> u32 {
         !self.state
     }
-}
 
-impl Crc32 {
     /// Feeds `data` and returns its RFC 1071 sum, as `checksum::sum` gives it: one read
     /// of the bytes for both where the CPU has AVX-512's VPCLMULQDQ and the data is long
     /// enough for that loop (`x86::update_vpclmul_summing`), else the two passes one
@@ -198,6 +197,7 @@ impl Default for CrcPatch {
 }
 
 impl CrcPatch {
+    /// A patch with no factor computed yet.
     pub const fn new() -> CrcPatch {
         // x^0: nothing follows.
         CrcPatch {
