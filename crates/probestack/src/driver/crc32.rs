@@ -18,9 +18,10 @@
 //! power of x their distance asks, so that the multiplies do not wait on each other
 //! (`x86::update_clmul_short`),
 //! four from 128 bytes (`x86::update_clmul`), and four lanes at a time with AVX-512's
-//! VPCLMULQDQ from 256 (`x86::update_vpclmul`; below 256, with AVX-512, most lengths take
-//! `x86::update_short_512`, which reads the data as if zeros preceded it and folds four
-//! blocks to a 512-bit multiply, for a shorter chain of dependent steps), the last 1 to
+//! VPCLMULQDQ from 256 (`x86::update_vpclmul`; below 2,048, with AVX-512, most lengths
+//! take `x86::update_short_512`, which reads the data as if zeros preceded it and folds
+//! every block onto the last, four to a 512-bit multiply, for a shorter chain of dependent
+//! steps), the last 1 to
 //! 15 bytes in one more fold rather than through the tables: Gopal et al., "Fast CRC
 //! Computation for Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), the
 //! method Linux's `crc32-pclmul` and zlib-ng use; several times faster than slicing on a
@@ -246,13 +247,13 @@ fn update(crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     if data.len() >= x86::MIN_LEN {
         match x86::level() {
-            x86::Level::Vpclmul if data.len() >= x86::MIN_LEN_512 => {
-                // SAFETY: `level` checked the CPU's features; the length is enough.
-                return unsafe { x86::update_vpclmul(crc, data) };
-            }
             x86::Level::Vpclmul if x86::takes_short_512(data.len()) => {
                 // SAFETY: `level` checked the CPU's features; the length is one it takes.
                 return unsafe { x86::update_short_512(crc, data) };
+            }
+            x86::Level::Vpclmul if data.len() >= x86::MIN_LEN_512 => {
+                // SAFETY: `level` checked the CPU's features; the length is enough.
+                return unsafe { x86::update_vpclmul(crc, data) };
             }
             x86::Level::Vpclmul | x86::Level::Pclmul if data.len() >= x86::MIN_LEN_4 => {
                 // SAFETY: `level` checked the CPU's features; the length is enough.
@@ -367,7 +368,7 @@ mod x86 {
     //! - [`update_clmul`] (128 bytes up): four accumulators 64 bytes apart keep four
     //!   multiplies in flight, then are folded into one.
     //! - [`update_vpclmul`] (256 bytes up, with AVX-512): the same, four lanes at a time.
-    //! - [`update_short_512`] (16 to 255 bytes with AVX-512, but not 1 to 3 past a whole
+    //! - [`update_short_512`] (16 to 2,047 bytes with AVX-512, but not 1 to 3 past a whole
     //!   block): the data as if zeros preceded it to a whole number of blocks, so no tail
     //!   fold at the end, and every block folded onto the last four at a time.
     //!
@@ -674,38 +675,58 @@ mod x86 {
     /// The shortest input [`update_vpclmul`] takes: its four 64-byte accumulators.
     pub const MIN_LEN_512: usize = 256;
 
-    /// The most blocks [`update_short_512`] folds onto the last: what data under
-    /// [`MIN_LEN_512`] can have, with zeros before it to a whole number of blocks.
-    const SHORT_512_BLOCKS: usize = MIN_LEN_512 / 16 - 1;
+    /// The longest input [`update_short_512`] takes, and one more: a 1,514-byte frame and
+    /// anything shorter. Longer data is throughput's, [`update_vpclmul`]'s loop.
+    pub const MAX_LEN_SHORT_512: usize = 2048;
 
-    /// The keys of [`FOLD_BLOCKS`]' kind for distances [`SHORT_512_BLOCKS`] down to 1,
-    /// farthest first, so that four blocks in a row (distances d to d − 3) find theirs in
-    /// one 64-byte load.
+    /// The most blocks [`update_short_512`] folds onto the last: what data under
+    /// [`MAX_LEN_SHORT_512`] can have, with zeros before it to a whole number of blocks.
+    const SHORT_512_BLOCKS: usize = MAX_LEN_SHORT_512 / 16 - 1;
+
+    /// The keys of [`FOLD_BLOCKS`]' kind (x^(128·d+32) mod P and x^(128·d−32) mod P) for
+    /// distances d = [`SHORT_512_BLOCKS`] down to 1, farthest first, so that four blocks
+    /// in a row (distances d to d − 3) find theirs in one 64-byte load. Computed in one
+    /// pass over the powers of x, as [`fold_key`] computes one.
     static FOLD_BLOCKS_FAR_FIRST: [[i64; 2]; SHORT_512_BLOCKS] = {
         let mut t = [[0; 2]; SHORT_512_BLOCKS];
-        let mut i = 0;
-        while i < SHORT_512_BLOCKS {
-            let bits = 128 * (SHORT_512_BLOCKS - i) as u32;
-            t[i] = [fold_key(bits + 32), fold_key(bits - 32)];
-            i += 1;
+        let mut r: u32 = 1;
+        let mut k: u32 = 0;
+        let last = 128 * SHORT_512_BLOCKS as u32 + 32;
+        while k <= last {
+            // r is x^k mod P.
+            let key = (r.reverse_bits() as i64) << 1;
+            if k >= 96 && (k + 32).is_multiple_of(128) {
+                t[SHORT_512_BLOCKS - (k + 32) as usize / 128][1] = key;
+            }
+            if k >= 160 && (k - 32).is_multiple_of(128) {
+                t[SHORT_512_BLOCKS - (k - 32) as usize / 128][0] = key;
+            }
+            let carry = r & 0x8000_0000 != 0;
+            r <<= 1;
+            if carry {
+                r ^= 0x04C1_1DB7;
+            }
+            k += 1;
         }
         t
     };
 
-    /// Whether [`update_short_512`] takes `len` bytes: 16 to 255, and not one to three
+    /// Whether [`update_short_512`] takes `len` bytes: 16 to 2,047, and not one to three
     /// past a whole number of blocks (there the register would straddle the first two
     /// blocks; folding its second part in on its own, beside the data, made `tcp_rr`'s
     /// 130-byte frames slower in the stack's path, 580 → 605 ns a transaction, though
-    /// faster alone, so those lengths keep the 128-bit routines).
+    /// faster alone, so those lengths keep the other routines).
     #[inline]
     pub fn takes_short_512(len: usize) -> bool {
-        (MIN_LEN..MIN_LEN_512).contains(&len) && !(1..4).contains(&(len % 16))
+        (MIN_LEN..MAX_LEN_SHORT_512).contains(&len) && !(1..4).contains(&(len % 16))
     }
 
     /// Feeds the lengths [`takes_short_512`] allows to the register `crc` along a shorter
-    /// chain of dependent steps than [`update_clmul_short`]'s: a frame's FCS in the stack's
-    /// path waits on the CRC's latency more than on its throughput (`examples/nic_frames`:
-    /// 50.7 → 46.9 ns a frame, two CRC-32s of 106 bytes in it).
+    /// chain of dependent steps than the other routines': a frame's FCS in the stack's path
+    /// waits on the CRC's latency more than on its throughput (`examples/nic_frames`, two
+    /// CRC-32s a frame: 50.8 → 45.5 ns at 106 bytes against [`update_clmul_short`], 71.0 →
+    /// 55.5 at 554 and 95.3 → 84.6 at 1,514 against [`update_vpclmul`], whose folding
+    /// loop and final folds each wait on the one before).
     ///
     /// - The data is taken as if zeros preceded it up to a whole number of blocks (leading
     ///   zeros change nothing to a CRC once the register is in the message), so there is
@@ -1056,6 +1077,11 @@ mod tests {
                     }
                 }
             }
+        }
+        // Every length the short 512-bit routine takes, and past it: each distance's keys.
+        for len in 600..2100 {
+            let d = &buf[len % 17..len % 17 + len];
+            assert_eq!(crc32(d), crc32_slice16(d), "len {len}");
         }
         // Runs of ones and zeros, where a wrong constant shows at once.
         for fill in [0x00u8, 0xFF, 0x80, 0x01] {
