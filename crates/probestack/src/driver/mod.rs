@@ -90,7 +90,16 @@ pub struct DeviceCaps {
 }
 
 /// What the device says about a received frame's transport checksum.
+///
+/// Its tag is a whole word (`repr(u64)`): a device writes it into the receive batch with
+/// one 8-byte store, and the stack's poll, moving each [`RxFrame`] out of the batch,
+/// reads it with one 8-byte load, which the CPU forwards from that store. With a one-byte
+/// tag the load spanned the narrower store and padding no one wrote, could not be
+/// forwarded, and waited for the store to reach the cache: the hottest instruction of
+/// `poll` in `examples/tcp_rr` on a frame queue (18% of its samples); the word costs 8
+/// bytes a frame in the batch and took that harness from 491 to 448 ns a transaction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u64)]
 pub enum RxChecksum {
     /// Nothing: the stack verifies it.
     #[default]
