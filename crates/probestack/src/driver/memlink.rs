@@ -1494,13 +1494,30 @@ impl MemoryNic {
     }
 
     fn receive_as(&mut self, s: impl Sampling, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        let mut out = None;
+        self.receive_into(s, cx, |rx| out = Some(rx));
+        out
+    }
+
+    /// The next received frame handed to `deliver`, if there is one (then true). In line
+    /// in the receive burst, so that a frame is built where the batch takes it (see
+    /// [`Device::receive_burst`] below).
+    #[inline(always)]
+    fn receive_into(
+        &mut self,
+        s: impl Sampling,
+        cx: &DeviceContext<'_>,
+        deliver: impl FnOnce(RxFrame),
+    ) -> bool {
         self.pump(s, cx);
         loop {
             let arrived = {
                 let _q = cx
                     .ledger
                     .probe(s, Layer::Driver, Side::Receive, Op::DeviceQueue);
-                let a = self.rx_queue.pop_front()?;
+                let Some(a) = self.rx_queue.pop_front() else {
+                    return false;
+                };
                 let q = &self.rx_queue;
                 self.coalescer.taken(q.len(), |i| q.get(i).map(|a| a.at));
                 a
@@ -1549,7 +1566,8 @@ impl MemoryNic {
             self.stats.rx_frames += 1;
             self.stats.rx_bytes += len as u64;
             cx.ledger.counters().inc(Counter::DriverFramesIn);
-            return Some(rx);
+            deliver(rx);
+            return true;
         }
     }
 }
@@ -1623,6 +1641,32 @@ impl Device for MemoryNic {
 
     fn receive_unprobed(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
         self.receive_as(Unsampled, cx)
+    }
+
+    /// The trait's loop with the NIC's own receive in line, so that each frame goes into
+    /// the batch where it is built: through the default's call, a frame came back through
+    /// memory as an `Option<RxFrame>` and was copied into the batch with a 16-byte load of
+    /// stores narrower than it, which the CPU could not forward (86% of that loop's
+    /// samples in `examples/udp_burst`).
+    fn receive_burst(
+        &mut self,
+        cx: &DeviceContext<'_>,
+        batch: &mut Vec<RxFrame>,
+        max: usize,
+        sampled: bool,
+    ) -> bool {
+        while batch.len() < max {
+            let got = if sampled && cx.ledger.sampled() {
+                cold_path();
+                self.receive_into(Sampled, cx, |rx| batch.push(rx))
+            } else {
+                self.receive_into(Unsampled, cx, |rx| batch.push(rx))
+            };
+            if !got {
+                return false;
+            }
+        }
+        true
     }
 
     fn next_deadline(&self) -> Option<Instant> {
