@@ -1006,9 +1006,11 @@ impl MemoryNic {
     /// The segments of a super-frame whose data lies in its fragments (device work): each
     /// gets headers of its own, its data stays where it is, as slices of those fragments
     /// (Linux's GSO shares page fragments between the segments it cuts the same way), and
-    /// the NIC reads it twice, once for the checksum and once for the FCS, and copies none
-    /// of it. (Any of its data that lay in the frame's window is copied behind its
-    /// headers.) A receiving NIC that reads frames whole gathers them.
+    /// the NIC reads it once, for the checksum and the FCS together
+    /// ([`fcs_completing_checksum`](Self::fcs_completing_checksum)), and copies none of it.
+    /// (Any of its data that lay in the frame's window is copied behind its headers.)
+    /// Below [`BY_REFERENCE_MIN`] a segment is cut into a buffer of its own, copied and
+    /// summed. A receiving NIC that reads frames whole gathers them.
     fn cut_parts(
         &mut self,
         s: impl Sampling,
@@ -1400,7 +1402,7 @@ impl MemoryNic {
     /// Segment `i` of the super-frame `frame`, whose data lies in its fragments: a buffer
     /// of the NIC's with the segment's headers (and any of its data the frame's window
     /// held, copied), then the fragments' slices that hold the rest, by reference; the
-    /// checksum summed over the data where it lies, the FCS over the pieces at the
+    /// checksum and the FCS from one read of the data where it lies, the FCS at the
     /// window's end (as for any frame whose fragments go across).
     fn cut_by_reference(
         &mut self,
