@@ -320,6 +320,8 @@ impl PageRecycler {
                 let n = piece.len().min(dst.len() - at);
                 acc.copy_and_add(&mut dst[at..at + n], &piece[..n]);
             }
+            // Pieces shorter than `len` would leave a reused block's old bytes in place.
+            debug_assert_eq!(acc.len(), dst.len(), "the pieces hold fewer bytes than len");
             acc.sum()
         })
     }
