@@ -244,6 +244,16 @@ struct PeersArgs {
     /// Shorter runs (still five of them after a warm-up run).
     #[arg(long)]
     quick: bool,
+    /// For a profiler: one timed run of this workload alone (udp_one_way_64, udp_rr_64,
+    /// tcp_bulk_1500, tcp_rr_64, ...) on --system, printing what it did.
+    #[arg(long, requires = "system")]
+    one: Option<String>,
+    /// With --one: the system (probestack_fast, probestack_fast_queue, smoltcp, ...).
+    #[arg(long, requires = "one")]
+    system: Option<String>,
+    /// With --one: the run's wall time in milliseconds.
+    #[arg(long, default_value_t = 200, requires = "one")]
+    millis: u64,
 }
 
 #[derive(Args)]
@@ -426,6 +436,26 @@ fn main() -> ExitCode {
                 }
             });
             finish(r, json, experiments::overhead::tables)
+        }
+        Command::Lab(Lab::Peers(a)) if a.one.is_some() => {
+            let (workload, system) = (a.one.unwrap_or_default(), a.system.unwrap_or_default());
+            match experiments::peers::run_one(&workload, &system, a.millis) {
+                Ok(r) if a.json => {
+                    println!("{}", serde_json::to_string(&r).expect("serializable"));
+                    ExitCode::SUCCESS
+                }
+                Ok(r) => {
+                    println!(
+                        "{workload} on {system}: {} {} in {:.3} s",
+                        r.units, r.unit, r.seconds
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("probestack: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Lab(Lab::Peers(a)) => {
             let settings = if a.quick {

@@ -1934,6 +1934,72 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
     })
 }
 
+/// What one run of one workload on one system did ([`run_one`]).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct OneRun {
+    /// Datagrams delivered intact, round trips, bytes delivered or transactions.
+    pub units: u64,
+    /// What `units` counts.
+    pub unit: &'static str,
+    pub seconds: f64,
+}
+
+/// One timed run of `workload` (as the progress lines name them: `udp_one_way_64`,
+/// `udp_rr_64`, `tcp_bulk_1500`, `tcp_rr_64`, ...) on the system named `system` (a
+/// `--json` row's), built afresh and warmed up as in [`run`], for a profiler (`perf record`, callgrind) to watch one stack
+/// at a time: `scripts/instructions_per_packet.sh --peers` divides the difference of two
+/// runs' instructions by the difference of their units. The kernel over veth needs the
+/// namespaces the full run makes, so is not offered.
+pub fn run_one(workload: &str, system: &str, millis: u64) -> Result<OneRun, String> {
+    let Some(&system) = BULK_SYSTEMS
+        .iter()
+        .find(|s| s.name() == system && **s != System::LinuxVeth)
+    else {
+        let names: Vec<&str> = BULK_SYSTEMS
+            .iter()
+            .filter(|s| **s != System::LinuxVeth)
+            .map(|s| s.name())
+            .collect();
+        return Err(format!(
+            "unknown system {system:?} (one of {})",
+            names.join(", ")
+        ));
+    };
+    let millis = millis.max(1);
+    let one = |units: u64, unit, seconds| OneRun {
+        units,
+        unit,
+        seconds,
+    };
+    let size_of = |prefix: &str| {
+        workload
+            .strip_prefix(prefix)
+            .and_then(|n| n.parse::<usize>().ok())
+    };
+    if let Some(size) = size_of("udp_one_way_").filter(|s| ONE_WAY_SIZES.contains(s)) {
+        let r = one_way(system, size, millis, None)?;
+        return Ok(one(r.intact, "datagrams", r.seconds));
+    }
+    if workload == format!("udp_rr_{RR_SIZE}") {
+        // The round trips' own times added up (the run's set-up is not in them).
+        let rtts = request_response(system, RR_SIZE, millis, None)?;
+        let seconds = rtts.iter().sum::<f64>() / 1e9;
+        return Ok(one(rtts.len() as u64, "round trips", seconds));
+    }
+    if let Some(mtu) = size_of("tcp_bulk_").filter(|m| TCP_MTUS.contains(m)) {
+        let r = tcp_bulk(system, mtu, millis, None)?;
+        return Ok(one(r.bytes, "bytes", r.seconds));
+    }
+    if workload == format!("tcp_rr_{TCP_RR_SIZE}") {
+        let r = tcp_request_response(system, millis, None)?;
+        return Ok(one(r.transactions, "transactions", r.seconds));
+    }
+    Err(format!(
+        "unknown workload {workload:?} (udp_one_way_64, udp_one_way_512, udp_rr_{RR_SIZE}, \
+         tcp_bulk_1500, tcp_bulk_9000, tcp_bulk_65535, tcp_rr_{TCP_RR_SIZE})"
+    ))
+}
+
 fn find<'r>(r: &'r Results, workload: &str, system: System) -> Option<&'r Row> {
     find_row(&r.rows, workload, system)
 }
@@ -2400,6 +2466,29 @@ mod tests {
                 (mtu, Some(run))
             })
             .collect()
+    }
+
+    #[test]
+    fn peers_one_run_counts_its_units_and_names_what_it_does_not_know() {
+        for (workload, unit) in [
+            ("udp_one_way_64", "datagrams"),
+            ("udp_rr_64", "round trips"),
+            ("tcp_bulk_1500", "bytes"),
+            ("tcp_rr_64", "transactions"),
+        ] {
+            for system in ["probestack_fast_queue", "smoltcp"] {
+                let r = run_one(workload, system, 3).unwrap();
+                assert_eq!(r.unit, unit, "{workload} on {system}");
+                assert!(
+                    r.units > 0 && r.seconds > 0.0,
+                    "{workload} on {system}: {r:?}"
+                );
+            }
+        }
+        let e = run_one("udp_one_way_65", "smoltcp", 3).unwrap_err();
+        assert!(e.contains("unknown workload"), "{e}");
+        let e = run_one("tcp_rr_64", "linux_veth", 3).unwrap_err();
+        assert!(e.contains("unknown system") && e.contains("smoltcp"), "{e}");
     }
 
     #[test]
