@@ -1,6 +1,7 @@
 //! `probestack`: the lab. It reruns the experiments of the five papers behind probestack on
 //! this machine and prints paper vs ours.
 
+mod affinity;
 mod bench;
 mod experiments;
 mod machine;

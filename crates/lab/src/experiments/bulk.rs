@@ -11,9 +11,9 @@
 //! preset, `bsd` or `fast` (or one of paper 004's variants, [`Config`], which also set
 //! the NICs' checksum offload and TSO), and the stack's default TCP settings (1 MiB send
 //! and receive buffers, window scaling, timestamps, SACK, Nagle on). The connection is opened on the
-//! calling thread; then each stack moves to a thread of its own, which polls it without
-//! sleeping (it only yields its core, `sched_yield`, after 64 polls in a row that moved
-//! nothing), reading the time from one shared [`RealClock`] (the memory link wants one
+//! calling thread; then each stack moves to a thread of its own, pinned to a core of its
+//! own ([`crate::affinity`]), which polls it without sleeping (it only yields its core,
+//! `sched_yield`, after 64 polls in a row that moved nothing), reading the time from one shared [`RealClock`] (the memory link wants one
 //! time base for both ends). One untimed cell warms the process up before the matrix.
 //!
 //! # What is measured
@@ -883,6 +883,9 @@ pub struct CellFigures {
     /// B's ledger over the timed runs, when it measured its CPU time
     /// ([`run_cell_paced`]).
     pub receiver_ledger: Option<Snapshot>,
+    /// Each thread ran on a core of its own ([`crate::affinity`]); false when the process
+    /// has fewer than two cores or the pinning failed.
+    pub threads_pinned: bool,
 }
 
 /// Opens a connection from A to B on a fresh pair and runs one warm-up and `runs` timed
@@ -983,11 +986,28 @@ pub fn run_cell_with(
         finished: AtomicBool::new(false),
         abort: AtomicBool::new(false),
     };
-    let (sent, received) = std::thread::scope(|scope| {
+    // A core each (see `crate::affinity`): left to the scheduler, the two spinning
+    // threads sometimes share one for a whole run, which halves the rate.
+    let cores = crate::affinity::two_cores();
+    let pin = move |core: Option<usize>| {
+        core.is_some_and(|c| crate::affinity::pin_current_thread(c).is_ok())
+    };
+    let (sent, received, threads_pinned) = std::thread::scope(|scope| {
         let shared = &shared;
-        let tx = scope.spawn(move || sender(sa, c, clock, pattern, plan, shared));
-        let rx = scope.spawn(move || receiver(sb, s, clock, plan, expected, shared));
-        (joined(tx.join(), "sender"), joined(rx.join(), "receiver"))
+        let tx = scope.spawn(move || {
+            let pinned = pin(cores.map(|c| c.0));
+            (sender(sa, c, clock, pattern, plan, shared), pinned)
+        });
+        let rx = scope.spawn(move || {
+            let pinned = pin(cores.map(|c| c.1));
+            (receiver(sb, s, clock, plan, expected, shared), pinned)
+        });
+        let (tx, rx) = (joined_pinned(tx.join()), joined_pinned(rx.join()));
+        (
+            joined(tx.0, "sender"),
+            joined(rx.0, "receiver"),
+            tx.1 && rx.1,
+        )
     });
     let (sender, received) = match (sent, received) {
         (Ok(a), Ok(b)) => (a, b),
@@ -1007,7 +1027,19 @@ pub fn run_cell_with(
         receiver,
         mss,
         checksum_elided,
+        threads_pinned,
     })
+}
+
+/// A thread's result and whether it was pinned, a panic (not pinned, as far as anyone
+/// knows) passed on to [`joined`].
+fn joined_pinned<T>(
+    r: std::thread::Result<(Result<T, String>, bool)>,
+) -> (std::thread::Result<Result<T, String>>, bool) {
+    match r {
+        Ok((r, pinned)) => (Ok(r), pinned),
+        Err(p) => (Err(p), false),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1037,6 +1069,9 @@ pub struct Row {
     pub run_gbps: Vec<f64>,
     /// The sender's MSS (payload of a full segment without options).
     pub mss: usize,
+    /// The two threads ran on a core each (the process has two or more, and pinning
+    /// worked); otherwise the scheduler placed them.
+    pub threads_pinned: bool,
     /// Both ends agreed to send TCP without checksums (RFC 1146, `checksum_elision`).
     pub checksum_elided: bool,
     /// Runs (the warm-up included) whose bytes the receiver checked against the sender's
@@ -1072,7 +1107,8 @@ pub struct Results {
 }
 
 pub const NOTE: &str = "A one-way TCP transfer between two probestack stacks in this \
-    process, each polled without sleeping by its own thread (2 cores, both busy), joined by \
+    process, each polled without sleeping by its own thread, each thread pinned to a core \
+    of its own (2 cores, both busy), joined by \
     the memory link (DMA NICs, a CRC-32 per frame, no loss). Gbit/s counts application \
     payload only. Both threads spin, so a figure also depends on what else runs on the \
     machine.";
@@ -1157,6 +1193,7 @@ pub fn run_configs(
                             gbps_max: gbps.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                             run_gbps: gbps.clone(),
                             mss: f.mss,
+                            threads_pinned: f.threads_pinned,
                             checksum_elided: f.checksum_elided,
                             verified_runs: f.digests.len(),
                             counters: f.both,
@@ -1474,6 +1511,9 @@ mod tests {
             assert!(row["config"] == "bsd" || row["config"] == "fast");
             assert!(row["app_touches_data"].is_boolean());
             assert!(row["gbps"].as_f64().unwrap() > 0.0);
+            // Pinned wherever the process has two cores to pin to.
+            let cores = crate::affinity::two_cores().is_some();
+            assert_eq!(row["threads_pinned"].as_bool(), Some(cores), "{row}");
             if row["config"] == "fast" {
                 let hp = row["hp_hit_rate"].as_f64().unwrap();
                 assert!((0.0..=1.0).contains(&hp));
