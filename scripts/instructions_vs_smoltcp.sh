@@ -22,11 +22,16 @@ per_unit() {
     set -- $(run "$1" "$2" 100) $(run "$1" "$2" 200) "$3"
     echo $(( ($3 - $1) * $5 / ($4 - $2) ))
 }
-printf '%-16s %22s %10s %22s %10s\n' workload probestack_fast_queue smoltcp probestack_fast smoltcp_memlink
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+# Each pair of columns: probestack, smoltcp on the same device, probestack / smoltcp.
+printf '%-16s %12s %10s %6s %12s %10s %6s\n' workload fast_queue smoltcp ratio fast_nic smol_nic ratio
 for w in udp_one_way_64 udp_rr_64 tcp_bulk_1500 tcp_rr_64; do
     scale=1
     [ "$w" = tcp_bulk_1500 ] && scale=1460
-    printf '%-16s %22s %10s %22s %10s\n' "$w" \
-        "$(per_unit $w probestack_fast_queue $scale)" "$(per_unit $w smoltcp $scale)" \
-        "$(per_unit $w probestack_fast $scale)" "$(per_unit $w smoltcp_memlink $scale)"
+    pq=$(per_unit $w probestack_fast_queue $scale)
+    sq=$(per_unit $w smoltcp $scale)
+    pn=$(per_unit $w probestack_fast $scale)
+    sn=$(per_unit $w smoltcp_memlink $scale)
+    printf '%-16s %12s %10s %6s %12s %10s %6s\n' "$w" "$pq" "$sq" \
+        "$(ratio "$pq" "$sq")" "$pn" "$sn" "$(ratio "$pn" "$sn")"
 done
