@@ -12,9 +12,10 @@
 //! the NICs' checksum offload and TSO), and the stack's default TCP settings (1 MiB send
 //! and receive buffers, window scaling, timestamps, SACK, Nagle on). The connection is opened on the
 //! calling thread; then each stack moves to a thread of its own, pinned to a core of its
-//! own ([`crate::affinity`]), which polls it without sleeping (it only yields its core,
-//! `sched_yield`, after 64 polls in a row that moved nothing), reading the time from one shared [`RealClock`] (the memory link wants one
-//! time base for both ends). One untimed cell warms the process up before the matrix.
+//! own where the machine has two ([`crate::affinity`]), which polls it without sleeping
+//! (it only yields its core, `sched_yield`, after 64 polls in a row that moved nothing),
+//! reading the time from one shared [`RealClock`] (the memory link wants one time base
+//! for both ends). One untimed cell warms the process up before the matrix.
 //!
 //! # What is measured
 //!
@@ -1108,7 +1109,7 @@ pub struct Results {
 
 pub const NOTE: &str = "A one-way TCP transfer between two probestack stacks in this \
     process, each polled without sleeping by its own thread, each thread pinned to a core \
-    of its own (2 cores, both busy), joined by \
+    of its own where the machine has two (2 cores, both busy), joined by \
     the memory link (DMA NICs, a CRC-32 per frame, no loss). Gbit/s counts application \
     payload only. Both threads spin, so a figure also depends on what else runs on the \
     machine.";

@@ -1946,10 +1946,10 @@ pub struct OneRun {
 
 /// One timed run of `workload` (as the progress lines name them: `udp_one_way_64`,
 /// `udp_rr_64`, `tcp_bulk_1500`, `tcp_rr_64`, ...) on the system named `system` (a
-/// `--json` row's), built afresh and warmed up as in [`run`], for a profiler (`perf record`, callgrind) to watch one stack
-/// at a time: `scripts/instructions_per_packet.sh --peers` divides the difference of two
-/// runs' instructions by the difference of their units. The kernel over veth needs the
-/// namespaces the full run makes, so is not offered.
+/// `--json` row's), built afresh and warmed up as in [`run`], for a profiler (`perf
+/// record`, callgrind) to watch one stack at a time: `scripts/instructions_vs_smoltcp.sh`
+/// divides the difference of two runs' instructions by the difference of their units.
+/// The kernel over veth needs the namespaces the full run makes, so is not offered.
 pub fn run_one(workload: &str, system: &str, millis: u64) -> Result<OneRun, String> {
     let Some(&system) = BULK_SYSTEMS
         .iter()
