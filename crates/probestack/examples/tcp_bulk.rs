@@ -4,14 +4,16 @@
 //! Prints the rate, the segments A sent (for instructions per segment) and the segments
 //! (ACKs) B sent.
 //!
-//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast|queue|zero-copy|zero-copy-plain]`
+//! `cargo run --release -p probestack --example tcp_bulk -- [MIB] [MTU] [bsd|fast|queue|zero-copy|zero-copy-plain|zero-copy-queue]`
 //!
 //! `queue` runs `Tuning::fast()` on a frame queue instead of the memory link (no NIC model:
 //! `lab peers`' "probestack fast, frame queue").
 //!
 //! `zero-copy` is the peers experiment's `probestack_zero_copy`: `Tuning::fast()` with
 //! checksum elision off, NICs with checksum offload, TSO and header split, A loaning its
-//! pattern and B taking whole pages.
+//! pattern and B taking whole pages. `zero-copy-queue` is `probestack_zero_copy_queue`:
+//! `Tuning::fast()` on a frame queue, A loaning, B taking A's memory as it came across
+//! (no offloads there: both stacks compute every checksum).
 
 mod harness;
 
@@ -34,7 +36,10 @@ fn main() {
     let mib: u64 = harness::arg(1, 256);
     let mtu: usize = harness::arg(2, 1500);
     let mode = harness::word(3);
-    let zero_copy = matches!(mode.as_deref(), Some("zero-copy" | "zero-copy-plain"));
+    let zero_copy = matches!(
+        mode.as_deref(),
+        Some("zero-copy" | "zero-copy-plain" | "zero-copy-queue")
+    );
     let tuning = match mode.as_deref() {
         Some("zero-copy") => Tuning {
             checksum_elision: false,
@@ -50,6 +55,7 @@ fn main() {
             software_segmentation: false,
             ..Tuning::fast()
         },
+        Some("zero-copy-queue") => Tuning::fast(),
         other => harness::tuning(other),
     };
     let mut host = HostConfig::with_mtu(mtu);
@@ -64,7 +70,7 @@ fn main() {
         Some("zero-copy-plain") => host.nic.header_split = true,
         _ => {}
     }
-    let mut pair = if mode.as_deref() == Some("queue") {
+    let mut pair = if matches!(mode.as_deref(), Some("queue" | "zero-copy-queue")) {
         harness::queue_pair(host)
     } else {
         harness::pair(host)

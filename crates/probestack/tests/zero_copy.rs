@@ -1,9 +1,11 @@
-//! Zero-copy send (paper 004 §3.1) between two stacks on the memory link, on a virtual
-//! clock: the application loans its memory, TCP sends it by reference and holds it until
-//! it is acknowledged, and the loan completes (the memory comes back, unchanged, the same
-//! allocation) only then. Checked by hash through a lossy wire, with the NIC gathering by
-//! DMA or the CPU by PIO, with and without checksum offload, mixed with copying sends, and
-//! over a device that cannot gather (the driver copies, counted).
+//! Zero-copy send and receive (paper 004 §3.1) between two stacks on the memory link and on
+//! a frame queue, on a virtual clock: the application loans its memory, TCP sends it by
+//! reference and holds it until it is acknowledged, and the loan completes (the memory
+//! comes back, unchanged, the same allocation) only then. Checked by hash through a lossy
+//! wire, with the NIC gathering by DMA or the CPU by PIO, with and without checksum
+//! offload, mixed with copying sends, and over a device that cannot gather (the driver
+//! copies, counted); on the receiving side, whole pages from a header-splitting NIC, and a
+//! sender's memory as it came where the device hands it across.
 
 mod common;
 
@@ -46,9 +48,19 @@ struct Outcome {
 
 /// Sends `total` bytes from A to B, every `copy_every`-th chunk by copy and the rest as
 /// loans of `chunk` bytes; checks the stream by hash, each loan's completion, and that
-/// every loan comes back unchanged in its own allocation.
-fn loaned_transfer(p: &mut Pair, chunk: usize, total: usize, copy_every: usize) -> Outcome {
+/// every loan comes back unchanged in its own allocation. B reads with zero-copy receive
+/// when `zero_copy_rx` says so (dropping each buffer once hashed), else by copy.
+fn loaned_transfer(
+    p: &mut Pair,
+    chunk: usize,
+    total: usize,
+    copy_every: usize,
+    zero_copy_rx: bool,
+) -> Outcome {
     let (tx, rx) = connect(p, PORT);
+    if zero_copy_rx {
+        p.b.tcp_set_zero_copy_receive(rx, true).unwrap();
+    }
     let (mut made, mut got) = (0usize, 0usize);
     let (mut hs, mut hr) = (FNV_START, FNV_START);
     // Loans in flight: the loan, where it starts in the stream, how much of it is queued,
@@ -97,15 +109,25 @@ fn loaned_transfer(p: &mut Pair, chunk: usize, total: usize, copy_every: usize) 
             made += n;
         }
         loop {
-            match p.b.tcp_recv(rx, &mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    fnv(&mut hr, &buf[..n]);
-                    got += n;
+            got += if zero_copy_rx {
+                match p.b.tcp_recv_zero_copy(rx, usize::MAX) {
+                    Ok(None) | Err(TcpError::WouldBlock) => break,
+                    Ok(Some(chunk)) => {
+                        fnv(&mut hr, &chunk);
+                        chunk.len()
+                    }
+                    Err(e) => panic!("recv_zero_copy: {e}"),
                 }
-                Err(TcpError::WouldBlock) => break,
-                Err(e) => panic!("recv: {e}"),
-            }
+            } else {
+                match p.b.tcp_recv(rx, &mut buf) {
+                    Ok(0) | Err(TcpError::WouldBlock) => break,
+                    Ok(n) => {
+                        fnv(&mut hr, &buf[..n]);
+                        n
+                    }
+                    Err(e) => panic!("recv: {e}"),
+                }
+            };
         }
         // The completion: a loan whose bytes are not all acknowledged must still be
         // held; one that is complete must be reclaimable, unchanged.
@@ -176,7 +198,7 @@ fn loans_travel_by_reference_through_a_lossy_wire_and_complete_on_ack() {
         b.nic.rx_faults = FaultConfig::lossy(8);
         let mut p = Pair::new(a, b).unwrap();
         // Chunks of an odd size, so segments straddle loans and copies.
-        let out = loaned_transfer(&mut p, 7777, 3 << 20, 5);
+        let out = loaned_transfer(&mut p, 7777, 3 << 20, 5, false);
         let what = format!("{mode:?} offload={offload} mtu={mtu}");
         assert!(out.loans > 300, "{what}: {} loans", out.loans);
         assert!(
@@ -215,7 +237,7 @@ fn loans_of_every_size_deliver_the_bytes_the_copy_path_would() {
             host(9000, CopyMode::Dma, false),
         )
         .unwrap();
-        let out = loaned_transfer(&mut p, chunk, total, copy_every);
+        let out = loaned_transfer(&mut p, chunk, total, copy_every, false);
         assert!(out.loans > 0, "chunk {chunk}");
     }
 }
@@ -228,7 +250,7 @@ fn a_loan_is_not_copied_by_the_socket_layer() {
         host(9000, CopyMode::Dma, true),
     )
     .unwrap();
-    let out = loaned_transfer(&mut p, 64 * 1024, 8 << 20, 0);
+    let out = loaned_transfer(&mut p, 64 * 1024, 8 << 20, 0, false);
     assert_eq!(out.loans, 128);
     let data_segments = p.a.ledger().counters().get(Counter::TcpSegmentsOut);
     let zc = zero_copy_segments(&p);
@@ -287,7 +309,7 @@ fn loans_cross_a_frame_queue_by_reference() {
     for mtu in [1500, 9000] {
         let h = host(mtu, CopyMode::Dma, false);
         let mut p = Pair::on_frame_queue(h.clone(), h).unwrap();
-        let out = loaned_transfer(&mut p, 50_000, 4 << 20, 3);
+        let out = loaned_transfer(&mut p, 50_000, 4 << 20, 3, false);
         assert!(out.loans > 40, "MTU {mtu}: {} loans", out.loans);
         let b = |k| p.b.ledger().counters().get(k);
         assert!(b(Counter::TcpSegmentsInByReference) > 100, "MTU {mtu}");
@@ -310,7 +332,7 @@ fn a_device_without_scatter_gather_gets_whole_frames_the_driver_copied() {
         |nic| Box::new(nic),
     )
     .unwrap();
-    let out = loaned_transfer(&mut p, 50_000, 1 << 20, 3);
+    let out = loaned_transfer(&mut p, 50_000, 1 << 20, 3, false);
     assert!(out.loans > 10);
     let linearized = p.a.ledger().counters().get(Counter::DriverTxLinearized);
     assert!(
@@ -444,17 +466,81 @@ fn a_corrupted_split_segment_is_caught_and_retransmitted() {
 }
 
 #[test]
-fn without_header_split_every_byte_is_odd_data() {
-    let mut p = Pair::new(
-        host(9000, CopyMode::Dma, false),
-        host(9000, CopyMode::Dma, false),
-    )
-    .unwrap();
+fn without_header_split_what_came_by_copy_is_odd_data() {
+    // A sends from its ring (nothing by reference), so every byte reaches B in the
+    // frame: B copies all of it.
+    let mut a = host(9000, CopyMode::Dma, false);
+    a.stack.tuning.tcp_send_by_reference = false;
+    let mut p = Pair::new(a, host(9000, CopyMode::Dma, false)).unwrap();
     let total = 2 << 20;
     assert_eq!(paged_transfer(&mut p, total, 0), 0);
     let c = |k| p.b.ledger().counters().get(k);
     assert_eq!(c(Counter::TcpZeroCopyRxBytes), 0);
     assert_eq!(c(Counter::TcpZeroCopyRxOddBytes), total as u64);
+}
+
+#[test]
+fn without_header_split_what_a_sender_passed_by_reference_goes_over_as_it_came() {
+    // The memory NIC's DMA hands TCP's shared blocks across (A sends by reference at
+    // 9000); with no header split B's application takes them as they are, uncopied.
+    let mut p = Pair::new(
+        host(9000, CopyMode::Dma, false),
+        host(9000, CopyMode::Dma, false),
+    )
+    .unwrap();
+    let total = 4 << 20;
+    paged_transfer(&mut p, total, 0);
+    let c = |k| p.b.ledger().counters().get(k);
+    let (uncopied, odd) = (
+        c(Counter::TcpZeroCopyRxBytes),
+        c(Counter::TcpZeroCopyRxOddBytes),
+    );
+    assert_eq!(uncopied + odd, total as u64);
+    assert!(uncopied * 2 > total as u64, "{uncopied} bytes uncopied");
+    assert!(c(Counter::TcpSegmentsInByReference) > 0);
+}
+
+#[test]
+fn loans_across_a_frame_queue_reach_the_application_uncopied() {
+    // A frame queue hands a frame's fragments to the other end: B's application gets
+    // A's loaned memory itself, never a copy (one or several loans in a segment, at any
+    // MTU), and each loan completes only once B's application has let go of it (the
+    // completion checks in `loaned_transfer`). What A copies goes by reference too where
+    // its segments are large enough for its shared blocks (9000), and as odd data from
+    // its ring where they are not (1500).
+    for (mtu, chunk, copy_every, copies_odd) in [
+        (1500, 5000, 0, false),
+        (1500, 5000, 3, true),
+        (9000, 70_000, 3, false),
+        (65535, 100_000, 0, false),
+    ] {
+        let mut p = Pair::on_frame_queue(
+            host(mtu, CopyMode::Dma, false),
+            host(mtu, CopyMode::Dma, false),
+        )
+        .unwrap();
+        let total = 8 << 20;
+        let out = loaned_transfer(&mut p, chunk, total, copy_every, true);
+        let what = format!("mtu {mtu}, copy_every {copy_every}");
+        assert!(out.loans > 10, "{what}");
+        let c = |k| p.b.ledger().counters().get(k);
+        let (uncopied, odd) = (
+            c(Counter::TcpZeroCopyRxBytes),
+            c(Counter::TcpZeroCopyRxOddBytes),
+        );
+        assert_eq!(uncopied + odd, total as u64, "{what}");
+        if copies_odd {
+            assert!(
+                odd > 0 && uncopied > odd,
+                "{what}: {uncopied} uncopied, {odd} odd"
+            );
+        } else {
+            assert_eq!(odd, 0, "{what}: {uncopied} uncopied");
+            // (A segment holding ring bytes and a loan's first ones is copied together.)
+            assert_eq!(c(Counter::StackRxLinearized), 0, "{what}");
+        }
+        assert_eq!(c(Counter::TcpDropBadChecksum), 0, "{what}");
+    }
 }
 
 #[test]
@@ -560,7 +646,7 @@ fn zero_copy_with_tso_and_negotiated_elision_across_mtus() {
             };
             let mut p = Pair::new(h.clone(), h).unwrap();
             let total = 4 << 20;
-            loaned_transfer(&mut p, 65536, total, 0);
+            loaned_transfer(&mut p, 65536, total, 0, false);
             let c = |k| p.a.ledger().counters().get(k);
             let what = format!("mtu {mtu} elide {elide} tso {tso}");
             assert_eq!(c(Counter::IpDropNeedFrag), 0, "{what}");

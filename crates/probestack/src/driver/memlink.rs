@@ -1583,6 +1583,7 @@ impl Device for MemoryNic {
             checksum_offload: self.config.checksum_offload,
             tso_max: if self.config.segments() { MAX_MTU } else { 0 },
             scatter_gather: true,
+            header_split: self.config.copy_mode == CopyMode::Dma && self.config.header_split,
         }
     }
 

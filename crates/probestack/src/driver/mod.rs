@@ -87,6 +87,12 @@ pub struct DeviceCaps {
     /// copies them into the frame first (counted as `driver.tx_linearized`), and TCP
     /// sends from its ring.
     pub scatter_gather: bool,
+    /// Header/data split (paper 004 §3.1): the device places the payload of a TCP
+    /// segment with at least a page of it, page-aligned, in a buffer of its own, so that
+    /// zero-copy receive hands the application whole pages and copies the rest. Without
+    /// it, zero-copy receive hands over as it came what a sender passed by reference and
+    /// the device carried across (`scatter_gather`: its loan, its shared blocks).
+    pub header_split: bool,
 }
 
 /// What the device says about a received frame's transport checksum.

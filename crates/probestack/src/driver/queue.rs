@@ -116,6 +116,7 @@ impl Device for FrameQueue {
             checksum_offload: ChecksumOffload::default(),
             tso_max: 0,
             scatter_gather: true,
+            header_split: false,
         }
     }
 

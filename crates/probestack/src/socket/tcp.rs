@@ -13,7 +13,7 @@ use crate::buf::ExtBuf;
 use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 use crate::socket::blocking::block_on;
 use crate::stack::Stack;
-use crate::tcp::connection::{ConnError, ConnStats, Connection, State, TcpConfig};
+use crate::tcp::connection::{ConnError, ConnStats, Connection, State, TcpConfig, ZeroCopyRx};
 use crate::tcp::isn::IsnGenerator;
 use crate::tcp::syn_cookie::SynCookies;
 use crate::time::{Clock, Duration, Instant};
@@ -604,7 +604,7 @@ impl Stack {
                 .ledger
                 .probe(s, Layer::Socket, Side::Receive, Op::UserCopy);
             let n = c.recv_into(buf);
-            if c.zero_copy_rx {
+            if c.zero_copy_rx != ZeroCopyRx::Off {
                 self.ledger
                     .counters()
                     .add(Counter::TcpZeroCopyRxOddBytes, n as u64);
@@ -624,11 +624,28 @@ impl Stack {
     /// Zero-copy receive (paper 004 §3.1): with `on`, in-order data that a NIC with
     /// header/data split placed on page boundaries is kept as whole pages, handed to
     /// [`tcp_recv_zero_copy`](Self::tcp_recv_zero_copy) by reference; the rest ("odd
-    /// data": the part of a segment past its last whole page, out-of-order data, data
-    /// from a NIC that does not split) is copied as usual. What the application gets each
-    /// way is counted (`tcp.zero_copy.rx_page_bytes`, `tcp.zero_copy.rx_odd_bytes`).
+    /// data": the part of a segment past its last whole page, out-of-order data) is
+    /// copied as usual. From a device that does not split
+    /// ([`DeviceCaps::header_split`](crate::driver::DeviceCaps::header_split), looked up
+    /// on the route to the peer now), the data a sender passed by reference and the device
+    /// carried across (its loan, its shared blocks: a frame queue, the memory NIC's DMA)
+    /// goes to the application as it came, whole segments, page boundaries or not, and
+    /// anything else is odd data: the sender's memory then stays held (its loan
+    /// incomplete, its blocks not reused) until this application drops what it took,
+    /// which is why Linux copies MSG_ZEROCOPY data looped to a local socket instead
+    /// (Documentation/networking/msg_zerocopy.rst, its "Loopback" section). What
+    /// the application gets each way is counted
+    /// (`tcp.zero_copy.rx_page_bytes`, `tcp.zero_copy.rx_odd_bytes`).
     pub fn tcp_set_zero_copy_receive(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
-        self.tcp_conn_mut(h)?.zero_copy_rx = on;
+        let remote = self.tcp_conn(h)?.remote.0;
+        let mode = if !on {
+            ZeroCopyRx::Off
+        } else if self.tcp_rx_header_split(remote) {
+            ZeroCopyRx::Pages
+        } else {
+            ZeroCopyRx::AsSent
+        };
+        self.tcp_conn_mut(h)?.zero_copy_rx = mode;
         Ok(())
     }
 

@@ -401,6 +401,21 @@ pub(crate) enum SendCopy {
     Shared { sum: Option<Kernel> },
 }
 
+/// What zero-copy receive (paper 004 §3.1) hands the application uncopied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroCopyRx {
+    /// Off: reads copy.
+    Off,
+    /// Whole pages that a NIC with header/data split deposited page-aligned
+    /// ([`DeviceCaps::header_split`](crate::driver::DeviceCaps::header_split)); the odd
+    /// rest, and anything else, copied: paper 004's page remapping.
+    Pages,
+    /// Data that arrived by reference (a sender's loan or shared blocks, carried across
+    /// by a device that hands fragments over), as it came: in user space a reference
+    /// needs no page boundaries. Anything else copied.
+    AsSent,
+}
+
 /// The transmission control block.
 pub struct Connection {
     pub(crate) state: State,
@@ -434,8 +449,8 @@ pub struct Connection {
 
     pub(crate) tx: SendBuffer,
     pub(crate) rx: RecvBuffer,
-    /// Zero-copy receive: take whole pages the NIC deposited by reference.
-    pub(crate) zero_copy_rx: bool,
+    /// Zero-copy receive: what the application may take uncopied.
+    pub(crate) zero_copy_rx: ZeroCopyRx,
     /// Where writes are copied: set by the stack from the route
     /// (`Tuning::tcp_send_by_reference`).
     pub(crate) send_copy: SendCopy,
@@ -598,7 +613,7 @@ impl Connection {
             rcv_mss: mss,
             tx: SendBuffer::new(config.send_buffer),
             rx: RecvBuffer::new(config.recv_buffer),
-            zero_copy_rx: false,
+            zero_copy_rx: ZeroCopyRx::Off,
             send_copy: SendCopy::Ring,
             ooo: Assembler::new(config.max_ooo_ranges),
             fin_seq: None,
@@ -754,10 +769,12 @@ impl Connection {
 
     /// Whether `len` bytes of data at `seq` that arrived in fragments can go into the
     /// receive buffer by reference (`Tuning::tcp_send_by_reference`): they are the next
-    /// data, nothing waits out of order, and they fit. A zero-copy receive connection
-    /// keeps its own rule (whole pages only).
+    /// data, nothing waits out of order, and they fit. A zero-copy receive connection on
+    /// a header-splitting NIC keeps its own rule (whole pages only).
     pub(crate) fn stages_by_reference(&self, seq: SeqNumber, len: usize) -> bool {
-        !self.zero_copy_rx && self.nothing_out_of_order() && self.in_order_fits(seq, len)
+        self.zero_copy_rx != ZeroCopyRx::Pages
+            && self.nothing_out_of_order()
+            && self.in_order_fits(seq, len)
     }
 
     /// Whether no data waits out of order.

@@ -64,7 +64,7 @@ use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
 use crate::stack::in_message;
 use crate::stack::Stack;
-use crate::tcp::connection::{Outgoing, RstReply};
+use crate::tcp::connection::{Outgoing, RstReply, ZeroCopyRx};
 use crate::tcp::send_buffer::Piece;
 use crate::time::Instant;
 use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
@@ -225,6 +225,17 @@ impl Stack {
             .map_or(536, |i| i.caps.mtu.saturating_sub(HEADERS))
     }
 
+    /// Whether data from `remote` arrives through a device that splits headers from data
+    /// (the route to it; zero-copy receive's page rule).
+    pub(crate) fn tcp_rx_header_split(&self, remote: Ipv4Address) -> bool {
+        !self.is_own_address(remote)
+            && self
+                .routes
+                .lookup(remote)
+                .and_then(|r| self.ifaces.get(r.interface))
+                .is_some_and(|i| i.caps.header_split)
+    }
+
     /// Where a connection to `dst` copies its writes: into shared blocks sent by
     /// reference (`Tuning::tcp_send_by_reference`) when the route's device gathers
     /// fragments and its MTU makes segments of at least [`BY_REFERENCE_MIN_SEGMENT`],
@@ -339,8 +350,8 @@ impl Stack {
         };
         let mut conn = found.and_then(|i| self.tcp.conn_mut(i));
         // Fragments a sender passed by reference go into the receive buffer as they are
-        // when they are the next data and fit (a zero-copy receive connection keeps its
-        // own rule, whole pages only).
+        // when they are the next data and fit (a zero-copy receive connection on a
+        // header-splitting NIC keeps its own rule, whole pages only).
         let by_reference = frag_len > 0
             && self.tuning.tcp_send_by_reference
             && conn
@@ -391,8 +402,12 @@ impl Stack {
             }
         }
         let verify = !elided && rx == RxChecksum::None;
-        // Zero-copy receive: whole pages by reference, the odd rest copied.
-        let zero_copy = conn.as_ref().is_some_and(|c| c.zero_copy_rx) && !seg.payload.is_empty();
+        // Zero-copy receive on a header-splitting NIC: whole pages by reference, the odd
+        // rest copied.
+        let zero_copy = conn
+            .as_ref()
+            .is_some_and(|c| c.zero_copy_rx == ZeroCopyRx::Pages)
+            && !seg.payload.is_empty();
         let pages = match (split, conn.as_deref_mut()) {
             (Some(payload), Some(c))
                 if zero_copy
