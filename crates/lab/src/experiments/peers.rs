@@ -101,6 +101,11 @@ pub enum System {
     /// NICs' checksum offload and TSO (checksum elision off, so the NICs compute the
     /// checksums `fast` would have agreed to leave out).
     ProbestackZeroCopy,
+    /// TCP bulk only: zero-copy sockets on a frame queue (A loans; B's zero-copy receive,
+    /// on a device without header split, takes A's loaned memory as it came across),
+    /// `Tuning::fast()`; the queue has no offloads, so the stacks compute and verify
+    /// every checksum themselves, as smoltcp does on the same device.
+    ProbestackZeroCopyQueue,
     Smoltcp,
     /// smoltcp on probestack's memory NICs, configured as probestack's hosts have them
     /// ([`memlink::NicWire`]): the same CRC-32 and frame moves below both stacks.
@@ -110,7 +115,8 @@ pub enum System {
     LinuxVeth,
 }
 
-/// Why [`System::ProbestackZeroCopy`] has no figure outside TCP bulk.
+/// Why [`System::ProbestackZeroCopy`] and [`System::ProbestackZeroCopyQueue`] have no
+/// figure outside TCP bulk.
 const BULK_ONLY: &str = "zero-copy sockets are measured on TCP bulk only";
 
 /// The systems of every workload.
@@ -124,12 +130,14 @@ pub const SYSTEMS: [System; 7] = [
     System::LinuxVeth,
 ];
 
-/// The systems of TCP bulk: every one, and probestack with zero-copy sockets.
-pub const BULK_SYSTEMS: [System; 8] = [
+/// The systems of TCP bulk: every one, and probestack with zero-copy sockets on either
+/// device.
+pub const BULK_SYSTEMS: [System; 9] = [
     System::ProbestackFast,
     System::ProbestackBsd,
     System::ProbestackZeroCopy,
     System::ProbestackQueue,
+    System::ProbestackZeroCopyQueue,
     System::Smoltcp,
     System::SmoltcpMemlink,
     System::LinuxLoopback,
@@ -144,6 +152,7 @@ impl System {
             System::ProbestackBsd => "probestack_bsd",
             System::ProbestackZeroCopy => "probestack_zero_copy",
             System::ProbestackQueue => "probestack_fast_queue",
+            System::ProbestackZeroCopyQueue => "probestack_zero_copy_queue",
             System::Smoltcp => "smoltcp",
             System::SmoltcpMemlink => "smoltcp_memlink",
             System::LinuxLoopback => "linux_loopback",
@@ -158,6 +167,7 @@ impl System {
             System::ProbestackBsd => "probestack bsd",
             System::ProbestackZeroCopy => "probestack zero-copy + offload",
             System::ProbestackQueue => "probestack fast, frame queue",
+            System::ProbestackZeroCopyQueue => "probestack zero-copy, frame queue",
             System::Smoltcp => "smoltcp 0.14",
             System::SmoltcpMemlink => "smoltcp 0.14, memory NIC",
             System::LinuxLoopback => "Linux loopback",
@@ -784,7 +794,7 @@ pub fn one_way(
             size,
             millis,
         ),
-        System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
+        System::ProbestackZeroCopy | System::ProbestackZeroCopyQueue => Err(BULK_ONLY.into()),
     }
 }
 
@@ -809,7 +819,7 @@ pub fn request_response(
             size,
             millis,
         ),
-        System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
+        System::ProbestackZeroCopy | System::ProbestackZeroCopyQueue => Err(BULK_ONLY.into()),
     }
 }
 
@@ -900,10 +910,12 @@ impl StackStreams {
     }
 
     /// Zero-copy sockets on NICs with checksum offload, TSO and header split, as
-    /// [`System::ProbestackZeroCopy`]; with `copy_out`, B copies what it takes into the
-    /// caller's buffer so that it can be checked.
+    /// [`System::ProbestackZeroCopy`], or on a frame queue (no offloads), as
+    /// [`System::ProbestackZeroCopyQueue`]; with `copy_out`, B copies what it takes into
+    /// the caller's buffer so that it can be checked.
     fn connect_zero_copy(
         mtu: usize,
+        device: StackDevice,
         copy_out: bool,
         clock: &RealClock,
     ) -> Result<StackStreams, String> {
@@ -918,7 +930,7 @@ impl StackStreams {
             header_split: true,
             ..host.nic.with_offloads()
         };
-        let mut s = StackStreams::connect_hosts(host, NIC, false, clock)?;
+        let mut s = StackStreams::connect_hosts(host, device, false, clock)?;
         s.pair
             .b
             .tcp_set_zero_copy_receive(s.b, true)
@@ -1436,7 +1448,12 @@ fn tcp_bulk_checked(
         System::ProbestackFast => run!(stack(Tuning::fast(), NIC)),
         System::ProbestackBsd => run!(stack(Tuning::bsd(), NIC)),
         System::ProbestackQueue => run!(stack(Tuning::fast(), QUEUE)),
-        System::ProbestackZeroCopy => run!(StackStreams::connect_zero_copy(mtu, check, &clock)),
+        System::ProbestackZeroCopy => {
+            run!(StackStreams::connect_zero_copy(mtu, NIC, check, &clock))
+        }
+        System::ProbestackZeroCopyQueue => {
+            run!(StackStreams::connect_zero_copy(mtu, QUEUE, check, &clock))
+        }
         System::Smoltcp => run!(SmolStreams::connect(Link::new(mtu), false, &clock)),
         System::SmoltcpMemlink => run!(SmolStreams::connect(NicWire::new(mtu)?, false, &clock)),
         System::LinuxLoopback => run!(KernelStreams::connect(KernelPath::Loopback, false)),
@@ -1477,7 +1494,7 @@ pub fn tcp_request_response(
         System::SmoltcpMemlink => run!(SmolStreams::connect(NicWire::new(1500)?, true, &clock)),
         System::LinuxLoopback => run!(KernelStreams::connect(KernelPath::Loopback, true)),
         System::LinuxVeth => run!(KernelStreams::connect(kernel::veth_path(veth)?, true)),
-        System::ProbestackZeroCopy => Err(BULK_ONLY.into()),
+        System::ProbestackZeroCopy | System::ProbestackZeroCopyQueue => Err(BULK_ONLY.into()),
     }
 }
 
@@ -1491,8 +1508,8 @@ pub struct Row {
     /// `tcp_bulk_1500`, `tcp_bulk_9000`, `tcp_bulk_65535`, `tcp_rr_64`.
     pub workload: String,
     /// `probestack_fast`, `probestack_bsd`, `probestack_zero_copy` (TCP bulk only),
-    /// `probestack_fast_queue`, `smoltcp`, `smoltcp_memlink`, `linux_loopback`,
-    /// `linux_veth`.
+    /// `probestack_fast_queue`, `probestack_zero_copy_queue` (TCP bulk only), `smoltcp`,
+    /// `smoltcp_memlink`, `linux_loopback`, `linux_veth`.
     pub system: &'static str,
     /// The median over the runs.
     pub value: f64,
@@ -2199,12 +2216,15 @@ pub fn tables(r: &Results) -> Vec<Table> {
         // Paper 004's end-system optimizations against smoltcp's best in this run, on
         // either link.
         let smol_best = smoltcp_best_bulk(&r.rows);
-        if let Some(zc) = find(r, &w, System::ProbestackZeroCopy).filter(|_| smol_best > 0.0) {
-            t.note(format!(
-                "probestack zero-copy + offload / smoltcp's best TCP bulk figure in this run \
-                 ({smol_best:.2} Gbit/s): {:.2}x",
-                zc.value / smol_best
-            ));
+        for system in [System::ProbestackZeroCopy, System::ProbestackZeroCopyQueue] {
+            if let Some(zc) = find(r, &w, system).filter(|_| smol_best > 0.0) {
+                t.note(format!(
+                    "{} / smoltcp's best TCP bulk figure in this run ({smol_best:.2} \
+                     Gbit/s): {:.2}x",
+                    system.label(),
+                    zc.value / smol_best
+                ));
+            }
         }
         out.push(t);
     }
@@ -2395,6 +2415,7 @@ mod tests {
                             | System::ProbestackBsd
                             | System::ProbestackZeroCopy
                             | System::ProbestackQueue
+                            | System::ProbestackZeroCopyQueue
                     );
                     assert_eq!(counted, probestack, "{w} {}", system.name());
                 }
@@ -2505,7 +2526,10 @@ mod tests {
             if system == System::LinuxVeth {
                 continue;
             }
-            if system == System::ProbestackZeroCopy {
+            if matches!(
+                system,
+                System::ProbestackZeroCopy | System::ProbestackZeroCopyQueue
+            ) {
                 assert_eq!(
                     tcp_request_response(system, 3, None).unwrap_err(),
                     BULK_ONLY,
@@ -2547,7 +2571,7 @@ mod tests {
     #[test]
     fn peers_zero_copy_runs_zero_copy_with_checksums_offloaded() {
         let clock = RealClock::new();
-        let mut s = StackStreams::connect_zero_copy(9000, true, &clock).unwrap();
+        let mut s = StackStreams::connect_zero_copy(9000, NIC, true, &clock).unwrap();
         let c = s.pair.a.tcp_connection(s.a).unwrap();
         assert!(!c.checksum_elided(), "checksums are computed, by the NICs");
         let run = bulk_on(&mut s, &clock, 3, true, TCP_STALL).unwrap();
@@ -2556,6 +2580,23 @@ mod tests {
         assert!(count(&s.pair.a, Counter::TcpZeroCopySegments) > 0);
         assert!(count(&s.pair.b, Counter::TcpZeroCopyRxBytes) > 0);
         assert_eq!(count(&s.pair.b, Counter::TcpNoChecksumIn), 0);
+    }
+
+    #[test]
+    fn peers_zero_copy_on_a_frame_queue_copies_nothing_and_checks_every_sum() {
+        let clock = RealClock::new();
+        let mut s = StackStreams::connect_zero_copy(65535, QUEUE, true, &clock).unwrap();
+        let run = bulk_on(&mut s, &clock, 3, true, TCP_STALL).unwrap();
+        assert!(run.bytes > 0);
+        let count = |st: &probestack::stack::Stack, k| st.ledger().counters().get(k);
+        assert!(count(&s.pair.a, Counter::TcpZeroCopySegments) > 0);
+        // B's application took A's loaned memory, none of it copied by the stack...
+        assert!(count(&s.pair.b, Counter::TcpZeroCopyRxBytes) >= run.bytes);
+        assert_eq!(count(&s.pair.b, Counter::TcpZeroCopyRxOddBytes), 0);
+        assert_eq!(count(&s.pair.b, Counter::StackRxLinearized), 0);
+        // ... and verified every segment's checksum (no CRC, no offload on a queue).
+        assert_eq!(count(&s.pair.b, Counter::TcpNoChecksumIn), 0);
+        assert!(!s.pair.a.tcp_connection(s.a).unwrap().checksum_elided());
     }
 
     /// Wraps a system so that B hears nothing: its stack is never polled and it never
