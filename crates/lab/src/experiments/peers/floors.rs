@@ -17,7 +17,9 @@
 //!   into pages, summed (header split).
 //!
 //! On a frame queue (no CRC, no offloads, checksums computed by the stack): the queue
-//! alone for UDP; two copies and two copies with the checksum fused for TCP bulk.
+//! alone for UDP; two copies and two copies with the checksum fused for TCP bulk; for
+//! zero-copy (issue 7's target), two sums of the data where it lies, the sender's over
+//! its loan and the receiver's check, with nothing copied.
 //!
 //! Each pass is timed on data in cache, so a floor is the least that work can cost; a
 //! transfer whose buffers do not stay in cache pays more. Benchmarks report: a floor above
@@ -87,6 +89,8 @@ enum PassKind {
     Crc32AndSum,
     /// The Ethernet FCS over a frame ([`crc32`]).
     Crc32,
+    /// The RFC 1071 sum alone, reading the bytes where they lie ([`checksum::sum`]).
+    Sum,
 }
 
 impl PassKind {
@@ -96,13 +100,14 @@ impl PassKind {
             PassKind::CopyAndSum => "copy_and_sum",
             PassKind::Crc32AndSum => "crc32_and_sum",
             PassKind::Crc32 => "crc32",
+            PassKind::Sum => "sum",
         }
     }
 }
 
 /// The passes the floors are made of: for each TCP bulk MTU, a segment's data copied,
-/// and copied and summed, and its frame's CRC-32, alone and with the sum, each timed
-/// alone, round-robin, the median of `runs` samples after a warm-up.
+/// copied and summed, and summed, and its frame's CRC-32, alone and with the sum, each
+/// timed alone, round-robin, the median of `runs` samples after a warm-up.
 pub fn measure_passes(runs: usize) -> Vec<Pass> {
     let largest = TCP_MTUS.iter().copied().max().unwrap_or(1500) + ETHERNET_HEADER;
     let src: Vec<u8> = (0..largest).map(|i| (i * 7 + 3) as u8).collect();
@@ -115,6 +120,7 @@ pub fn measure_passes(runs: usize) -> Vec<Pass> {
                 (PassKind::CopyAndSum, data),
                 (PassKind::Crc32, mtu + ETHERNET_HEADER),
                 (PassKind::Crc32AndSum, mtu + ETHERNET_HEADER),
+                (PassKind::Sum, data),
             ]
         })
         .collect();
@@ -139,6 +145,9 @@ pub fn measure_passes(runs: usize) -> Vec<Pass> {
                 }),
                 PassKind::Crc32 => Case::new(kind.name(), move || {
                     black_box(crc32(black_box(src)));
+                }),
+                PassKind::Sum => Case::new(kind.name(), move || {
+                    black_box(checksum::sum(black_box(src)));
                 }),
             }
         })
@@ -223,12 +232,15 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
     // The NIC model's passes over a zero-copy, offloaded segment: the sending NIC reads
     // the loaned data where it lies once, for its checksum and its FCS (the segment goes
     // across by reference), the receiving NIC checks the FCS and copies the payload into
-    // its pages, summing it (`driver/memlink.rs`).
-    if let (true, Some(copied), Some(crc_sum), Some(crc)) = (
+    // its pages, summing it (`driver/memlink.rs`). On a frame queue the data crosses by
+    // reference and reaches the application so: the sender sums its loan, the receiver
+    // checks the segment, and neither copies.
+    if let (true, Some(copied), Some(crc_sum), Some(crc), Some(summed)) = (
         smol_best > 0.0,
         pass_ns(passes, PassKind::CopyAndSum, data),
         pass_ns(passes, PassKind::Crc32AndSum, frame),
         pass_ns(passes, PassKind::Crc32, frame),
+        pass_ns(passes, PassKind::Sum, data),
     ) {
         out.push(Floor {
             target: "tcp_bulk_65535_zero_copy_offload_3x",
@@ -236,7 +248,7 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
             smoltcp_unit: "Gbit/s",
             budget_ns: segment_ns(data, 3.0 * smol_best),
             floor_memory_nic_ns: crc_sum + crc + copied,
-            floor_frame_queue_ns: None,
+            floor_frame_queue_ns: Some(2.0 * summed),
             memory_nic_work: format!(
                 "the NIC model's CRC-32 and sum of {frame} B in one read ({crc_sum:.0} ns), \
                  a CRC-32 of {frame} B ({crc:.0} ns) and a copy-and-sum of {data} B \
@@ -262,8 +274,10 @@ pub const NOTE: &str = "budget: the time per datagram or segment the target allo
     copies and two CRC-32s for a TCP segment, and the NIC model's CRC-32 with the sum in \
     one read, a CRC-32 and a copy-and-sum for a zero-copy, offloaded one (sent by \
     reference, copied into pages); \
-    on a frame queue, the queue alone, and two copies and two copies fused with the \
-    checksum. A floor above its budget means the \
+    on a frame queue, the queue alone, two copies and two copies fused with the \
+    checksum for a TCP segment, and two sums of its data for a zero-copy one (the \
+    sender's over its loan, the receiver's check: the queue has no offloads, and the \
+    data crosses by reference). A floor above its budget means the \
     target cannot be met on that device, whatever the stack does; below it, the rest of \
     the budget is what the protocol work may take.";
 
@@ -328,6 +342,7 @@ mod tests {
             pass(PassKind::CopyAndSum, 65495, 1400.0),
             pass(PassKind::Crc32AndSum, 65549, 1300.0),
             pass(PassKind::Crc32, 65549, 1200.0),
+            pass(PassKind::Sum, 65495, 300.0),
         ];
         let f = floors(&rows, &devices, &passes);
         let targets: Vec<&str> = f.iter().map(|f| f.target).collect();
@@ -356,7 +371,7 @@ mod tests {
         assert_eq!(f[3].smoltcp_value, 52.4);
         assert!((f[3].budget_ns - 65495.0 * 8.0 / 157.2).abs() < 1e-6);
         assert_eq!(f[3].floor_memory_nic_ns, 1300.0 + 1200.0 + 1400.0);
-        assert_eq!(f[3].floor_frame_queue_ns, None);
+        assert_eq!(f[3].floor_frame_queue_ns, Some(2.0 * 300.0));
     }
 
     #[test]
@@ -376,13 +391,14 @@ mod tests {
     #[test]
     fn passes_are_timed_for_every_mtu() {
         let p = measure_passes(1);
-        assert_eq!(p.len(), 4 * TCP_MTUS.len());
+        assert_eq!(p.len(), 5 * TCP_MTUS.len());
         for mtu in TCP_MTUS {
             for (kind, bytes) in [
                 (PassKind::Copy, mtu - TCP_IP_HEADERS),
                 (PassKind::CopyAndSum, mtu - TCP_IP_HEADERS),
                 (PassKind::Crc32, mtu + ETHERNET_HEADER),
                 (PassKind::Crc32AndSum, mtu + ETHERNET_HEADER),
+                (PassKind::Sum, mtu - TCP_IP_HEADERS),
             ] {
                 let ns = pass_ns(&p, kind, bytes).unwrap();
                 assert!(ns > 0.0 && ns.is_finite(), "{} of {bytes}", kind.name());
