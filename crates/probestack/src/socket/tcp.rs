@@ -629,7 +629,8 @@ impl Stack {
     /// ([`DeviceCaps::header_split`](crate::driver::DeviceCaps::header_split), looked up
     /// on the route to the peer now), the data a sender passed by reference and the device
     /// carried across (its loan, its shared blocks: a frame queue, the memory NIC's DMA)
-    /// goes to the application as it came, whole segments, page boundaries or not, and
+    /// goes to the application as it came, whole segments, page boundaries or not (with
+    /// `Tuning::tcp_send_by_reference` on here, which keeps such data by reference), and
     /// anything else is odd data: the sender's memory then stays held (its loan
     /// incomplete, its blocks not reused) until this application drops what it took,
     /// which is why Linux copies MSG_ZEROCOPY data looped to a local socket instead

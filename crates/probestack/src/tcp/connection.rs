@@ -403,7 +403,7 @@ pub(crate) enum SendCopy {
 
 /// What zero-copy receive (paper 004 §3.1) hands the application uncopied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ZeroCopyRx {
+pub(crate) enum ZeroCopyRx {
     /// Off: reads copy.
     Off,
     /// Whole pages that a NIC with header/data split deposited page-aligned
