@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
-use common::tamper::{refragmenting, tcp_segment, tcp_seq, Tamper, Tampered};
+use common::tamper::{refragmenting, tcp_segment, tcp_seq, LoseAndReorder, Tamper, Tampered};
 use common::transfer::{fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -1097,42 +1097,6 @@ fn data_by_reference_crosses_the_memory_nics_and_is_gathered_where_a_nic_reads_f
             assert!(gathered > sent / 2, "{what}: {gathered} gathered of {sent}");
             assert_eq!(kept, 0, "{what}");
         }
-    }
-}
-
-/// Loses every 53rd frame, holds every 31st back until the next has gone, and flips a bit
-/// in a copy of every 41st frame's first fragment (the sender's block is never written):
-/// out-of-order segments, holes, retransmissions, and data by reference that fails its
-/// checksum.
-#[derive(Default)]
-struct LoseAndReorder {
-    sent: u64,
-    held: Option<(PacketBuf, TxMeta)>,
-}
-
-impl Tamper for LoseAndReorder {
-    fn send(&mut self, mut frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
-        self.sent += 1;
-        if self.sent.is_multiple_of(53) {
-            return Vec::new();
-        }
-        if self.sent.is_multiple_of(41) && frame.has_frags() {
-            let mut frags = frame.take_frags();
-            let mut bad = frags[0].to_vec();
-            let middle = bad.len() / 2;
-            bad[middle] ^= 0x10;
-            frags[0] = probestack::buf::ExtBuf::new(bad);
-            for f in frags {
-                frame.push_frag(f);
-            }
-        }
-        if self.sent.is_multiple_of(31) && self.held.is_none() {
-            self.held = Some((frame, meta));
-            return Vec::new();
-        }
-        std::iter::once((frame, meta))
-            .chain(self.held.take())
-            .collect()
     }
 }
 

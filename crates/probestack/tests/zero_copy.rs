@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::tamper::{LoseAndReorder, Tampered};
 use common::transfer::{connect, fnv, pattern, PatternSender, FNV_START};
 use probestack::buf::Loan;
 use probestack::driver::{
@@ -541,6 +542,41 @@ fn loans_across_a_frame_queue_reach_the_application_uncopied() {
         }
         assert_eq!(c(Counter::TcpDropBadChecksum), 0, "{what}");
     }
+}
+
+#[test]
+fn loans_received_as_they_came_survive_loss_reordering_and_corruption() {
+    // Across a frame queue that loses frames, holds some back and corrupts copies of
+    // others: in-order data reaches B's application by reference, what came out of order
+    // is copied (odd data), the corrupted copies are caught, and every loan completes
+    // only after its ACK and once B's application has let go of it (`loaned_transfer`,
+    // which also checks the stream by hash).
+    let lossy = |dev| -> Box<dyn Device + Send> {
+        Box::new(Tampered {
+            dev,
+            tamper: LoseAndReorder::default(),
+        })
+    };
+    let mut p = Pair::on_frame_queue_with(
+        host(9000, CopyMode::Dma, false),
+        host(9000, CopyMode::Dma, false),
+        lossy,
+        lossy,
+    )
+    .unwrap();
+    let total = 8 << 20;
+    let out = loaned_transfer(&mut p, 100_000, total, 0, true);
+    assert!(out.loans > 10);
+    assert!(out.held_while_unacked > 0);
+    let c = |k| p.b.ledger().counters().get(k);
+    let (uncopied, odd) = (
+        c(Counter::TcpZeroCopyRxBytes),
+        c(Counter::TcpZeroCopyRxOddBytes),
+    );
+    assert_eq!(uncopied + odd, total as u64);
+    assert!(odd > 0 && uncopied > odd, "{uncopied} uncopied, {odd} odd");
+    assert!(c(Counter::TcpOutOfOrderSegments) > 10);
+    assert!(c(Counter::TcpDropBadChecksum) > 0);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! (`tap.rs`, `packet.rs`), `transfer` for bulk TCP in the simulation (`tcp.rs`,
 //! `offload.rs`), `capture` for comparing the frames two code paths send (`tcp.rs`,
 //! `udp.rs`), `tamper` for a device that loses, holds back or copies frames (`tap.rs`,
-//! `tcp.rs`). Each test file uses a part of them.
+//! `tcp.rs`, `zero_copy.rs`). Each test file uses a part of them.
 #![allow(dead_code, unused_macros, unused_imports)]
 
 pub mod capture;

@@ -188,3 +188,39 @@ impl Tamper for Refragment {
         vec![(out, meta)]
     }
 }
+
+/// Loses every 53rd frame, holds every 31st back until the next has gone, and flips a bit
+/// in a copy of every 41st frame's first fragment (the sender's block is never written):
+/// out-of-order segments, holes, retransmissions, and data by reference that fails its
+/// checksum.
+#[derive(Default)]
+pub struct LoseAndReorder {
+    sent: u64,
+    held: Option<(PacketBuf, TxMeta)>,
+}
+
+impl Tamper for LoseAndReorder {
+    fn send(&mut self, mut frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        self.sent += 1;
+        if self.sent.is_multiple_of(53) {
+            return Vec::new();
+        }
+        if self.sent.is_multiple_of(41) && frame.has_frags() {
+            let mut frags = frame.take_frags();
+            let mut bad = frags[0].to_vec();
+            let middle = bad.len() / 2;
+            bad[middle] ^= 0x10;
+            frags[0] = probestack::buf::ExtBuf::new(bad);
+            for f in frags {
+                frame.push_frag(f);
+            }
+        }
+        if self.sent.is_multiple_of(31) && self.held.is_none() {
+            self.held = Some((frame, meta));
+            return Vec::new();
+        }
+        std::iter::once((frame, meta))
+            .chain(self.held.take())
+            .collect()
+    }
+}
