@@ -921,7 +921,9 @@ impl StackStreams {
     ) -> Result<StackStreams, String> {
         let mut host = HostConfig::with_mtu(mtu);
         // Checksums computed (by the NICs): with elision on, fast() would agree on no
-        // TCP checksum on this CRC link and the offload would have nothing to do.
+        // TCP checksum on this CRC link and the offload would have nothing to do. A frame
+        // queue takes only the MTU and depth from the NIC settings (no CRC, no offloads,
+        // no split: the stacks compute every checksum).
         host.stack.tuning = Tuning {
             checksum_elision: false,
             ..Tuning::fast()

@@ -908,7 +908,7 @@ mod x86 {
                 _mm512_add_epi64(sums[0], sums[1]),
                 _mm512_add_epi64(sums[2], sums[3]),
             );
-            fold_to_16(_mm512_reduce_add_epi64(all) as u64)
+            crate::checksum::fold64(_mm512_reduce_add_epi64(all) as u64)
         } else {
             0
         };
@@ -921,14 +921,6 @@ mod x86 {
         y = fold(y, _mm512_extracti32x4_epi32(x, 2), k128);
         y = fold(y, _mm512_extracti32x4_epi32(x, 3), k128);
         (finish(y, rest, data), sum, summed)
-    }
-
-    /// A sum of 32-bit words folded to 16 bits with end-around carries (RFC 1071 §2(C)).
-    fn fold_to_16(mut s: u64) -> u16 {
-        while s >> 16 != 0 {
-            s = (s & 0xFFFF) + (s >> 16);
-        }
-        s as u16
     }
 
     /// The carry-less product of `a` and `b`.
