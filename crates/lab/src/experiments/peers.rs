@@ -2276,6 +2276,8 @@ fn floors_table(r: &Results) -> Table {
             "floor / budget",
             "floor, frame queue",
             "floor / budget",
+            "streamed, frame queue",
+            "streamed / budget",
         ],
     );
     let ns = |x: f64| {
@@ -2301,6 +2303,10 @@ fn floors_table(r: &Results) -> Table {
             Some(q) => (ns(q), format!("{:.2}", q / f.budget_ns)),
             None => ("(not measured)".into(), String::new()),
         };
+        let (streamed, streamed_ratio) = match f.floor_frame_queue_streamed_ns {
+            Some(q) => (ns(q), format!("{:.2}", q / f.budget_ns)),
+            None => (String::new(), String::new()),
+        };
         t.row(vec![
             label.to_string(),
             smoltcp,
@@ -2309,6 +2315,8 @@ fn floors_table(r: &Results) -> Table {
             format!("{:.2}", f.floor_memory_nic_ns / f.budget_ns),
             queue,
             queue_ratio,
+            streamed,
+            streamed_ratio,
         ]);
     }
     t.note(r.floors_note);
@@ -2460,8 +2468,20 @@ mod tests {
         for f in &r.floors {
             assert!(f.budget_ns > 0.0 && f.budget_ns.is_finite(), "{}", f.target);
             assert!(f.floor_memory_nic_ns > 0.0, "{}", f.target);
+            // The copying floors streamed as a transfer holds the data: the TCP bulk
+            // targets at 1500 and 9000 only.
+            let copying = matches!(f.target, "tcp_bulk_1500_2x" | "tcp_bulk_9000_2x");
+            assert_eq!(
+                f.floor_frame_queue_streamed_ns.is_some_and(|n| n > 0.0),
+                copying,
+                "{}",
+                f.target
+            );
         }
-        assert_eq!(r.passes.len(), 5 * TCP_MTUS.len());
+        assert_eq!(
+            r.passes.len(),
+            5 * TCP_MTUS.len() + floors::STREAMED_MTUS.len()
+        );
         assert!(r.passes.iter().all(|p| p.ns > 0.0 && p.ns.is_finite()));
     }
 

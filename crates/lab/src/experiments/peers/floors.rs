@@ -22,8 +22,12 @@
 //! its loan and the receiver's check, with nothing copied.
 //!
 //! Each pass is timed on data in cache, so a floor is the least that work can cost; a
-//! transfer whose buffers do not stay in cache pays more. Benchmarks report: a floor above
-//! its budget says the target cannot be met on that device whatever the stack does.
+//! transfer whose buffers do not stay in cache pays more. How much more is measured too,
+//! for the copying TCP bulk targets on a frame queue: the four copies of a segment
+//! streamed through buffers of the bulk workload's sizes ([`Stream`]), where each copy
+//! reads what the one before wrote a step earlier, as in the transfer. Benchmarks
+//! report: a floor above its budget says the target cannot be met on that device
+//! whatever the stack does.
 
 use serde::Serialize;
 use std::hint::black_box;
@@ -32,8 +36,13 @@ use std::time::Duration;
 use probestack::checksum;
 use probestack::driver::crc32::{crc32, Crc32};
 
+use probestack::driver::NicConfig;
+
 use super::devices::{DeviceKind, DeviceRow};
-use super::{find_row, smoltcp_best_bulk, Row, System, ONE_WAY_SIZES, TCP_MTUS};
+use super::{
+    find_row, smoltcp_best_bulk, Row, System, ONE_WAY_SIZES, SMOL_TCP_BUFFER, TCP_MTUS, TCP_READ,
+    TCP_WRITE,
+};
 use crate::bench::{round_robin, Case, Effort};
 
 /// Ethernet's header, which a frame adds to an IP datagram.
@@ -73,6 +82,10 @@ pub struct Floor {
     /// `None` where the target's configuration has no frame-queue counterpart (the NIC
     /// offloads).
     pub floor_frame_queue_ns: Option<f64>,
+    /// The frame queue's copying floor with the data where a transfer holds it: the four
+    /// copies streamed through buffers of the bulk workload's sizes
+    /// ([`PassKind::StreamedCopies`]), for the TCP bulk targets at 1500 and 9000 only.
+    pub floor_frame_queue_streamed_ns: Option<f64>,
     /// How the memory NIC's floor is made up.
     pub memory_nic_work: String,
 }
@@ -91,6 +104,10 @@ enum PassKind {
     Crc32,
     /// The RFC 1071 sum alone, reading the bytes where they lie ([`checksum::sum`]).
     Sum,
+    /// A segment's four copies (two of them fused with the sum) as a bulk transfer lays
+    /// its data out ([`Stream`]), so that each copy reads what the one before wrote a
+    /// step earlier, mostly out of cache, as in the transfer; timed per segment.
+    StreamedCopies,
 }
 
 impl PassKind {
@@ -101,17 +118,130 @@ impl PassKind {
             PassKind::Crc32AndSum => "crc32_and_sum",
             PassKind::Crc32 => "crc32",
             PassKind::Sum => "sum",
+            PassKind::StreamedCopies => "four_copies_streamed",
         }
+    }
+}
+
+/// The bytes in front of a segment's data in its frame: Ethernet, IPv4 and TCP headers
+/// without options.
+const FRAME_HEADERS: usize = ETHERNET_HEADER + TCP_IP_HEADERS;
+
+/// The TCP bulk targets' MTUs, whose copying floors are also measured streamed.
+pub(super) const STREAMED_MTUS: [usize; 2] = [1500, 9000];
+
+/// A segment's four copies through buffers laid out as the bulk workload's
+/// ([`PassKind::StreamedCopies`]): A's application writes [`TCP_WRITE`] bytes at a time
+/// into a send ring of the stacks' 1 MiB ([`SMOL_TCP_BUFFER`], probestack's default too);
+/// each segment's data is copied out of it into a frame of its own and from there into a
+/// receive ring of the same size, summed both times; B's application reads
+/// [`TCP_READ`] bytes at a time. A step moves as many segments as a queue of the memory
+/// NIC's depth (probestack's frame queue takes it) or the window holds, whichever is
+/// fewer, so the working set is the transfer's: the rings go round through 2 MiB, each
+/// step's frames hold a step's data again.
+struct Stream {
+    data: usize,
+    per_step: usize,
+    write: Vec<u8>,
+    send: Vec<u8>,
+    frames: Vec<Vec<u8>>,
+    recv: Vec<u8>,
+    read: Vec<u8>,
+    /// Where the next step's data starts in each ring.
+    send_at: usize,
+    recv_at: usize,
+}
+
+/// The two pieces (start and length) of `n` bytes at `at` in a ring of `len` bytes.
+fn ring_span(len: usize, at: usize, n: usize) -> [(usize, usize); 2] {
+    let first = n.min(len - at);
+    [(at, first), (0, n - first)]
+}
+
+impl Stream {
+    fn new(mtu: usize) -> Stream {
+        let data = mtu - TCP_IP_HEADERS;
+        let queue = NicConfig::default().tx_queue_depth;
+        let per_step = queue.min(SMOL_TCP_BUFFER / data).max(1);
+        Stream {
+            data,
+            per_step,
+            write: (0..TCP_WRITE).map(|i| (i % 251) as u8).collect(),
+            send: vec![0u8; SMOL_TCP_BUFFER],
+            frames: vec![vec![0u8; FRAME_HEADERS + data]; per_step],
+            recv: vec![0u8; SMOL_TCP_BUFFER],
+            read: vec![0u8; TCP_READ],
+            send_at: 0,
+            recv_at: 0,
+        }
+    }
+
+    /// One step: the writes, every segment's two copies with the sum, the reads.
+    fn step(&mut self) {
+        let ring = SMOL_TCP_BUFFER;
+        let bytes = self.per_step * self.data;
+        let mut at = self.send_at;
+        for n in (0..bytes)
+            .step_by(TCP_WRITE)
+            .map(|o| TCP_WRITE.min(bytes - o))
+        {
+            let mut src = &self.write[..n];
+            for (start, len) in ring_span(ring, at, n) {
+                self.send[start..start + len].copy_from_slice(&src[..len]);
+                src = &src[len..];
+            }
+            at = (at + n) % ring;
+        }
+        let (mut from, mut to) = (self.send_at, self.recv_at);
+        for frame in &mut self.frames {
+            let payload = &mut frame[FRAME_HEADERS..];
+            let mut out = &mut payload[..];
+            for (start, len) in ring_span(ring, from, self.data) {
+                let (piece, rest) = out.split_at_mut(len);
+                black_box(checksum::copy_and_sum(
+                    piece,
+                    &self.send[start..start + len],
+                ));
+                out = rest;
+            }
+            let mut src = &payload[..];
+            for (start, len) in ring_span(ring, to, self.data) {
+                black_box(checksum::copy_and_sum(
+                    &mut self.recv[start..start + len],
+                    &src[..len],
+                ));
+                src = &src[len..];
+            }
+            from = (from + self.data) % ring;
+            to = (to + self.data) % ring;
+        }
+        let mut at = self.recv_at;
+        for n in (0..bytes)
+            .step_by(TCP_READ)
+            .map(|o| TCP_READ.min(bytes - o))
+        {
+            let mut out = &mut self.read[..n];
+            for (start, len) in ring_span(ring, at, n) {
+                let (piece, rest) = out.split_at_mut(len);
+                piece.copy_from_slice(&self.recv[start..start + len]);
+                out = rest;
+            }
+            black_box(&self.read);
+            at = (at + n) % ring;
+        }
+        (self.send_at, self.recv_at) = (from, to);
     }
 }
 
 /// The passes the floors are made of: for each TCP bulk MTU, a segment's data copied,
 /// copied and summed, and summed, and its frame's CRC-32, alone and with the sum, each
-/// timed alone, round-robin, the median of `runs` samples after a warm-up.
+/// timed alone on data in cache; and for the TCP bulk targets' MTUs a segment's four
+/// copies streamed as a transfer holds the data ([`Stream`]). Round-robin, the median of
+/// `runs` samples after a warm-up.
 pub fn measure_passes(runs: usize) -> Vec<Pass> {
     let largest = TCP_MTUS.iter().copied().max().unwrap_or(1500) + ETHERNET_HEADER;
     let src: Vec<u8> = (0..largest).map(|i| (i * 7 + 3) as u8).collect();
-    let plan: Vec<(PassKind, usize)> = TCP_MTUS
+    let mut plan: Vec<(PassKind, usize)> = TCP_MTUS
         .iter()
         .flat_map(|&mtu| {
             let data = mtu - TCP_IP_HEADERS;
@@ -124,13 +254,28 @@ pub fn measure_passes(runs: usize) -> Vec<Pass> {
             ]
         })
         .collect();
-    // A destination each, written by its case alone.
-    let mut outs: Vec<Vec<u8>> = plan.iter().map(|&(_, n)| vec![0u8; n]).collect();
+    plan.extend(
+        STREAMED_MTUS
+            .iter()
+            .map(|&mtu| (PassKind::StreamedCopies, mtu - TCP_IP_HEADERS)),
+    );
+    // A destination each, written by its case alone (a stream has its own buffers).
+    let mut outs: Vec<Vec<u8>> = plan
+        .iter()
+        .map(|&(kind, n)| match kind {
+            PassKind::StreamedCopies => Vec::new(),
+            _ => vec![0u8; n],
+        })
+        .collect();
+    // What one call of each case does, in units of the pass (a stream's step moves many
+    // segments).
+    let mut per_call = Vec::with_capacity(plan.len());
     let mut cases: Vec<Case<'_>> = plan
         .iter()
         .zip(outs.iter_mut())
         .map(|(&(kind, n), out)| {
-            let src = &src[..n];
+            let src = &src[..n.min(src.len())];
+            per_call.push(1);
             match kind {
                 PassKind::Copy => Case::new(kind.name(), move || {
                     out.copy_from_slice(black_box(src));
@@ -149,6 +294,13 @@ pub fn measure_passes(runs: usize) -> Vec<Pass> {
                 PassKind::Sum => Case::new(kind.name(), move || {
                     black_box(checksum::sum(black_box(src)));
                 }),
+                PassKind::StreamedCopies => {
+                    let mut stream = Stream::new(n + TCP_IP_HEADERS);
+                    if let Some(last) = per_call.last_mut() {
+                        *last = stream.per_step;
+                    }
+                    Case::new(kind.name(), move || stream.step())
+                }
             }
         })
         .collect();
@@ -159,10 +311,11 @@ pub fn measure_passes(runs: usize) -> Vec<Pass> {
     let ns = round_robin(effort, &mut cases);
     plan.iter()
         .zip(ns)
-        .map(|(&(kind, bytes), ns)| Pass {
+        .zip(per_call)
+        .map(|((&(kind, bytes), ns), units)| Pass {
             pass: kind.name(),
             bytes,
-            ns,
+            ns: ns / units as f64,
         })
         .collect()
 }
@@ -198,6 +351,7 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
             budget_ns: 1e9 / smol.value / 2.0,
             floor_memory_nic_ns: nic,
             floor_frame_queue_ns: Some(queue),
+            floor_frame_queue_streamed_ns: None,
             memory_nic_work: "the memory NICs alone carrying the frame".into(),
         });
     }
@@ -219,6 +373,7 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
             budget_ns: segment_ns(data, 2.0 * smol.value),
             floor_memory_nic_ns: 4.0 * copy + 2.0 * crc,
             floor_frame_queue_ns: Some(2.0 * copy + 2.0 * summed),
+            floor_frame_queue_streamed_ns: pass_ns(passes, PassKind::StreamedCopies, data),
             memory_nic_work: format!(
                 "4 copies of {data} B ({copy:.0} ns each) + 2 CRC-32 of {frame} B \
                  ({crc:.0} ns each)"
@@ -249,6 +404,7 @@ pub fn floors(rows: &[Row], devices: &[DeviceRow], passes: &[Pass]) -> Vec<Floor
             budget_ns: segment_ns(data, 3.0 * smol_best),
             floor_memory_nic_ns: crc_sum + crc + copied,
             floor_frame_queue_ns: Some(2.0 * summed),
+            floor_frame_queue_streamed_ns: None,
             memory_nic_work: format!(
                 "the NIC model's CRC-32 and sum of {frame} B in one read ({crc_sum:.0} ns), \
                  a CRC-32 of {frame} B ({crc:.0} ns) and a copy-and-sum of {data} B \
@@ -277,7 +433,12 @@ pub const NOTE: &str = "budget: the time per datagram or segment the target allo
     on a frame queue, the queue alone, two copies and two copies fused with the \
     checksum for a TCP segment, and two sums of its data for a zero-copy one (the \
     sender's over its loan, the receiver's check: the queue has no offloads, and the \
-    data crosses by reference). A floor above its budget means the \
+    data crosses by reference). streamed: the frame queue's four copies of a TCP \
+    segment (two fused with the checksum) through buffers of the bulk workload's sizes \
+    (1 MiB rings each way, a frame each for as many segments as a 256-frame queue or the \
+    window holds, 64 KiB writes, 256 KiB reads), so that each copy reads what the one \
+    before wrote a step earlier, mostly out of cache, as in the transfer: what the \
+    copies cost there, the stack's work aside. A floor above its budget means the \
     target cannot be met on that device, whatever the stack does; below it, the rest of \
     the budget is what the protocol work may take.";
 
@@ -343,6 +504,8 @@ mod tests {
             pass(PassKind::Crc32AndSum, 65549, 1300.0),
             pass(PassKind::Crc32, 65549, 1200.0),
             pass(PassKind::Sum, 65495, 300.0),
+            pass(PassKind::StreamedCopies, 1460, 150.0),
+            pass(PassKind::StreamedCopies, 8960, 600.0),
         ];
         let f = floors(&rows, &devices, &passes);
         let targets: Vec<&str> = f.iter().map(|f| f.target).collect();
@@ -366,6 +529,10 @@ mod tests {
         assert_eq!(f[1].floor_memory_nic_ns, 4.0 * 20.0 + 2.0 * 40.0);
         assert_eq!(f[1].floor_frame_queue_ns, Some(2.0 * 20.0 + 2.0 * 25.0));
         assert_eq!(f[2].floor_memory_nic_ns, 4.0 * 90.0 + 2.0 * 170.0);
+        // The streamed copies are the TCP bulk targets' only.
+        let streamed: Vec<Option<f64>> =
+            f.iter().map(|f| f.floor_frame_queue_streamed_ns).collect();
+        assert_eq!(streamed, [None, Some(150.0), Some(600.0), None]);
         // smoltcp's best is on either device: 52.4, 3x of which moves 65495 bytes in
         // 65495 * 8 / 157.2 ns.
         assert_eq!(f[3].smoltcp_value, 52.4);
@@ -388,10 +555,54 @@ mod tests {
         assert_eq!(targets, ["tcp_bulk_1500_2x"]);
     }
 
+    /// The stream really makes the four copies: after steps that wrap both rings, what
+    /// B's application read is what A's wrote, byte for byte, by way of the frames.
+    #[test]
+    fn a_streamed_step_carries_the_written_bytes_through_every_copy() {
+        // The table's note names the queue's depth.
+        assert_eq!(NicConfig::default().tx_queue_depth, 256);
+        let mut s = Stream::new(1500);
+        let bytes = s.per_step * s.data;
+        assert_eq!(
+            s.per_step,
+            NicConfig::default()
+                .tx_queue_depth
+                .min(SMOL_TCP_BUFFER / 1460)
+        );
+        // Enough steps to wrap the rings at least once.
+        let steps = SMOL_TCP_BUFFER / bytes + 2;
+        for _ in 0..steps {
+            let start = s.send_at;
+            s.step();
+            // Both rings advanced by the step's bytes.
+            assert_eq!(s.send_at, (start + bytes) % SMOL_TCP_BUFFER);
+            assert_eq!(s.recv_at, s.send_at);
+            // The step's bytes, in the order A wrote them: 64 KiB writes of the pattern.
+            let written: Vec<u8> = (0..bytes).map(|i| s.write[i % TCP_WRITE]).collect();
+            let ring_bytes = |ring: &[u8]| -> Vec<u8> {
+                ring_span(ring.len(), start, bytes)
+                    .iter()
+                    .flat_map(|&(at, n)| ring[at..at + n].to_vec())
+                    .collect()
+            };
+            assert_eq!(ring_bytes(&s.send), written);
+            assert_eq!(ring_bytes(&s.recv), written);
+            // The last frame holds the last segment; the read buffer the last read.
+            let last = &s.frames[s.per_step - 1][FRAME_HEADERS..];
+            assert_eq!(last, &written[bytes - s.data..]);
+            let tail = bytes - (bytes - 1) / TCP_READ * TCP_READ;
+            assert_eq!(&s.read[..tail], &written[bytes - tail..]);
+        }
+    }
+
     #[test]
     fn passes_are_timed_for_every_mtu() {
         let p = measure_passes(1);
-        assert_eq!(p.len(), 5 * TCP_MTUS.len());
+        assert_eq!(p.len(), 5 * TCP_MTUS.len() + STREAMED_MTUS.len());
+        for mtu in STREAMED_MTUS {
+            let ns = pass_ns(&p, PassKind::StreamedCopies, mtu - TCP_IP_HEADERS).unwrap();
+            assert!(ns > 0.0 && ns.is_finite(), "streamed at {mtu}");
+        }
         for mtu in TCP_MTUS {
             for (kind, bytes) in [
                 (PassKind::Copy, mtu - TCP_IP_HEADERS),
