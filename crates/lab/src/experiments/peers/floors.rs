@@ -35,7 +35,6 @@ use std::time::Duration;
 
 use probestack::checksum;
 use probestack::driver::crc32::{crc32, Crc32};
-
 use probestack::driver::NicConfig;
 
 use super::devices::{DeviceKind, DeviceRow};
@@ -152,6 +151,13 @@ struct Stream {
     recv_at: usize,
 }
 
+/// The segments of `data` bytes a [`Stream`] step moves: as many as the queue or the
+/// window holds, whichever is fewer.
+fn segments_per_step(data: usize) -> usize {
+    let queue = NicConfig::default().tx_queue_depth;
+    queue.min(SMOL_TCP_BUFFER / data).max(1)
+}
+
 /// The two pieces (start and length) of `n` bytes at `at` in a ring of `len` bytes.
 fn ring_span(len: usize, at: usize, n: usize) -> [(usize, usize); 2] {
     let first = n.min(len - at);
@@ -161,8 +167,7 @@ fn ring_span(len: usize, at: usize, n: usize) -> [(usize, usize); 2] {
 impl Stream {
     fn new(mtu: usize) -> Stream {
         let data = mtu - TCP_IP_HEADERS;
-        let queue = NicConfig::default().tx_queue_depth;
-        let per_step = queue.min(SMOL_TCP_BUFFER / data).max(1);
+        let per_step = segments_per_step(data);
         Stream {
             data,
             per_step,
@@ -269,13 +274,18 @@ pub fn measure_passes(runs: usize) -> Vec<Pass> {
         .collect();
     // What one call of each case does, in units of the pass (a stream's step moves many
     // segments).
-    let mut per_call = Vec::with_capacity(plan.len());
+    let per_call: Vec<usize> = plan
+        .iter()
+        .map(|&(kind, n)| match kind {
+            PassKind::StreamedCopies => segments_per_step(n),
+            _ => 1,
+        })
+        .collect();
     let mut cases: Vec<Case<'_>> = plan
         .iter()
         .zip(outs.iter_mut())
         .map(|(&(kind, n), out)| {
-            let src = &src[..n.min(src.len())];
-            per_call.push(1);
+            let src = &src[..n];
             match kind {
                 PassKind::Copy => Case::new(kind.name(), move || {
                     out.copy_from_slice(black_box(src));
@@ -296,9 +306,6 @@ pub fn measure_passes(runs: usize) -> Vec<Pass> {
                 }),
                 PassKind::StreamedCopies => {
                     let mut stream = Stream::new(n + TCP_IP_HEADERS);
-                    if let Some(last) = per_call.last_mut() {
-                        *last = stream.per_step;
-                    }
                     Case::new(kind.name(), move || stream.step())
                 }
             }
@@ -563,12 +570,7 @@ mod tests {
         assert_eq!(NicConfig::default().tx_queue_depth, 256);
         let mut s = Stream::new(1500);
         let bytes = s.per_step * s.data;
-        assert_eq!(
-            s.per_step,
-            NicConfig::default()
-                .tx_queue_depth
-                .min(SMOL_TCP_BUFFER / 1460)
-        );
+        assert_eq!(s.per_step, 256.min(SMOL_TCP_BUFFER / 1460));
         // Enough steps to wrap the rings at least once.
         let steps = SMOL_TCP_BUFFER / bytes + 2;
         for _ in 0..steps {
