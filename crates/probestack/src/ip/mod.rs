@@ -13,7 +13,7 @@ mod udp_short;
 
 use crate::buf::PacketBuf;
 use crate::checksum;
-use crate::driver::{DeviceCaps, RxChecksum};
+use crate::driver::RxChecksum;
 use crate::ip::reassembly::{FragKey, Reassembled, ReassemblyError};
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::stack::{SendError, Stack};
@@ -267,18 +267,6 @@ impl Stack {
             r.next_hop_is_destination
                 && self.ifaces.get(r.interface).is_some_and(|i| i.caps.has_crc)
         })
-    }
-
-    /// The capabilities of the device a datagram to `dst` leaves through (the route's
-    /// interface); `None` without a route, and for our own addresses, which loopback
-    /// carries with no device.
-    #[inline]
-    pub(crate) fn route_caps(&self, dst: Ipv4Address) -> Option<DeviceCaps> {
-        if self.is_own_address(dst) {
-            return None;
-        }
-        let r = self.routes.lookup(dst)?;
-        self.ifaces.get(r.interface).map(|i| i.caps)
     }
 
     /// The source address a datagram to `dst` leaves with: the outgoing interface's.

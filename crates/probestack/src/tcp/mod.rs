@@ -219,14 +219,21 @@ impl Stack {
         if self.is_own_address(dst) {
             return crate::ip::MAX_DATAGRAM - HEADERS;
         }
-        self.route_caps(dst)
-            .map_or(536, |c| c.mtu.saturating_sub(HEADERS))
+        self.routes
+            .lookup(dst)
+            .and_then(|r| self.ifaces.get(r.interface))
+            .map_or(536, |i| i.caps.mtu.saturating_sub(HEADERS))
     }
 
     /// Whether data from `remote` arrives through a device that splits headers from data
     /// (the route to it; zero-copy receive's page rule).
     pub(crate) fn tcp_rx_header_split(&self, remote: Ipv4Address) -> bool {
-        self.route_caps(remote).is_some_and(|c| c.header_split)
+        !self.is_own_address(remote)
+            && self
+                .routes
+                .lookup(remote)
+                .and_then(|r| self.ifaces.get(r.interface))
+                .is_some_and(|i| i.caps.header_split)
     }
 
     /// Where a connection to `dst` copies its writes: into shared blocks sent by

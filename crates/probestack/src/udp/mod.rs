@@ -58,10 +58,15 @@ impl Stack {
     /// `len` bytes: the switch on, the device able, and the datagram sent whole (a device
     /// sums one frame, not a datagram IP cut into fragments). Loopback has no device.
     pub(crate) fn udp_checksum_offloadable(&self, dst: Ipv4Address, len: usize) -> bool {
-        self.tuning.checksum_offload
-            && self
-                .route_caps(dst)
-                .is_some_and(|c| c.checksum_offload.l4_tx && 20 + len <= c.mtu)
+        if !self.tuning.checksum_offload || self.is_own_address(dst) {
+            return false;
+        }
+        let caps = self
+            .routes
+            .lookup(dst)
+            .and_then(|r| self.ifaces.get(r.interface))
+            .map(|i| i.caps);
+        caps.is_some_and(|c| c.checksum_offload.l4_tx && 20 + len <= c.mtu)
     }
 
     /// The sum of the pseudo-header and the whole datagram with the configured kernel.
