@@ -530,7 +530,11 @@ impl Stack {
             d = earlier(d, i.device.next_deadline());
             d = earlier(d, i.arp.next_deadline());
         }
-        if !self.loopback.is_empty() || self.ifaces.iter().any(|i| i.rx_more) {
+        // Frames waiting, or output a read left for the end of the application's turn.
+        if !self.loopback.is_empty()
+            || !self.tcp.deferred.is_empty()
+            || self.ifaces.iter().any(|i| i.rx_more)
+        {
             d = earlier(d, Some(self.now));
         }
         if !self.tcp.blocked.is_empty() && self.ifaces.iter().any(|i| i.device.tx_ready()) {

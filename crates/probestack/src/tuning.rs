@@ -69,8 +69,10 @@ pub struct Tuning {
     /// batch of frames per notification (paper 004 §3.4); on, TCP input only marks the
     /// connections that have something to send, and their output (the ACK, a window
     /// update, the data an ACK let out) runs once after the batch, so one ACK answers the
-    /// batch's segments, as Linux's GRO arranges. Off: output after every segment, as
-    /// 4.4BSD's `tcp_input` ends.
+    /// batch's segments, as Linux's GRO arranges. The output a read makes due (a window
+    /// update) likewise waits for the next poll, so that the reads of one turn of the
+    /// application send one update. Off: output after every segment, as 4.4BSD's
+    /// `tcp_input` ends, and after every read.
     pub tcp_output_per_batch: bool,
     /// Transmit checksum offload (paper 004 §3.2): where the interface's device can
     /// complete a transport checksum, TCP and UDP put only the pseudo-header sum in the

@@ -756,9 +756,64 @@ fn output_with_nothing_to_send_returns_at_once() {
         );
     }
     // What the full path sends (checked with the early return taken out): a segment per
-    // request and per reply, and B's window update at its first read (its SYN-ACK could
-    // offer only an unscaled window).
-    assert_eq!([out[0] - out_before[0], out[1] - out_before[1]], [100, 101]);
+    // request and per reply. B's window update at its first read (its SYN-ACK could offer
+    // only an unscaled window) waits for the end of B's turn and rides on the first reply.
+    assert_eq!([out[0] - out_before[0], out[1] - out_before[1]], [100, 100]);
+}
+
+/// The reads of one turn of the application send one window update however many calls
+/// they take (`tcp_output_per_batch`, the update left for the next poll): B reads 64 KiB
+/// a segment's worth a call, by copying reads and by zero-copy ones. With the switch off,
+/// every read that opens the window by two segments sends an update of its own, as
+/// 4.4BSD's `soreceive` asks TCP once per call.
+#[test]
+fn the_reads_of_one_turn_send_one_window_update() {
+    for (per_batch, zero_copy) in [(true, false), (true, true), (false, false)] {
+        let t = Tuning {
+            tcp_output_per_batch: per_batch,
+            ..Tuning::fast()
+        };
+        let mut p = Pair::new(host(1500, t), host(1500, t)).unwrap();
+        let (c, _l, s) = connect(&mut p);
+        let data = pattern(7, 64 * 1024);
+        assert_eq!(p.a.tcp_send(c, &data), Ok(data.len()));
+        assert!(
+            p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s)
+                == Ok(data.len()))
+        );
+        p.settle();
+        let sent = |p: &Pair| p.b.ledger().counters().get(Counter::TcpSegmentsOut);
+        let before = sent(&p);
+        let (mut got, mut buf) = (Vec::new(), [0u8; 1448]);
+        loop {
+            let n = if zero_copy {
+                match p.b.tcp_recv_zero_copy(s, buf.len()) {
+                    Ok(Some(chunk)) => {
+                        got.extend_from_slice(&chunk);
+                        chunk.len()
+                    }
+                    _ => 0,
+                }
+            } else {
+                let n = p.b.tcp_recv(s, &mut buf).unwrap_or(0);
+                got.extend_from_slice(&buf[..n]);
+                n
+            };
+            if n == 0 {
+                break;
+            }
+        }
+        assert_eq!(got, data);
+        let during = sent(&p) - before;
+        p.settle();
+        let after = sent(&p) - before;
+        if per_batch {
+            assert_eq!((during, after), (0, 1), "updates during the reads, in all");
+        } else {
+            assert!(during >= 10, "{during} updates from 46 reads");
+            assert_eq!(after, during);
+        }
+    }
 }
 
 /// Nagle in Minshall's form: the short tail of a write goes at once when no other short
@@ -804,8 +859,10 @@ fn a_read_that_drains_the_buffer_acknowledges_a_short_segment_at_once() {
     let mut p = pair(1500);
     let (c, _l, s) = connect(&mut p);
     let mut buf = vec![0u8; 64 * 1024];
-    // Past B's first read, whose window update would acknowledge anything.
+    // Past B's first read, whose window update would acknowledge anything, and past the
+    // update the transfer's last read left for the end of B's turn.
     transfer(&mut p, c, s, 100_000, Duration::from_secs(1));
+    p.settle();
     let first = pattern(1, 416);
     assert_eq!(p.a.tcp_send(c, &first), Ok(first.len()));
     assert!(

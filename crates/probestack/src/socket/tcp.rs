@@ -146,8 +146,8 @@ pub(crate) struct TcpSockets {
     pub config: TcpConfig,
     /// Connections with output waiting for room in their device's transmit queue.
     pub blocked: Vec<usize>,
-    /// Connections whose output waits for the end of the receive batch
-    /// (`tcp_output_per_batch`).
+    /// Connections whose output waits for the end of the receive batch, or of the
+    /// application's turn after a read (`tcp_output_per_batch`).
     pub deferred: Vec<usize>,
 }
 
@@ -617,7 +617,7 @@ impl Stack {
             }
             n
         };
-        self.tcp_output(s, h.index);
+        self.tcp_output_after_read(s, h.index);
         Ok(n)
     }
 
@@ -706,7 +706,7 @@ impl Stack {
             Counter::TcpZeroCopyRxBytes
         };
         self.ledger.counters().add(counter, chunk.data.len() as u64);
-        self.tcp_output(s, h.index);
+        self.tcp_output_after_read(s, h.index);
         Ok(Some(chunk.data))
     }
 

@@ -578,6 +578,25 @@ impl Stack {
         self.tcp_reap(index);
     }
 
+    /// Output after the application read from connection `index`: what the read made
+    /// due (a window update, the ACK a drained buffer owes) is sent now, or, with
+    /// `tcp_output_per_batch`, at the end of the application's turn (the next poll), so
+    /// that the reads of one turn send one update however many calls they took. A
+    /// zero-copy reader takes a segment's data a call: answered at once, every second
+    /// call opened the window by two segments (RFC 9293 §3.8.6.2.2's threshold) and sent
+    /// an update, 0.39 ACKs a segment at MTU 1500 against 0.03 for a copying reader
+    /// taking 256 KiB a call. 4.4BSD's `soreceive` likewise asks TCP once per call.
+    pub(crate) fn tcp_output_after_read(&mut self, s: impl Sampling, index: usize) {
+        if !self.tuning.tcp_output_per_batch {
+            return self.tcp_output(s, index);
+        }
+        match self.tcp.conn_mut(index).map(|c| c.output_idle()) {
+            Some(true) => self.ledger.counters().inc(Counter::TcpOutputIdle),
+            Some(false) if !self.tcp.deferred.contains(&index) => self.tcp.deferred.push(index),
+            _ => {}
+        }
+    }
+
     /// The end of a receive batch: output for the connections input marked.
     #[inline]
     pub(crate) fn tcp_flush_deferred(&mut self, s: impl Sampling) {
