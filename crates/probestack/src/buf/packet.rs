@@ -288,6 +288,20 @@ impl PacketBuf {
         self.0.frags.as_deref().map_or(&[], Vec::as_slice)
     }
 
+    /// The window to read and the external data to take from, at once: TCP input reads
+    /// a segment's header in the one while it moves the data it keeps by reference out of
+    /// the other (a move, where a clone would count each fragment's reference up, and
+    /// freeing the frame count it down again). `None` for a buffer that never carried
+    /// fragments.
+    #[inline]
+    pub fn window_and_frags_mut(&mut self) -> (&[u8], Option<&mut Vec<ExtBuf>>) {
+        let inner = &mut *self.0;
+        (
+            &inner.block[inner.start as usize..inner.end as usize],
+            inner.frags.as_deref_mut(),
+        )
+    }
+
     /// Whether external data follows the window.
     #[inline]
     pub fn has_frags(&self) -> bool {

@@ -318,15 +318,16 @@ impl Stack {
         &mut self,
         s: impl Sampling,
         ip: &Ipv4Repr,
-        datagram: PacketBuf,
+        mut datagram: PacketBuf,
         rx: RxChecksum,
         now: Instant,
     ) {
         let hl = ip.header_len();
-        let bytes = &datagram.data()[hl..];
         // Data in fragments (IP input passes only whole TCP segments so): the payload a
-        // NIC split off its headers, page-aligned, or data a sender passed by reference.
-        let frags = datagram.frags();
+        // NIC split off its headers, page-aligned, or data a sender passed by reference
+        // (moved into the receive buffer below when it is kept so).
+        let (window, frag_list) = datagram.window_and_frags_mut();
+        let bytes = &window[hl..];
         let mut parsed = {
             let _p = self
                 .ledger
@@ -341,7 +342,9 @@ impl Stack {
             return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
         let header_len = bytes.len() - seg.payload.len();
-        let frag_len: usize = frags.iter().map(ExtBuf::len).sum();
+        let frag_len: usize = frag_list
+            .as_deref()
+            .map_or(0, |f| f.iter().map(ExtBuf::len).sum());
         let found = {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Receive, Op::Demux);
             self.tcp_pcbs
@@ -353,21 +356,27 @@ impl Stack {
         // when they are the next data and fit (a zero-copy receive connection on a
         // header-splitting NIC keeps its own rule, whole pages only).
         let by_reference = frag_len > 0
+            && seg.payload.is_empty()
             && self.tuning.tcp_send_by_reference
             && conn
                 .as_deref()
                 .is_some_and(|c| c.stages_by_reference(seg.seq_number, frag_len));
+        // What is kept by reference is staged in the receive buffer below (`data_in_rx`):
+        // the connection reads only its length. Data in other fragments is read where it
+        // lies.
+        let (frags, staged): (&[ExtBuf], _) = match frag_list {
+            Some(f) if by_reference => {
+                seg.payload = &DATA_IN_RX[..frag_len];
+                (&[], Some(f))
+            }
+            Some(f) => (f, None),
+            None => (&[], None),
+        };
         let split = match frags {
             [] => None,
             [payload] if seg.payload.is_empty() => {
                 seg.payload = payload.as_slice();
                 Some(payload)
-            }
-            _ if by_reference && seg.payload.is_empty() => {
-                // The data is staged in the receive buffer below (`data_in_rx`): the
-                // connection reads only its length.
-                seg.payload = &DATA_IN_RX[..frag_len];
-                None
             }
             // `tcp_input` copied anything else together.
             _ => {
@@ -462,7 +471,7 @@ impl Stack {
             }
             data_in_rx = true;
         }
-        if let (true, Some(c)) = (by_reference, conn.as_deref_mut()) {
+        if let (Some(frags), Some(c)) = (staged, conn.as_deref_mut()) {
             let check = verify.then_some((seed, kernel));
             if !stage_by_reference(&self.ledger, s, c, &bytes[..header_len], frags, check) {
                 self.ledger.counters().inc(Counter::TcpDropBadChecksum);
@@ -1400,14 +1409,14 @@ fn stage_by_reference(
     s: impl Sampling,
     c: &mut Connection,
     header: &[u8],
-    frags: &[ExtBuf],
+    frags: &mut Vec<ExtBuf>,
     check: Option<(u16, checksum::Kernel)>,
 ) -> bool {
     if let Some((seed, kernel)) = check {
         let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
         let mut acc = Accumulator::with_seed(seed);
         acc.add_sum(checksum::header_sum(header), header.len());
-        for f in frags {
+        for f in frags.iter() {
             acc.add_with(kernel, f);
         }
         if !checksum::verifies(acc.sum()) {
@@ -1415,8 +1424,9 @@ fn stage_by_reference(
         }
     }
     let _p = ledger.probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
-    for f in frags {
-        c.rx.stage(f.clone());
+    // Moved, not cloned: the frame, freed next, would only let go of them.
+    for f in frags.drain(..) {
+        c.rx.stage(f);
     }
     ledger.counters().inc(Counter::TcpSegmentsInByReference);
     true
