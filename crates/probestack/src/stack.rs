@@ -512,7 +512,10 @@ impl Stack {
     }
 
     /// When the stack next needs a poll, as things stand (what [`poll`](Self::poll)
-    /// returned, brought up to date with anything that arrived since).
+    /// returned, brought up to date with anything that arrived since, and with what the
+    /// application's calls left for the next poll: now, after a TCP read that made a
+    /// window update due under `tcp_output_per_batch`). Ask it after the application's
+    /// turn.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.deadline_given_tcp(self.tcp.next_deadline())
     }
