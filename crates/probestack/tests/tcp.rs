@@ -805,6 +805,11 @@ fn the_reads_of_one_turn_send_one_window_update() {
         }
         assert_eq!(got, data);
         let during = sent(&p) - before;
+        if per_batch {
+            // The update waits for a poll, and the stack says one is due now.
+            let due = p.b.next_deadline();
+            assert!(due.is_some_and(|t| t <= p.now()), "next deadline {due:?}");
+        }
         p.settle();
         let after = sent(&p) - before;
         if per_batch {
