@@ -578,10 +578,7 @@ impl Stack {
         // Out-of-order data is answered at once even in a batch (RFC 5681 §4.2): each such
         // ACK is a duplicate ACK, with SACK blocks, for the sender's loss recovery.
         if self.tuning.tcp_output_per_batch && !at_once {
-            if !self.tcp.deferred.contains(&index) {
-                self.tcp.deferred.push(index);
-            }
-            return;
+            return self.tcp_defer_output(index);
         }
         self.tcp_output(s, index);
         self.tcp_reap(index);
@@ -596,13 +593,21 @@ impl Stack {
     /// an update, 0.39 ACKs a segment at MTU 1500 against 0.03 for a copying reader
     /// taking 256 KiB a call. 4.4BSD's `soreceive` likewise asks TCP once per call.
     pub(crate) fn tcp_output_after_read(&mut self, s: impl Sampling, index: usize) {
-        if !self.tuning.tcp_output_per_batch {
-            return self.tcp_output(s, index);
+        // A read that made nothing due takes TCP output's idle answer at once.
+        let idle = self.tcp.conn_mut(index).is_none_or(|c| c.output_idle());
+        if self.tuning.tcp_output_per_batch && !idle {
+            self.tcp_defer_output(index);
+        } else {
+            self.tcp_output(s, index);
         }
-        match self.tcp.conn_mut(index).map(|c| c.output_idle()) {
-            Some(true) => self.ledger.counters().inc(Counter::TcpOutputIdle),
-            Some(false) if !self.tcp.deferred.contains(&index) => self.tcp.deferred.push(index),
-            _ => {}
+    }
+
+    /// Marks connection `index` for output at the next flush of the deferred list
+    /// (`tcp_output_per_batch`): the end of the receive batch, or of the application's
+    /// turn.
+    fn tcp_defer_output(&mut self, index: usize) {
+        if !self.tcp.deferred.contains(&index) {
+            self.tcp.deferred.push(index);
         }
     }
 

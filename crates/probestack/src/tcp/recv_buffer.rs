@@ -198,8 +198,8 @@ impl RecvBuffer {
         if let Some(Run::Shared(p)) = self.runs.front_mut() {
             let k = max.min(p.len());
             // A run taken whole moves out: splitting it would count a reference up for
-            // the front and down again for the empty rest (two atomic operations, 5% of
-            // a zero-copy transfer's time at MTU 1500).
+            // the front and down again for the empty rest (two atomic operations, about 4%
+            // of a zero-copy transfer's time at MTU 1500 in `perf annotate`).
             let data = if k < p.len() {
                 p.split_to(k).ok()?
             } else if let Some(Run::Shared(whole)) = self.runs.pop_front() {
