@@ -136,7 +136,7 @@ impl Pair {
     }
 
     /// The earlier of the two stacks' deadlines.
-    fn next_deadline(&self) -> Option<Instant> {
+    fn next_deadline(&mut self) -> Option<Instant> {
         match (self.a.next_deadline(), self.b.next_deadline()) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),

@@ -515,9 +515,11 @@ impl Stack {
     /// returned, brought up to date with anything that arrived since, and with what the
     /// application's calls left for the next poll: now, after a TCP read that made a
     /// window update due under `tcp_output_per_batch`). Ask it after the application's
-    /// turn.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.deadline_given_tcp(self.tcp.next_deadline())
+    /// turn. (It takes `&mut self` to bring the timer queue up to date with the
+    /// connections the application's calls changed.)
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        let tcp_deadline = self.tcp.next_deadline();
+        self.deadline_given_tcp(tcp_deadline)
     }
 
     /// [`next_deadline`](Self::next_deadline) with the connections' earliest timer

@@ -16,6 +16,7 @@ use crate::stack::Stack;
 use crate::tcp::connection::{ConnError, ConnStats, Connection, State, TcpConfig, ZeroCopyRx};
 use crate::tcp::isn::IsnGenerator;
 use crate::tcp::syn_cookie::SynCookies;
+use crate::tcp::timer_queue::TimerQueue;
 use crate::time::{Clock, Duration, Instant};
 use crate::udp::pcb::{PcbError, PcbId};
 use crate::wire::Ipv4Address;
@@ -131,6 +132,21 @@ pub(crate) struct TcpSocket {
 struct Slot {
     generation: u32,
     socket: Option<TcpSocket>,
+    /// Lent out mutably since the timer queue last heard of its deadline (listed in
+    /// `TcpSockets::touched`).
+    touched: bool,
+    /// The deadline the timer queue holds for it.
+    queued: Option<Instant>,
+}
+
+/// Notes that slot `index` is lent out mutably, for the next
+/// [`settle_timers`](TcpSockets::settle_timers).
+#[inline(always)]
+fn lend(touched: &mut Vec<usize>, slot: &mut Slot, index: usize) {
+    if !slot.touched {
+        slot.touched = true;
+        touched.push(index);
+    }
 }
 
 /// The stack's TCP sockets and what they share.
@@ -149,6 +165,14 @@ pub(crate) struct TcpSockets {
     /// Connections whose output waits for the end of the receive batch, or of the
     /// application's turn after a read (`tcp_output_per_batch`).
     pub deferred: Vec<usize>,
+    /// Each connection's earliest timer, kept up to date by [`settle_timers`]
+    /// (Self::settle_timers) from the slots lent out mutably since (`touched`): a
+    /// connection's timers change only through `&mut` access, and every such access
+    /// passes through [`get_mut`](Self::get_mut) or [`at_mut`](Self::at_mut).
+    timers: TimerQueue,
+    touched: Vec<usize>,
+    /// Scratch for the poll: the slots whose timers are due (kept for its allocation).
+    pub due: Vec<usize>,
 }
 
 impl TcpSockets {
@@ -163,6 +187,9 @@ impl TcpSockets {
             config,
             blocked: Vec::new(),
             deferred: Vec::new(),
+            timers: TimerQueue::new(),
+            touched: Vec::new(),
+            due: Vec::new(),
         }
     }
 
@@ -173,19 +200,30 @@ impl TcpSockets {
             .and_then(|s| s.socket.as_ref())
     }
 
+    /// The socket of a handle, lent out mutably (noted as [`at_mut`](Self::at_mut) says).
+    #[inline(always)]
     pub fn get_mut(&mut self, h: TcpHandle) -> Option<&mut TcpSocket> {
-        self.slots
-            .get_mut(h.index)
-            .filter(|s| s.generation == h.generation)
-            .and_then(|s| s.socket.as_mut())
+        let slot = self.slots.get_mut(h.index)?;
+        if slot.generation != h.generation || slot.socket.is_none() {
+            return None;
+        }
+        lend(&mut self.touched, slot, h.index);
+        slot.socket.as_mut()
     }
 
     pub fn at(&self, index: usize) -> Option<&TcpSocket> {
         self.slots.get(index).and_then(|s| s.socket.as_ref())
     }
 
+    /// The socket at a slot, lent out mutably: the slot is noted for
+    /// [`settle_timers`](Self::settle_timers), as whatever borrows it may change its
+    /// timers.
+    #[inline(always)]
     pub fn at_mut(&mut self, index: usize) -> Option<&mut TcpSocket> {
-        self.slots.get_mut(index).and_then(|s| s.socket.as_mut())
+        let slot = self.slots.get_mut(index)?;
+        slot.socket.as_ref()?;
+        lend(&mut self.touched, slot, index);
+        slot.socket.as_mut()
     }
 
     /// The connection at a slot, if the slot holds one.
@@ -210,21 +248,27 @@ impl TcpSockets {
     }
 
     pub fn insert(&mut self, socket: TcpSocket) -> TcpHandle {
-        if let Some(index) = self.free.pop() {
-            let slot = &mut self.slots[index];
-            slot.socket = Some(socket);
-            return TcpHandle {
-                index,
-                generation: slot.generation,
-            };
-        }
-        self.slots.push(Slot {
-            generation: 0,
-            socket: Some(socket),
-        });
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.slots[index].socket = Some(socket);
+                index
+            }
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    socket: Some(socket),
+                    touched: false,
+                    queued: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        // A connection may come with its timers already set.
+        let slot = &mut self.slots[index];
+        lend(&mut self.touched, slot, index);
         TcpHandle {
-            index: self.slots.len() - 1,
-            generation: 0,
+            index,
+            generation: slot.generation,
         }
     }
 
@@ -233,6 +277,10 @@ impl TcpSockets {
         let s = slot.socket.take()?;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(index);
+        // A touched slot stays listed; settling finds it empty.
+        if slot.queued.take().is_some() {
+            self.timers.set(index, None);
+        }
         Some(s)
     }
 
@@ -255,40 +303,49 @@ impl TcpSockets {
         })
     }
 
-    /// Whether any connection has a timer due at `now`, and the earliest timer of the
-    /// connections that have none due (all of them when the answer is no: then it is
-    /// [`next_deadline`](Self::next_deadline)).
-    pub fn timers_due(&self, now: Instant) -> (bool, Option<Instant>) {
-        let mut due = false;
-        let mut earliest: Option<Instant> = None;
-        for s in &self.slots {
-            if let Some(TcpSocket {
-                kind: Kind::Stream(c),
-                ..
-            }) = &s.socket
-            {
-                match c.next_deadline() {
-                    Some(d) if d <= now => due = true,
-                    Some(d) => earliest = Some(earliest.map_or(d, |e| e.min(d))),
-                    None => {}
-                }
-            }
+    /// Tells the timer queue the deadlines of the connections lent out mutably since it
+    /// last heard (each a few comparisons when its deadline did not move).
+    #[inline]
+    pub fn settle_timers(&mut self) {
+        if !self.touched.is_empty() {
+            self.settle_touched();
         }
-        (due, earliest)
     }
 
-    /// The earliest timer of any connection.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.slots
-            .iter()
-            .filter_map(|s| match &s.socket {
+    fn settle_touched(&mut self) {
+        while let Some(index) = self.touched.pop() {
+            // Listed slots exist: the table never shrinks.
+            let slot = &mut self.slots[index];
+            slot.touched = false;
+            let deadline = match &slot.socket {
                 Some(TcpSocket {
                     kind: Kind::Stream(c),
                     ..
                 }) => c.next_deadline(),
                 _ => None,
-            })
-            .min()
+            };
+            if deadline != slot.queued {
+                slot.queued = deadline;
+                self.timers.set(index, deadline);
+            }
+        }
+    }
+
+    /// Moves the slots of the connections with a timer due at `now` into `due`, earliest
+    /// first. Each is taken off the queue until it is settled again, so a connection
+    /// whose timers stay due after they run is run once per call, not forever.
+    pub fn take_due(&mut self, now: Instant, due: &mut Vec<usize>) {
+        self.settle_timers();
+        while let Some(index) = self.timers.pop_due(now) {
+            self.slots[index].queued = None;
+            due.push(index);
+        }
+    }
+
+    /// The earliest timer of any connection.
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        self.settle_timers();
+        self.timers.earliest()
     }
 }
 
@@ -996,5 +1053,128 @@ fn nothing_to_read(c: &Connection) -> Result<(), TcpError> {
             Ok(())
         }
         _ => Err(TcpError::WouldBlock),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::FaultConfig;
+    use crate::sim::{HostConfig, Pair, ADDR_B};
+
+    /// The timer queue against its definition, the earliest timer of each connection
+    /// read from the connection itself: every slot's entry is its connection's
+    /// [`next_deadline`](Connection::next_deadline), and the queue's earliest is theirs.
+    /// Settling reads only the slots lent out mutably since the last settle, so a change
+    /// to a connection's timers made without passing through `at_mut` shows here.
+    fn assert_queue_matches(stack: &mut Stack) {
+        stack.tcp.settle_timers();
+        let mut least: Option<Instant> = None;
+        for i in 0..stack.tcp.slot_count() {
+            let d = match stack.tcp.at(i) {
+                Some(TcpSocket {
+                    kind: Kind::Stream(c),
+                    ..
+                }) => c.next_deadline(),
+                _ => None,
+            };
+            assert_eq!(stack.tcp.timers.deadline(i), d, "slot {i}");
+            least = match (least, d) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            };
+        }
+        assert_eq!(stack.tcp.timers.earliest(), least);
+    }
+
+    /// Many connections on a lossy wire, opened, written, read, closed and aborted in a
+    /// seeded random order, with time moving on between: after every step both stacks'
+    /// timer queues match their connections, and once every socket is closed the timers
+    /// alone (retransmissions of the FINs, TIME-WAIT, FIN-WAIT-2) take every connection
+    /// away, which they do only if the queue hands each one to the poll when it is due.
+    #[test]
+    fn the_timer_queue_follows_every_connection_through_a_random_workload() {
+        let mut a = HostConfig::with_mtu(1500);
+        let mut b = HostConfig::with_mtu(1500);
+        a.nic.rx_faults = FaultConfig {
+            drop: 0.05,
+            ..FaultConfig::lossy(31)
+        };
+        b.nic.rx_faults = FaultConfig {
+            drop: 0.05,
+            ..FaultConfig::lossy(32)
+        };
+        a.stack.tcp.send_buffer = 16 * 1024;
+        a.stack.tcp.recv_buffer = 16 * 1024;
+        b.stack.tcp = a.stack.tcp;
+        let mut p = Pair::new(a, b).unwrap();
+        let listener = p.b.tcp_listen((ADDR_B, 80), 64).unwrap();
+        let (mut ends_a, mut ends_b) = (Vec::new(), Vec::new());
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let data = [0x5au8; 3000];
+        let mut buf = [0u8; 4096];
+        for _ in 0..3000 {
+            match next(8) {
+                0 if ends_a.len() < 24 => {
+                    if let Ok(h) = p.a.tcp_connect((ADDR_B, 80)) {
+                        ends_a.push(h);
+                    }
+                }
+                1 | 2 if !ends_a.is_empty() => {
+                    let h = ends_a[next(ends_a.len() as u64) as usize];
+                    let _ = p.a.tcp_send(h, &data[..1 + next(3000) as usize]);
+                }
+                3 if !ends_b.is_empty() => {
+                    let h = ends_b[next(ends_b.len() as u64) as usize];
+                    let _ = p.b.tcp_recv(h, &mut buf[..1 + next(4096) as usize]);
+                }
+                4 if !ends_a.is_empty() && next(4) == 0 => {
+                    let h = ends_a.swap_remove(next(ends_a.len() as u64) as usize);
+                    let _ = p.a.tcp_close(h);
+                }
+                5 if !ends_b.is_empty() && next(4) == 0 => {
+                    let h = ends_b.swap_remove(next(ends_b.len() as u64) as usize);
+                    let _ = match next(2) {
+                        0 => p.b.tcp_close(h),
+                        _ => p.b.tcp_abort(h),
+                    };
+                }
+                _ => p.run_for(Duration::from_micros(next(50_000))),
+            }
+            while let Ok(h) = p.b.tcp_accept(listener) {
+                ends_b.push(h);
+            }
+            assert_queue_matches(&mut p.a);
+            assert_queue_matches(&mut p.b);
+        }
+        for h in ends_a {
+            let _ = p.a.tcp_close(h);
+        }
+        p.b.tcp_close(listener).unwrap();
+        for h in ends_b {
+            let _ = p.b.tcp_close(h);
+        }
+        for _ in 0..600 {
+            p.run_for(Duration::from_secs(1));
+            assert_queue_matches(&mut p.a);
+            assert_queue_matches(&mut p.b);
+        }
+        assert_eq!(
+            p.a.tcp.connection_indices().count(),
+            0,
+            "A kept connections"
+        );
+        assert_eq!(
+            p.b.tcp.connection_indices().count(),
+            0,
+            "B kept connections"
+        );
+        assert_eq!(p.a.next_deadline(), None);
     }
 }

@@ -52,6 +52,7 @@ pub mod scoreboard;
 pub mod send_buffer;
 pub mod syn_cookie;
 pub(crate) mod template;
+pub(crate) mod timer_queue;
 
 pub use connection::{ConnError, ConnStats, Connection, State, TcpConfig};
 pub use syn_cookie::SynCookies;
@@ -1356,36 +1357,23 @@ impl Stack {
         }
     }
 
-    /// Runs the connections' timers that are due, then their output; returns the
-    /// earliest timer of any connection afterwards (what `TcpSockets::next_deadline`
-    /// then returns), found on the same walk, for the poll's deadline.
+    /// Runs the timers of the connections that have one due, then their output; returns
+    /// the earliest timer of any connection afterwards (what `TcpSockets::next_deadline`
+    /// then returns). The connections come from the timer queue, so a poll with none due
+    /// visits none.
     pub(crate) fn tcp_timers(&mut self, s: impl Sampling, now: Instant) -> Option<Instant> {
-        // Usually no timer is due: a pass that only reads says so and finds the earliest,
-        // and the walk below, which looks each slot up again, is left out.
-        let (due, earliest) = self.tcp.timers_due(now);
-        if !due {
-            return earliest;
+        let mut due = std::mem::take(&mut self.tcp.due);
+        self.tcp.take_due(now, &mut due);
+        if due.is_empty() {
+            self.tcp.due = due;
+            return self.tcp.next_deadline();
         }
-        let mut earliest: Option<Instant> = None;
-        let mut note = |d: Option<Instant>| {
-            if let Some(d) = d {
-                earliest = Some(earliest.map_or(d, |e| e.min(d)));
-            }
-        };
-        // Slots are visited by index: a timer's output may free its own slot, never add
-        // one (a connection is only created by a SYN or the application), and changes
-        // no other connection's timers, so a deadline noted stays true.
-        for i in 0..self.tcp.slot_count() {
+        for &i in &due {
+            // Looked up again (and so noted for the queue once more): a timer's output may
+            // free its own slot, never another's.
             let Some(c) = self.tcp.conn_mut(i) else {
                 continue;
             };
-            match c.next_deadline() {
-                Some(d) if d <= now => {}
-                later => {
-                    note(later);
-                    continue;
-                }
-            }
             let rst = {
                 let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::Timer);
                 c.on_timers(now, &self.ledger)
@@ -1396,9 +1384,10 @@ impl Stack {
             }
             self.tcp_output(s, i);
             self.tcp_reap(i);
-            note(self.tcp.conn_mut(i).and_then(|c| c.next_deadline()));
         }
-        earliest
+        due.clear();
+        self.tcp.due = due;
+        self.tcp.next_deadline()
     }
 }
 
