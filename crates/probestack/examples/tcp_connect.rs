@@ -1,8 +1,11 @@
-//! A profiling harness: the cost of opening TCP connections. B listens; A opens
-//! `CONNECTIONS` connections to it one after another, each established, accepted and
-//! carrying one 64-byte message each way, all left open. Prints the time per connection
-//! and the resident memory they added (from `/proc/self/status`), so that the price of a
-//! connection's buffers (1 MiB each way by default) shows.
+//! A profiling harness: the cost of opening TCP connections, and of polling with many
+//! open. B listens; A opens `CONNECTIONS` connections to it one after another, each
+//! established, accepted and carrying one 64-byte message each way, all left open. Prints
+//! the time per connection and the resident memory they added (from `/proc/self/status`),
+//! so that the price of a connection's buffers (1 MiB each way by default) shows; then the
+//! time of a poll with all of them open and idle, which a poll that visited every
+//! connection would make grow with their number (the timer queue, `tcp::timer_queue`,
+//! keeps it flat).
 //!
 //! `cargo run --release -p probestack --example tcp_connect -- [CONNECTIONS] [bsd|fast|queue]`
 
@@ -58,6 +61,15 @@ fn main() {
     }
     let secs = start.elapsed().as_secs_f64();
     let added = rss_kib().saturating_sub(rss_before);
+    // Polls with every connection open and idle: what a poll costs as connections add up.
+    const IDLE_POLLS: u32 = 100_000;
+    let idle = std::time::Instant::now();
+    for _ in 0..IDLE_POLLS {
+        let now = clock.now();
+        pair.a.poll(now);
+        pair.b.poll(now);
+    }
+    let idle_ns = idle.elapsed().as_secs_f64() * 1e9 / f64::from(2 * IDLE_POLLS);
     println!(
         "{connections} connections opened, one exchange each, all left open: {:.1} us each, \
          resident memory +{} KiB ({:.0} KiB per connection, both ends)",
@@ -65,4 +77,5 @@ fn main() {
         added,
         added as f64 / connections.max(1) as f64
     );
+    println!("then an idle poll: {idle_ns:.0} ns (each stack, clock read included)");
 }
