@@ -22,7 +22,7 @@ use crate::rng::Rng;
 use crate::socket::tcp::TcpSockets;
 use crate::socket::udp::UdpSockets;
 use crate::tcp::TcpConfig;
-use crate::time::{Duration, Instant};
+use crate::time::{earlier, Duration, Instant};
 use crate::tuning::Tuning;
 use crate::udp::pcb::PcbTable;
 use crate::wire::ethernet::EthernetAddress;
@@ -515,8 +515,10 @@ impl Stack {
     /// returned, brought up to date with anything that arrived since, and with what the
     /// application's calls left for the next poll: now, after a TCP read that made a
     /// window update due under `tcp_output_per_batch`). Ask it after the application's
-    /// turn. (It takes `&mut self` to bring the timer queue up to date with the
-    /// connections the application's calls changed.)
+    /// turn. (It takes `&mut self` to bring the TCP timer queue up to date with the
+    /// connections the application's calls changed.) With many TCP connections the
+    /// answer may come early, never late: a timer that moved later since it was queued
+    /// (`tcp::timer_queue`) is found not due at that time, and the poll then says when.
     pub fn next_deadline(&mut self) -> Option<Instant> {
         let tcp_deadline = self.tcp.next_deadline();
         self.deadline_given_tcp(tcp_deadline)
@@ -636,16 +638,6 @@ macro_rules! in_message {
 }
 pub(crate) use in_message;
 
-/// The earlier of two deadlines, either of which may be absent.
-#[inline]
-fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, None) => x,
-        (None, y) => y,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -753,21 +745,6 @@ mod tests {
         assert_eq!(seg_in - in_before, 4, "the four segments in one batch");
         assert_eq!(seg_out - out_before, 2, "an ACK from each connection");
         assert!(p.b.tcp.deferred.is_empty());
-    }
-
-    #[test]
-    fn earlier_is_the_minimum_of_the_deadlines_present() {
-        let (t1, t2) = (Instant::from_millis(1), Instant::from_millis(2));
-        for (a, b, want) in [
-            (None, None, None),
-            (Some(t1), None, Some(t1)),
-            (None, Some(t2), Some(t2)),
-            (Some(t2), Some(t1), Some(t1)),
-            (Some(t1), Some(t2), Some(t1)),
-            (Some(t1), Some(t1), Some(t1)),
-        ] {
-            assert_eq!(earlier(a, b), want, "{a:?} {b:?}");
-        }
     }
 
     #[test]

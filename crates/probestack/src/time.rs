@@ -201,6 +201,16 @@ impl Clock for VirtualClock {
     }
 }
 
+/// The earlier of two deadlines, either of which may be absent.
+#[inline]
+pub fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,5 +232,20 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1));
         assert!(r.now() > a);
         assert_eq!(Instant::from_micros(1_500_000).to_string(), "1.500000s");
+    }
+
+    #[test]
+    fn earlier_is_the_minimum_of_the_deadlines_present() {
+        let (t1, t2) = (Instant::from_millis(1), Instant::from_millis(2));
+        for (a, b, want) in [
+            (None, None, None),
+            (Some(t1), None, Some(t1)),
+            (None, Some(t2), Some(t2)),
+            (Some(t2), Some(t1), Some(t1)),
+            (Some(t1), Some(t2), Some(t1)),
+            (Some(t1), Some(t1), Some(t1)),
+        ] {
+            assert_eq!(earlier(a, b), want, "{a:?} {b:?}");
+        }
     }
 }

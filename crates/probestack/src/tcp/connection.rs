@@ -2533,13 +2533,7 @@ impl Connection {
     /// Asked of every connection at every poll (for the timers due and for the stack's
     /// next deadline), so it is written out rather than as an iterator chain.
     pub fn next_deadline(&self) -> Option<Instant> {
-        fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-            match (a, b) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, None) => x,
-                (None, y) => y,
-            }
-        }
+        use crate::time::earlier;
         let d = earlier(self.rtx_deadline, self.persist_deadline);
         let d = earlier(d, self.delack_deadline);
         let d = earlier(d, self.keepalive_deadline);

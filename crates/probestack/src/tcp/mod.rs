@@ -1359,14 +1359,14 @@ impl Stack {
 
     /// Runs the timers of the connections that have one due, then their output; returns
     /// the earliest timer of any connection afterwards (what `TcpSockets::next_deadline`
-    /// then returns). The connections come from the timer queue, so a poll with none due
-    /// visits none.
+    /// then returns). The connections come from the timer queue when the table has one,
+    /// so that a poll with none due visits none.
     pub(crate) fn tcp_timers(&mut self, s: impl Sampling, now: Instant) -> Option<Instant> {
         let mut due = std::mem::take(&mut self.tcp.due);
-        self.tcp.take_due(now, &mut due);
+        let earliest = self.tcp.take_due(now, &mut due);
         if due.is_empty() {
             self.tcp.due = due;
-            return self.tcp.next_deadline();
+            return earliest;
         }
         for &i in &due {
             // Looked up again (and so noted for the queue once more): a timer's output may

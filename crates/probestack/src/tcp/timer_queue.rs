@@ -1,16 +1,17 @@
-//! The connections' earliest deadlines, ordered: an indexed binary min-heap of (deadline,
-//! slot), at most one entry per socket slot, so that a poll finds the connections whose
-//! timers are due, and the stack its next deadline, without visiting every connection.
+//! The connections' deadlines, ordered: an indexed binary min-heap of (deadline, slot),
+//! at most one entry per socket slot, so that a poll finds the connections whose timers
+//! are due, and the stack its next deadline, without visiting every connection.
 //!
 //! A connection keeps its own timers (retransmission, persist, delayed ACK, keepalive,
 //! TIME-WAIT: [`Connection::next_deadline`](super::connection::Connection::next_deadline));
-//! the socket table tells this queue the earliest of them whenever it may have changed
-//! ([`set`](TimerQueue::set)). Each entry knows where it sits in the heap, so a deadline
-//! moved or cancelled is re-keyed or removed in place: the queue never holds a stale
-//! entry, and the deadline it gives is exact. With one connection the heap is one entry and
-//! an update a comparison; with n, O(log n) (4.4BSD's `tcp_slowtimo` instead visited every
-//! connection twice a second, as this stack did at every poll before: about 3 ns a
-//! connection, 1.6 µs a poll with 500 open).
+//! the socket table (`socket::tcp::TcpSockets`, once it has more than a few slots) tells
+//! this queue a deadline for each connection it lent out ([`set`](TimerQueue::set)): the
+//! earliest timer when that moved earlier, or the one queued before when the timers only
+//! moved later, put right when it comes up. Each entry knows where it sits in the heap,
+//! so a slot's entry is re-keyed or removed in place, O(log n), and never duplicated.
+//! (4.4BSD's `tcp_slowtimo` instead visited every connection twice a second, and this
+//! stack every connection at every poll: about 3 ns a connection, 1.4 µs a poll with 500
+//! open.)
 
 use crate::time::Instant;
 
