@@ -378,10 +378,9 @@ impl TcpSockets {
 
     /// Moves the slots of the connections with a timer due at `now` into `due` (earliest
     /// first with a queue, in slot order without), and returns the earliest timer of the
-    /// others. With a queue, each due slot
-    /// is taken off it until it is settled again, so a connection whose timers stay due
-    /// after they run is run once per call, not forever; one queued early whose timer
-    /// has moved on goes back in at its time.
+    /// others. With a queue, each due slot is taken off it until it is settled again, so
+    /// a connection whose timers stay due after they run is run once per call, not
+    /// forever; one queued early whose timer has moved on goes back in at its time.
     #[inline]
     pub fn take_due(&mut self, now: Instant, due: &mut Vec<usize>) -> Option<Instant> {
         if self.timers.is_some() {
