@@ -9,7 +9,7 @@ use crate::driver::{
 };
 use crate::ip::route::Ipv4Cidr;
 use crate::stack::{InterfaceConfig, Stack, StackConfig};
-use crate::time::{Clock, Duration, Instant, VirtualClock};
+use crate::time::{earlier, Clock, Duration, Instant, VirtualClock};
 use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetRepr};
 use crate::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
 use crate::wire::{Checksum, Ipv4Address};
@@ -137,10 +137,7 @@ impl Pair {
 
     /// The earlier of the two stacks' deadlines.
     fn next_deadline(&mut self) -> Option<Instant> {
-        match (self.a.next_deadline(), self.b.next_deadline()) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, y) => x.or(y),
-        }
+        earlier(self.a.next_deadline(), self.b.next_deadline())
     }
 
     /// Settles, then moves the clock to the next deadline, but not past `limit`. Returns
