@@ -20,6 +20,9 @@ pub const ADDR_A: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
 pub const ADDR_B: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
 pub const MAC_A: EthernetAddress = EthernetAddress([0x02, 0x00, 0x00, 0x00, 0x00, 0x01]);
 pub const MAC_B: EthernetAddress = EthernetAddress([0x02, 0x00, 0x00, 0x00, 0x00, 0x02]);
+/// The most polls [`Pair::settle`] makes at one instant before it calls the stacks
+/// livelocked: far above what settling takes (no test in the suite reaches it).
+pub const SETTLE_POLLS: usize = 100_000;
 
 /// One host of a pair.
 #[derive(Clone, Debug)]
@@ -117,12 +120,17 @@ impl Pair {
     }
 
     /// Polls both stacks at the current instant until neither has work due now; returns
-    /// the next deadline either has (later than now), if any. A bound keeps a misbehaving
-    /// device from spinning forever: still busy after that many polls, time moves on a
-    /// little so that runs end.
+    /// the next deadline either has (later than now), if any.
+    ///
+    /// # Panics
+    ///
+    /// When a stack still says it has work due after [`SETTLE_POLLS`] polls at one
+    /// instant: a livelock (a timer due that its poll never runs, a device that never
+    /// empties), which a runner on a real clock would spin on. A test fails there with
+    /// the deadlines, instead of crawling through virtual time.
     pub fn settle(&mut self) -> Option<Instant> {
-        for _ in 0..100_000 {
-            let now = self.clock.now();
+        let now = self.clock.now();
+        for _ in 0..SETTLE_POLLS {
             self.a.poll(now);
             self.b.poll(now);
             // Asked after both polls: B may have just sent A something.
@@ -131,8 +139,11 @@ impl Pair {
                 next => return next,
             }
         }
-        self.clock.advance(Duration::from_micros(1));
-        Some(self.clock.now())
+        panic!(
+            "livelock at {now:?}: after {SETTLE_POLLS} polls A's next deadline is {:?}, B's {:?}",
+            self.a.next_deadline(),
+            self.b.next_deadline()
+        );
     }
 
     /// The earlier of the two stacks' deadlines.
