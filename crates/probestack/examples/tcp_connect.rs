@@ -5,7 +5,9 @@
 //! so that the price of a connection's buffers (1 MiB each way by default) shows; then the
 //! time of a poll with all of them open and idle, which a poll that visited every
 //! connection would make grow with their number (the timer queue, `tcp::timer_queue`,
-//! keeps it flat).
+//! keeps it flat). Past the stack's socket memory limit (1 GiB: 512 connections at the
+//! default buffers) A's next connect is refused; the harness says so and reports on the
+//! connections it opened.
 //!
 //! `cargo run --release -p probestack --example tcp_connect -- [CONNECTIONS] [bsd|fast|queue]`
 
@@ -40,7 +42,18 @@ fn main() {
     let start = std::time::Instant::now();
     let mut open = Vec::with_capacity(connections);
     for _ in 0..connections {
-        let (a, b) = harness::open(&mut pair, listener, &clock);
+        let (a, b) = match harness::open(&mut pair, listener, &clock) {
+            Ok(ends) => ends,
+            Err(e) => {
+                // Past the socket memory limit (the buffers counted at their full size,
+                // `StackConfig::socket_memory_limit`): report what opened.
+                println!(
+                    "A's connection {} of {connections} refused: {e}",
+                    open.len() + 1
+                );
+                break;
+            }
+        };
         // One message each way, as the smallest exchange a connection is opened for.
         assert_eq!(pair.a.tcp_send(a, &msg), Ok(msg.len()));
         let (mut b_got, mut b_sent, mut a_got) = (0, false, 0);
@@ -60,6 +73,7 @@ fn main() {
         open.push((a, b));
     }
     let secs = start.elapsed().as_secs_f64();
+    let connections = open.len();
     let added = rss_kib().saturating_sub(rss_before);
     // Polls with every connection open and idle: what a poll costs as connections add up.
     const IDLE_POLLS: u32 = 100_000;

@@ -64,15 +64,20 @@ pub fn sampling_arg(pair: &Pair, i: usize) {
 /// A TCP connection from A to B's port 5001, both stacks polled until it is established.
 pub fn connect(pair: &mut Pair, clock: &RealClock) -> (TcpHandle, TcpHandle) {
     let listener = pair.b.tcp_listen((ADDR_B, 5001), 1).expect("listen");
-    let ends = open(pair, listener, clock);
+    let ends = open(pair, listener, clock).expect("connect");
     pair.b.tcp_close(listener).expect("close listener");
     ends
 }
 
 /// A TCP connection from A to `listener` (B's port 5001), accepted, both stacks polled
-/// until it is established.
-pub fn open(pair: &mut Pair, listener: TcpHandle, clock: &RealClock) -> (TcpHandle, TcpHandle) {
-    let a = pair.a.tcp_connect((ADDR_B, 5001)).expect("connect");
+/// until it is established; A's error if it cannot open one (past the stack's socket
+/// memory limit, `TcpError::NoSocketMemory`).
+pub fn open(
+    pair: &mut Pair,
+    listener: TcpHandle,
+    clock: &RealClock,
+) -> Result<(TcpHandle, TcpHandle), TcpError> {
+    let a = pair.a.tcp_connect((ADDR_B, 5001))?;
     let mut b = None;
     for _ in 0..10_000 {
         let now = clock.now();
@@ -86,7 +91,7 @@ pub fn open(pair: &mut Pair, listener: TcpHandle, clock: &RealClock) -> (TcpHand
             }
         }
         if let (Some(b), Ok(State::Established)) = (b, pair.a.tcp_state(a)) {
-            return (a, b);
+            return Ok((a, b));
         }
     }
     panic!("the connection did not open");
