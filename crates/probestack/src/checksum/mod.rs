@@ -196,8 +196,8 @@ pub fn sum_with(kernel: Kernel, data: &[u8]) -> u16 {
 ///
 /// A sum without the copy stays scalar: AVX-512 did not pay there (IP and TCP headers,
 /// short payloads verified: no change in `udp_burst`, `udp_rr` or `tcp_rr`), where the copy
-/// took `udp_burst`'s 64-byte datagrams on a frame queue from 104.9 to 99.1 ns (README,
-/// "Per-packet cost").
+/// took `udp_burst`'s 64-byte datagrams on a frame queue from 104.9 to 99.1 ns
+/// (docs/per-packet-cost.md).
 #[inline]
 fn copy_and_sum_short(kernel: Kernel, dst: &mut [u8], src: &[u8]) -> u16 {
     #[cfg(target_arch = "x86_64")]

@@ -201,8 +201,8 @@ const SOFTWARE_SEGMENTS_MAX: usize = 44;
 /// The smallest segment (bytes of data) worth sending by reference
 /// (`Tuning::tcp_send_by_reference`): each such segment's fragments cost reference counts
 /// and a list the frame carries, and its receiver a run in its buffer, which the copy they
-/// save outweighs only in large segments (README, "Per-packet cost": at MSS 1,460 the
-/// ring was faster, from 4,096 bytes the blocks).
+/// save outweighs only in large segments (README, "TCP", data by reference: at MSS 1,460
+/// the ring was faster, from 4,096 bytes the blocks).
 pub const BY_REFERENCE_MIN_SEGMENT: usize = 4096;
 
 /// Stands for the data of a segment whose fragments TCP input staged in the receive
