@@ -393,8 +393,7 @@ impl TcpSockets {
         for slot in &self.slots {
             match slot.deadline() {
                 Some(d) if d <= now => any_due = true,
-                Some(d) => earliest = Some(earliest.map_or(d, |e| e.min(d))),
-                None => {}
+                later => earliest = earlier(earliest, later),
             }
         }
         if any_due {
