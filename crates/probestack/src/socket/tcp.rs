@@ -199,7 +199,8 @@ pub(crate) struct TcpSockets {
     /// [`insert`](Self::insert).
     timers: Option<TimerQueue>,
     touched: Vec<usize>,
-    /// Scratch for the poll: the slots whose timers are due (kept for its allocation).
+    /// The slots whose timers are due, as [`take_due`](Self::take_due) lists them (kept
+    /// between polls for its allocation).
     pub due: Vec<usize>,
 }
 
@@ -376,15 +377,15 @@ impl TcpSockets {
         }
     }
 
-    /// Moves the slots of the connections with a timer due at `now` into `due` (earliest
+    /// Lists the slots of the connections with a timer due at `now` in `self.due` (earliest
     /// first with a queue, in slot order without), and returns the earliest timer of the
     /// others. With a queue, each due slot is taken off it until it is settled again, so
     /// a connection whose timers stay due after they run is run once per call, not
     /// forever; one queued early whose timer has moved on goes back in at its time.
     #[inline]
-    pub fn take_due(&mut self, now: Instant, due: &mut Vec<usize>) -> Option<Instant> {
+    pub fn take_due(&mut self, now: Instant) -> Option<Instant> {
         if self.timers.is_some() {
-            return self.take_due_queued(now, due);
+            return self.take_due_queued(now);
         }
         // Usually none is due: a pass that only reads says so and finds the earliest,
         // and the pass that lists the due ones is left out.
@@ -398,21 +399,22 @@ impl TcpSockets {
         }
         if any_due {
             let listed = self.slots.iter().map(Slot::deadline).enumerate();
-            due.extend(listed.filter_map(|(i, d)| d.is_some_and(|d| d <= now).then_some(i)));
+            let due = listed.filter_map(|(i, d)| d.is_some_and(|d| d <= now).then_some(i));
+            self.due.extend(due);
         }
         earliest
     }
 
     /// [`take_due`](Self::take_due) from the queue.
     #[inline(never)]
-    fn take_due_queued(&mut self, now: Instant, due: &mut Vec<usize>) -> Option<Instant> {
+    fn take_due_queued(&mut self, now: Instant) -> Option<Instant> {
         self.settle_timers();
         let timers = self.timers.as_mut()?;
         while let Some(index) = timers.pop_due(now) {
             let slot = &mut self.slots[index];
             slot.queued = None;
             match slot.deadline() {
-                Some(d) if d <= now => due.push(index),
+                Some(d) if d <= now => self.due.push(index),
                 later => {
                     slot.queued = later;
                     timers.set(index, later);

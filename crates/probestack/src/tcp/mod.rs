@@ -1362,12 +1362,13 @@ impl Stack {
     /// then returns). The connections come from the timer queue when the table has one,
     /// so that a poll with none due visits none.
     pub(crate) fn tcp_timers(&mut self, s: impl Sampling, now: Instant) -> Option<Instant> {
-        let mut due = std::mem::take(&mut self.tcp.due);
-        let earliest = self.tcp.take_due(now, &mut due);
-        if due.is_empty() {
-            self.tcp.due = due;
+        // Usually nothing is due: then the list is left where it is, not moved out and
+        // back (a poll with no TCP connection at all pays only this).
+        let earliest = self.tcp.take_due(now);
+        if self.tcp.due.is_empty() {
             return earliest;
         }
+        let mut due = std::mem::take(&mut self.tcp.due);
         for &i in &due {
             // Looked up again (and so noted for the queue once more): a timer's output may
             // free its own slot, never another's.
