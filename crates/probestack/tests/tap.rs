@@ -1,6 +1,7 @@
 //! The TAP device against the real Linux kernel: ping (with fragments), UDP both ways, a
-//! 4 MiB TCP transfer from a kernel socket with checksum and segmentation offload on, and
-//! TCP both ways at once through a TAP that loses segments (loss recovery against Linux's).
+//! 4 MiB TCP transfer from a kernel socket with checksum and segmentation offload on, TCP
+//! both ways at once through a TAP that loses segments (loss recovery against Linux's),
+//! and TCP urgent data both ways (Linux's `MSG_OOB`).
 //!
 //! Each test makes its own network namespace (`psk-tap-<pid>-<n>`), moves its thread into
 //! it, opens the TAP there and gives the Linux side 198.18.0.1/15; the stack is
@@ -12,7 +13,9 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
@@ -488,4 +491,128 @@ fn tcp_both_ways_through_a_lossy_tap() {
         "no data was lost: {lost:?}"
     );
     assert!(c.get(Counter::TcpRetransmittedSegments) > 0);
+}
+
+/// Sends `byte` as urgent data (`MSG_OOB`) on a Linux socket.
+fn send_oob(sock: &TcpStream, byte: u8) {
+    // SAFETY: send reads one byte at `&byte`, which outlives the call, from an open
+    // socket's descriptor.
+    let n = unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            (&byte as *const u8).cast(),
+            1,
+            libc::MSG_OOB,
+        )
+    };
+    assert_eq!(n, 1, "send(MSG_OOB): {}", std::io::Error::last_os_error());
+}
+
+/// Waits up to `within` for a Linux socket's out-of-band byte (the byte before the
+/// urgent pointer, taken out of the stream) and returns it.
+fn recv_oob(sock: &TcpStream, within: StdDuration) -> u8 {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let mut byte = 0u8;
+        // SAFETY: recv writes at most one byte at `&mut byte`, which outlives the call,
+        // from an open socket's descriptor; MSG_DONTWAIT keeps it from blocking.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_OOB | libc::MSG_DONTWAIT,
+            )
+        };
+        if n == 1 {
+            return byte;
+        }
+        // EINVAL: no urgent data yet; EAGAIN: its pointer came, the byte not yet.
+        let e = std::io::Error::last_os_error();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no out-of-band byte from the stack: {e}"
+        );
+        std::thread::sleep(StdDuration::from_millis(1));
+    }
+}
+
+/// Urgent data both ways with Linux (RFC 9293 §3.8.5). Linux's `MSG_OOB` byte reaches
+/// the stack as urgent data that ends after it (the signal, then the count of urgent
+/// bytes left, which the stack reads in line); the stack's urgent byte reaches Linux as
+/// its out-of-band byte, the one before the urgent pointer, which Linux's default
+/// reading takes out of the stream. So both read the pointer as the octet after the
+/// urgent data (MUST-62).
+#[test]
+fn urgent_data_both_ways_with_linux() {
+    skip_unless_able!("/dev/net/tun");
+    let Some(Setup {
+        ns: _ns, mut stack, ..
+    }) = setup(8, TapConfig::default())
+    else {
+        return;
+    };
+    let listener = stack.tcp_listen((STACK, 5001), 1).expect("listen");
+    let stop = AtomicBool::new(false);
+    // At the stack's first urgent signal: the urgent bytes left and the bytes already
+    // read; and everything read.
+    let seen = Mutex::new((None::<(usize, usize)>, Vec::new()));
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            let clock = RealClock::new();
+            let (mut conn, mut replied, mut closed) = (None, false, false);
+            runner::run(&mut stack, &clock, &stop, |st, _| {
+                if conn.is_none() {
+                    conn = st.tcp_accept(listener).ok();
+                }
+                let Some(c) = conn else {
+                    return;
+                };
+                let mut seen = seen.lock().unwrap();
+                if st.tcp_take_urgent_signal(c) == Ok(true) && seen.0.is_none() {
+                    seen.0 = Some((st.tcp_urgent_remaining(c).unwrap(), seen.1.len()));
+                }
+                let mut buf = [0u8; 64];
+                while let Ok(n) = st.tcp_recv(c, &mut buf) {
+                    if n == 0 && !closed {
+                        closed = true;
+                        st.tcp_close(c).expect("close");
+                    }
+                    if n == 0 {
+                        break;
+                    }
+                    seen.1.extend_from_slice(&buf[..n]);
+                }
+                if !replied && seen.1.len() >= 4 {
+                    replied = true;
+                    // Two urgent bytes, so that a pointer one short would make Linux's
+                    // out-of-band byte the `z`.
+                    assert_eq!(st.tcp_send(c, b"xy"), Ok(2));
+                    assert_eq!(st.tcp_send_urgent(c, b"z#"), Ok(2));
+                }
+            })
+            .expect("runner");
+        });
+        let mut sock = TcpStream::connect_timeout(
+            &"198.18.0.2:5001".parse().unwrap(),
+            StdDuration::from_secs(3),
+        )
+        .expect("connect");
+        sock.set_read_timeout(Some(StdDuration::from_secs(10)))
+            .unwrap();
+        sock.write_all(b"abc").unwrap();
+        send_oob(&sock, b'!');
+        assert_eq!(recv_oob(&sock, StdDuration::from_secs(10)), b'#');
+        // The out-of-band byte is out of the stream: the rest is the normal data.
+        sock.shutdown(Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        sock.read_to_end(&mut rest)
+            .expect("read until the stack's FIN");
+        assert_eq!(rest, b"xyz");
+    });
+    let (at_signal, read) = &*seen.lock().unwrap();
+    assert_eq!(read, b"abc!", "Linux's urgent byte is read in line");
+    let (left, before) = at_signal.expect("the stack was signalled");
+    assert_eq!(left + before, 4, "the urgent data ends after Linux's `!`");
 }

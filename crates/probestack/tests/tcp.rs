@@ -290,18 +290,25 @@ fn close_with_unread_data_resets() {
     assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
 }
 
-#[test]
-fn zero_window_then_reader_catches_up() {
+/// A connection on which A (a 64 KiB send buffer) has written `total` bytes of the
+/// pattern to B (a 16 KiB receive buffer, not read): B's window fills and the rest waits
+/// at A. Returns the pair, A's and B's ends, and the data.
+fn filling_b_window(total: usize) -> (Pair, TcpHandle, TcpHandle, Vec<u8>) {
     let mut a = host(1500, Tuning::fast());
     let mut b = host(1500, Tuning::fast());
     a.stack.tcp.send_buffer = 64 * 1024;
     b.stack.tcp.recv_buffer = 16 * 1024;
     let mut p = Pair::new(a, b).unwrap();
     let (c, _l, s) = connect(&mut p);
+    let data = pattern(0, total);
+    assert_eq!(p.a.tcp_send(c, &data), Ok(total));
+    (p, c, s, data)
+}
+
+#[test]
+fn zero_window_then_reader_catches_up() {
     // Fill B's window and leave it unread for a while: probes keep the connection up.
-    let data = pattern(0, 48 * 1024);
-    let n = p.a.tcp_send(c, &data).unwrap();
-    assert_eq!(n, data.len());
+    let (mut p, c, s, data) = filling_b_window(48 * 1024);
     p.run_for(Duration::from_secs(20));
     // The window filled (but for less than a segment, which sender SWS avoidance keeps).
     assert!(p.b.tcp_recv_queued(s).unwrap() > 16 * 1024 - 1460);
@@ -1709,4 +1716,137 @@ fn out_of_order_segments_are_acknowledged_one_by_one_in_a_batch() {
     let (before, after, _) = lose_one_of(10, 0);
     assert_eq!(after.dup_acks_in - before.dup_acks_in, 9, "{after:?}");
     assert_eq!(after.timeouts - before.timeouts, 0, "{after:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Urgent data (RFC 9293 §3.8.5).
+
+/// Reads everything `s` on B has; returns it.
+fn read_all_b(p: &mut Pair, s: TcpHandle) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = p.b.tcp_recv(s, &mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+/// Urgent data is signalled once, counted down as it is read, and read in line with the
+/// rest of the stream.
+#[test]
+fn urgent_data_is_signalled_and_read_in_line() {
+    let mut p = pair(1500);
+    let (c, _l, s) = connect(&mut p);
+    assert_eq!(p.a.tcp_send(c, b"normal data "), Ok(12));
+    assert_eq!(p.a.tcp_send_urgent(c, b"URGENT"), Ok(6));
+    assert_eq!(p.a.tcp_send(c, b" and after"), Ok(10));
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(p.b.tcp_take_urgent_signal(s), Ok(true));
+    assert_eq!(p.b.tcp_take_urgent_signal(s), Ok(false));
+    // The urgent data is everything up to the end of "URGENT" (MUST-33).
+    assert_eq!(p.b.tcp_urgent_remaining(s), Ok(18));
+    let mut buf = [0u8; 15];
+    assert_eq!(p.b.tcp_recv(s, &mut buf), Ok(15));
+    assert_eq!(p.b.tcp_urgent_remaining(s), Ok(3));
+    let rest = read_all_b(&mut p, s);
+    assert_eq!([&buf[..], &rest].concat(), b"normal data URGENT and after");
+    assert_eq!(p.b.tcp_urgent_remaining(s), Ok(0));
+    assert_eq!(p.b.ledger().counters().get(Counter::TcpUrgentSignals), 1);
+    // An urgent send of nothing marks nothing.
+    assert_eq!(p.a.tcp_send_urgent(c, b""), Ok(0));
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(p.b.tcp_take_urgent_signal(s), Ok(false));
+}
+
+/// What the mechanism is for: a receiver whose window is shut learns that urgent data is
+/// waiting behind it, from the window probes that carry the pointer.
+#[test]
+fn urgent_data_is_signalled_through_a_shut_window() {
+    let (mut p, c, s, data) = filling_b_window(40 * 1024);
+    p.run_for(Duration::from_secs(1));
+    let queued = p.b.tcp_recv_queued(s).unwrap();
+    assert!(queued < data.len() && p.b.tcp_urgent_remaining(s) == Ok(0));
+    assert_eq!(p.a.tcp_send_urgent(c, b"!"), Ok(1));
+    // Nothing read on B: the signal comes through the shut window.
+    assert!(
+        p.run_until(Duration::from_secs(10), |p| p.b.tcp_take_urgent_signal(s)
+            == Ok(true))
+    );
+    assert_eq!(
+        p.b.tcp_recv_queued(s),
+        Ok(queued),
+        "B took no data past its window"
+    );
+    assert_eq!(p.b.tcp_urgent_remaining(s), Ok(data.len() + 1));
+    // Reading catches up to the mark.
+    let mut got = Vec::new();
+    assert!(p.run_until(Duration::from_secs(10), |p| {
+        got.extend(read_all_b(p, s));
+        got.len() == data.len() + 1
+    }));
+    assert_eq!(&got[..data.len()], &data[..]);
+    assert_eq!(got[data.len()], b'!');
+    assert_eq!(p.b.tcp_urgent_remaining(s), Ok(0));
+}
+
+/// On the wire, read by an independent parser (etherparse): every segment A sends before
+/// the end of its urgent data carries URG and a pointer to the octet after it (MUST-62),
+/// 0xFFFF while that is further than the field reaches (MUST-31); none after. The data
+/// arrives intact.
+#[test]
+fn urgent_pointers_on_the_wire_point_past_the_urgent_data() {
+    use etherparse::{SlicedPacket, TransportSlice};
+    let (mut p, out) = captured_pair(Tuning::fast());
+    let (c, _l, s) = connect(&mut p);
+    let normal = pattern(0, 1000);
+    let urgent = pattern(1000, 100_000);
+    let after = pattern(101_000, 5000);
+    let mut sent = p.a.tcp_send(c, &normal).unwrap();
+    let mut got = Vec::new();
+    assert!(p.run_until(Duration::from_secs(10), |p| {
+        if sent < 1000 + urgent.len() {
+            sent += p.a.tcp_send_urgent(c, &urgent[sent - 1000..]).unwrap_or(0);
+        } else if sent < 106_000 {
+            sent += p.a.tcp_send(c, &after[sent - 101_000..]).unwrap_or(0);
+        }
+        got.extend(read_all_b(p, s));
+        got.len() == 106_000
+    }));
+    assert_eq!(got, [normal, urgent, after].concat());
+    let mut isn = None;
+    let (mut urgent_segments, mut plain_after) = (0, 0);
+    for frame in captured_frames(&out) {
+        let Ok(sliced) = SlicedPacket::from_ethernet(&frame) else {
+            continue;
+        };
+        let Some(TransportSlice::Tcp(t)) = &sliced.transport else {
+            continue;
+        };
+        if t.syn() {
+            isn = Some(t.sequence_number());
+            continue;
+        }
+        // Stream offset of the segment's first byte, and of the urgent data's end.
+        let offset = t.sequence_number().wrapping_sub(isn.unwrap() + 1) as usize;
+        // (The first 1,000 bytes went before the urgent send, without URG.)
+        let end = 101_000;
+        if (1000..end).contains(&offset) && !t.payload().is_empty() {
+            assert!(t.urg(), "no URG at offset {offset}");
+            assert_eq!(
+                usize::from(t.urgent_pointer()),
+                (end - offset).min(0xFFFF),
+                "at offset {offset}"
+            );
+            assert!(t.payload().len() <= 1460, "a super-segment in urgent mode");
+            urgent_segments += 1;
+        } else if offset >= end {
+            assert!(!t.urg(), "URG past the urgent data, at offset {offset}");
+            plain_after += usize::from(!t.payload().is_empty());
+        }
+    }
+    assert!(urgent_segments >= 69, "{urgent_segments}");
+    assert!(plain_after >= 4, "{plain_after}");
 }

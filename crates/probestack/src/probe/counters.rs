@@ -265,6 +265,9 @@ counters! {
     TcpDataAfterClose = "tcp.data_after_close";
     /// FINs received in order.
     TcpFinsIn = "tcp.fins_in";
+    /// Urgent pointers received that began urgent data or moved its end on, each a
+    /// signal to the application (RFC 9293 §3.8.5).
+    TcpUrgentSignals = "tcp.urgent_signals";
     /// ACKs sent because the delayed-ACK timer ran out.
     TcpDelayedAcks = "tcp.delayed_acks";
     /// Zero-window probes and keepalive probes sent.

@@ -687,7 +687,38 @@ impl Stack {
         })
     }
 
-    /// The checks both sends share, then `queue` (which takes what fits, charged to
+    /// Queues `data` as urgent data (RFC 9293 §3.8.5; `send` with `MSG_OOB` on a BSD
+    /// socket), as [`tcp_send`](Self::tcp_send) does, and moves the urgent pointer past
+    /// the last byte taken: the peer is told that urgent data is on its way and where it
+    /// ends, through a closed window too (a window probe carries the pointer), and
+    /// probestack sends it at once, Nagle or not. The data stays in the stream: a
+    /// probestack peer reads it in order ([`tcp_urgent_remaining`](Self::tcp_urgent_remaining)
+    /// says how much of what it reads is urgent); a BSD-style peer such as Linux, unless
+    /// its socket has `SO_OOBINLINE`, takes the last urgent byte out of the stream as
+    /// out-of-band data. New applications should not use it (RFC 9293 SHLD-13); a TCP
+    /// must offer it (MUST-30). Errors as [`tcp_send`](Self::tcp_send).
+    pub fn tcp_send_urgent(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
+        crate::probe::ledger::sampled!(self.ledger, s => {
+            self.tcp_queue(s, h, data.len(), Op::UserCopy, |c| c.send_urgent(data))
+        })
+    }
+
+    /// How much urgent data is still to be read on `h` (RFC 9293 MUST-33): the bytes from
+    /// the next read up to the end of the peer's urgent data, counting any not yet
+    /// arrived; 0 when there is none (normal mode).
+    pub fn tcp_urgent_remaining(&self, h: TcpHandle) -> Result<usize, TcpError> {
+        Ok(self.tcp_conn(h)?.urgent_remaining())
+    }
+
+    /// Whether urgent data arrived on `h` with none pending, or the end of the peer's
+    /// urgent data moved on, since the last call (RFC 9293 MUST-32's signal, which a BSD
+    /// socket raises as SIGURG); asking clears it. A sans-IO stack has no upcall: the
+    /// application polls this as it polls readiness.
+    pub fn tcp_take_urgent_signal(&mut self, h: TcpHandle) -> Result<bool, TcpError> {
+        Ok(self.tcp_conn_mut(h)?.take_urgent_signal())
+    }
+
+    /// The checks the sends share, then `queue` (which takes what fits, charged to
     /// `op`), then output.
     fn tcp_queue(
         &mut self,

@@ -458,12 +458,22 @@ pub struct Connection {
     /// The sequence number of a FIN received beyond RCV.NXT, processed when the data before
     /// it has arrived.
     fin_seq: Option<SeqNumber>,
+    /// The peer's FIN is in: RCV.NXT counts it.
+    fin_in: bool,
     /// The application will send no more (shutdown or close): a FIN follows the data.
     fin_queued: bool,
     /// Our FIN's sequence number, fixed when the application shut down sending.
     fin_out: Option<SeqNumber>,
     /// The application has released the socket: nobody will read.
     pub(crate) released: bool,
+
+    // Urgent data (RFC 9293 §3.8.5): each pointer names the octet after the urgent data.
+    /// SND.UP while the peer has not acknowledged everything up to it.
+    snd_up: Option<SeqNumber>,
+    /// RCV.UP while the application has not read up to it.
+    rcv_up: Option<SeqNumber>,
+    /// RCV.UP arrived or advanced since the application last asked (MUST-32's signal).
+    urgent_signal: bool,
 
     // Options in force.
     ts_enabled: bool,
@@ -619,7 +629,11 @@ impl Connection {
             fin_seq: None,
             fin_queued: false,
             fin_out: None,
+            fin_in: false,
             released: false,
+            snd_up: None,
+            rcv_up: None,
+            urgent_signal: false,
             ts_enabled: false,
             ts_recent: 0,
             sack_enabled: false,
@@ -954,11 +968,88 @@ impl Connection {
         self.tx.push_loan(data)
     }
 
+    /// Queues data to send as urgent data (RFC 9293 §3.8.5, SEND with the URGENT flag):
+    /// as [`send_slices`](Self::send_slices), then SND.UP moves to the octet after the
+    /// last byte taken (MUST-62), and every segment sent before that octet carries URG
+    /// and a pointer to it ([`urgent_field`](Self::urgent_field)). Taking nothing marks
+    /// nothing: an urgent indication needs at least one octet of data.
+    pub fn send_urgent(&mut self, data: &[u8]) -> usize {
+        let n = self.send_slices(data);
+        if n > 0 {
+            self.snd_up = Some(self.tx_head_seq() + self.tx.len());
+        }
+        n
+    }
+
+    /// The urgent pointer of a segment that starts at `seq`: SND.UP's offset from it,
+    /// while SND.UP lies ahead of it. An offset too large for the 16-bit field is sent as
+    /// 0xFFFF when that still points past everything sent so far, telling the peer that
+    /// urgent data is coming (a later segment says where it ends), and otherwise not at
+    /// all; Linux's `tcp_transmit_skb` makes the same choice. So urgent data of any
+    /// length (MUST-31) is signalled from its first segment.
+    fn urgent_field(&self, seq: SeqNumber) -> Option<u16> {
+        let up = self.snd_up?;
+        if !up.gt(seq) {
+            return None;
+        }
+        match u16::try_from(up.bytes_since(seq)) {
+            Ok(offset) => Some(offset),
+            Err(_) => (seq + 0xFFFF).gt(self.snd_nxt).then_some(0xFFFF),
+        }
+    }
+
+    /// The sixth step of RFC 9293 §3.10.7.4: RCV.UP becomes the later of itself and the
+    /// segment's pointer, and the application is signalled when urgent data arrives with
+    /// none pending or the pointer advances (MUST-32). A pointer at or behind what the
+    /// application has read, or one that does not advance, says nothing new and is
+    /// ignored (a receiver "should be robust to invalid urgent pointer values").
+    fn note_urgent(&mut self, seq: SeqNumber, pointer: u16, ledger: &Ledger) {
+        let up = seq + usize::from(pointer);
+        if !up.gt(self.read_seq()) || self.rcv_up.is_some_and(|current| !up.gt(current)) {
+            return;
+        }
+        self.rcv_up = Some(up);
+        self.urgent_signal = true;
+        ledger.counters().inc(Counter::TcpUrgentSignals);
+    }
+
+    /// The sequence number of the next byte the application reads: RCV.NXT less the
+    /// bytes received and not yet read, and less the peer's FIN once that is in.
+    fn read_seq(&self) -> SeqNumber {
+        self.rcv_nxt - (self.rx.len() + usize::from(self.fin_in))
+    }
+
+    /// Urgent data not yet read (MUST-33): the bytes from the application's next read up
+    /// to RCV.UP, counting any that have not arrived yet; 0 in normal mode. The urgent
+    /// data is read in line, in order with the rest (as RFC 6093 advises, and as a
+    /// BSD socket with `SO_OOBINLINE` reads it).
+    pub fn urgent_remaining(&self) -> usize {
+        match self.rcv_up {
+            Some(up) if up.gt(self.read_seq()) => up.bytes_since(self.read_seq()),
+            _ => 0,
+        }
+    }
+
+    /// Whether urgent data arrived with none pending, or its pointer advanced, since the
+    /// last call (MUST-32's signal, which BSD gives as SIGURG); asking clears it.
+    pub fn take_urgent_signal(&mut self) -> bool {
+        std::mem::take(&mut self.urgent_signal)
+    }
+
+    /// After a read: back to normal mode once the application has read up to RCV.UP, so
+    /// that a pointer left behind is never compared again once sequence numbers wrap.
+    fn note_urgent_read(&mut self) {
+        if self.rcv_up.is_some_and(|up| !up.gt(self.read_seq())) {
+            self.rcv_up = None;
+        }
+    }
+
     /// The application reads: bytes come out of the receive buffer. Opening the window
     /// may call for a window update.
     pub fn recv_into(&mut self, dst: &mut [u8]) -> usize {
         let n = self.rx.pop_into(dst);
         if n > 0 {
+            self.note_urgent_read();
             self.note_window_opened();
             self.ack_if_drained();
         }
@@ -969,6 +1060,7 @@ impl Connection {
     /// reference, other bytes copied; at most `max`).
     pub fn take_chunk(&mut self, max: usize) -> Option<Chunk> {
         let chunk = self.rx.take_chunk(max)?;
+        self.note_urgent_read();
         self.note_window_opened();
         self.ack_if_drained();
         Some(chunk)
@@ -1555,8 +1647,13 @@ impl Connection {
             return None;
         }
 
-        // Sixth (URG: the urgent pointer is accepted and ignored; the data is delivered
-        // in line, as RFC 6093 recommends). Seventh: the data.
+        // Sixth: URG, in the states that take data (the urgent data itself is delivered
+        // in line with the rest). Seventh: the data.
+        if let Some(pointer) = seg.urgent_pointer {
+            if self.state.accepts_data() {
+                self.note_urgent(seq, pointer, ledger);
+            }
+        }
         if !seg.payload.is_empty() {
             if !self.state.accepts_data() {
                 // After the peer's FIN nothing more can come; ignore (RFC 9293).
@@ -1584,6 +1681,7 @@ impl Connection {
             if self.fin_seq == Some(self.rcv_nxt) && self.state.accepts_data() {
                 self.fin_seq = None;
                 self.rcv_nxt += 1;
+                self.fin_in = true;
                 self.ack_now = true;
                 ledger.counters().inc(Counter::TcpFinsIn);
                 match self.state {
@@ -1629,6 +1727,10 @@ impl Connection {
         self.snd_una = ack;
         if self.snd_nxt.lt(ack) {
             self.snd_nxt = ack;
+        }
+        if self.snd_up.is_some_and(|up| !up.gt(ack)) {
+            // Everything urgent is acknowledged: out of urgent mode.
+            self.snd_up = None;
         }
         self.scoreboard.advance(ack);
         if let Some(rtt) = self.rtt_timer.on_ack(ack, now) {
@@ -2194,6 +2296,7 @@ impl Connection {
                 repr.alt_checksum_request = Some(AltChecksum::NoChecksum);
             }
         } else {
+            repr.urgent_pointer = self.urgent_field(seq);
             if self.ts_enabled {
                 repr.timestamp = Some(TcpTimestamp {
                     tsval: ts_clock(now),
@@ -2284,7 +2387,11 @@ impl Connection {
         // SND.NXT back, the short segment is to be sent again, not waited for (else the
         // tail of a stream would wait for its own acknowledgement forever).
         let short_in_flight = self.snd_sml.gt(self.snd_una) && self.snd_sml.le(self.snd_nxt);
-        let short_may_go = !short_in_flight || !self.config.nagle || fin_unsent;
+        // In urgent mode data goes at once, Nagle or not (as Linux's `tcp_nagle_test`),
+        // and in segments of one frame each, so that each carries its own urgent pointer.
+        let urgent = self.snd_up.is_some();
+        let short_may_go = !short_in_flight || !self.config.nagle || fin_unsent || urgent;
+        let tso_max = if urgent { 0 } else { tso_max };
         let mut len = unsent.min(usable).min(tso_max.max(mss));
         if len > mss && (len < unsent || !short_may_go) {
             // A super-segment holds whole segments; its short tail goes with it only
@@ -2833,15 +2940,19 @@ mod tests {
         sent
     }
 
-    /// Writes the next bytes of the pattern stream; returns how many were taken.
-    fn write(c: &mut Connection, written: &mut u64, n: u64) {
+    /// Writes the next bytes of the pattern stream, as urgent data if `urgent`.
+    fn write(c: &mut Connection, written: &mut u64, n: u64, urgent: bool) {
         if !c.state.can_send() || c.fin_queued {
             return;
         }
         let data: Vec<u8> = (*written..*written + n)
             .map(|i| (i % PERIOD) as u8)
             .collect();
-        *written += c.send_slices(&data) as u64;
+        *written += if urgent {
+            c.send_urgent(&data)
+        } else {
+            c.send_slices(&data)
+        } as u64;
     }
 
     /// Reads up to `n` bytes and checks them against the pattern stream.
@@ -2893,8 +3004,11 @@ mod tests {
                 idle_seen += usize::from(check_idle(&mut a, now));
                 idle_seen += usize::from(check_idle(&mut b, now));
                 match dice.below(20) {
-                    0..=3 => write(&mut a, &mut a_written, 1 + dice.below(3000)),
-                    4..=5 => write(&mut b, &mut b_written, 1 + dice.below(200)),
+                    0..=3 => {
+                        let urgent = dice.below(8) == 0;
+                        write(&mut a, &mut a_written, 1 + dice.below(3000), urgent);
+                    }
+                    4..=5 => write(&mut b, &mut b_written, 1 + dice.below(200), false),
                     6..=8 => read(&mut b, &mut b_read, 1 + dice.below(4000) as usize),
                     9..=10 => read(&mut a, &mut a_read, 1 + dice.below(4000) as usize),
                     11..=13 => {
@@ -2918,6 +3032,9 @@ mod tests {
                         }
                     }
                 }
+                // B's urgent data never reaches past what A wrote, however segments
+                // were lost and resent.
+                assert!(b.urgent_remaining() as u64 <= a_written - b_read);
             }
         }
         assert!(
@@ -2941,6 +3058,82 @@ mod tests {
         (a, b)
     }
 
+    /// Urgent data (RFC 9293 §3.8.5) between two connections joined by hand: the segment
+    /// carries a pointer past the urgent data (MUST-62); RCV.UP moves only forward, with
+    /// one signal per move (MUST-32); the count of urgent bytes to read falls as the
+    /// application reads (MUST-33); the sender leaves urgent mode once it is all
+    /// acknowledged.
+    #[test]
+    fn urgent_pointers_move_forward_and_signal_once_each() {
+        let ledger = Ledger::new();
+        let now = Instant::from_nanos(1_000_000_000);
+        let (mut a, mut b) = established(&ledger, now);
+        let start = b.read_seq();
+        let (mut written, mut read_b) = (0, 0);
+        write(&mut a, &mut written, 100, false);
+        write(&mut a, &mut written, 20, true);
+        let out = a.next_segment(now, 0).expect("the data");
+        assert_eq!((out.data_len, out.repr.urgent_pointer), (120, Some(120)));
+        a.snd_nxt = a.snd_una; // as if lost: flushed again below
+        flush(&mut a, &mut b, &ledger, now, || false);
+        assert!(b.take_urgent_signal());
+        assert!(!b.take_urgent_signal(), "one signal per pointer");
+        assert_eq!(b.urgent_remaining(), 120);
+        // A pointer that does not advance, or one behind the reading, is no news.
+        b.note_urgent(start, 120, &ledger);
+        b.note_urgent(start, 7, &ledger);
+        assert!(!b.take_urgent_signal());
+        assert_eq!(b.urgent_remaining(), 120);
+        // More urgent data moves it on: a second signal.
+        write(&mut a, &mut written, 10, true);
+        flush(&mut a, &mut b, &ledger, now, || false);
+        assert!(b.take_urgent_signal());
+        assert_eq!(b.urgent_remaining(), 130);
+        read(&mut b, &mut read_b, 125);
+        assert_eq!(b.urgent_remaining(), 5);
+        read(&mut b, &mut read_b, 5);
+        assert_eq!((b.urgent_remaining(), b.rcv_up), (0, None), "normal mode");
+        b.note_urgent(start, 50, &ledger);
+        assert_eq!((b.rcv_up, b.take_urgent_signal()), (None, false));
+        assert_eq!(ledger.counters().get(Counter::TcpUrgentSignals), 2);
+        // B's ACK takes A out of urgent mode: its next segment has no pointer.
+        flush(&mut b, &mut a, &ledger, now, || false);
+        assert_eq!(a.snd_up, None);
+        write(&mut a, &mut written, 10, false);
+        let out = a.next_segment(now, 0).expect("the data");
+        assert_eq!(out.repr.urgent_pointer, None);
+    }
+
+    /// Urgent data longer than the 16-bit field reaches (MUST-31): its first segments
+    /// point 0xFFFF ahead, the rest exactly; each segment is one frame, even where the
+    /// device would take super-segments, so that each carries its own pointer.
+    #[test]
+    fn long_urgent_data_is_signalled_from_its_first_segment() {
+        let ledger = Ledger::new();
+        let now = Instant::from_nanos(1_000_000_000);
+        let (mut a, _b) = established(&ledger, now);
+        a.snd_wnd = 1 << 20;
+        a.cwnd = 1 << 20;
+        let mut written = 0;
+        write(&mut a, &mut written, 100_000, true);
+        assert_eq!(written, 100_000);
+        let end = a.snd_una + 100_000;
+        let mut segments = 0;
+        while let Some(out) = a.next_segment(now, 65_000) {
+            assert!(out.data_len <= a.snd_mss, "a super-segment in urgent mode");
+            let seq = out.repr.seq_number;
+            let want = end.bytes_since(seq).min(0xFFFF) as u16;
+            assert_eq!(
+                out.repr.urgent_pointer,
+                Some(want),
+                "at {}",
+                seq.bytes_since(a.snd_una)
+            );
+            segments += 1;
+        }
+        assert!(segments > 60, "{segments} segments");
+    }
+
     /// A response begun while the last recovery's retransmissions above SND.UNA may be in
     /// flight cannot be undone; one begun after SND.UNA passed them can, unless the switch
     /// is off.
@@ -2950,7 +3143,7 @@ mod tests {
         let now = Instant::from_nanos(1_000_000_000);
         let (mut a, _b) = established(&ledger, now);
         let mut written = 0;
-        write(&mut a, &mut written, 20_000);
+        write(&mut a, &mut written, 20_000, false);
         while a.next_segment(now, 0).is_some_and(|o| o.data_len > 0) {}
         let una = a.snd_una;
         // The last recovery ended with a retransmission above SND.UNA perhaps in flight: a
@@ -2980,7 +3173,7 @@ mod tests {
         let now = Instant::from_nanos(1_000_000_000);
         let (mut a, mut b) = established(&ledger, now);
         let mut written = 0;
-        write(&mut a, &mut written, 2000);
+        write(&mut a, &mut written, 2000, false);
         let out = a.next_segment(now, 0).expect("data");
         let payload: Vec<u8> = (0..out.data_len as u64)
             .map(|i| (i % PERIOD) as u8)
