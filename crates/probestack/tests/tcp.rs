@@ -341,6 +341,30 @@ fn retransmission_gives_up_when_the_peer_vanishes() {
     assert!(p.a.ledger().counters().get(Counter::TcpRetransmitTimeouts) >= 12);
 }
 
+/// A SYN nobody answers is sent again for three minutes (RFC 9293 MUST-23) before
+/// connecting is given up: the SYN and seven retransmissions, the connection timed out
+/// 183 s after the first.
+#[test]
+fn an_unanswered_syn_is_retransmitted_for_three_minutes() {
+    let mut p = pair(1500);
+    // Nothing at B: A's SYNs are lost, nothing answers.
+    p.b = probestack::stack::Stack::new(probestack::stack::StackConfig::default());
+    let start = p.now();
+    let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+    assert!(p.run_until(Duration::from_secs(900), |p| p.a.tcp_state(c)
+        == Ok(State::Closed)));
+    let took = p.now() - start;
+    assert!(
+        took >= Duration::from_secs(180) && took < Duration::from_secs(190),
+        "gave up after {took:?}"
+    );
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::TimedOut)));
+    assert_eq!(
+        p.a.ledger().counters().get(Counter::TcpRetransmitTimeouts),
+        7
+    );
+}
+
 #[test]
 fn corruption_is_caught_and_retransmitted() {
     let mut a = host(1500, Tuning::fast());

@@ -127,8 +127,16 @@ pub struct TcpConfig {
     pub rto: RtoConfig,
     /// Retransmissions of one segment before the connection is given up.
     pub max_retransmissions: u32,
-    /// Retransmissions of a SYN before connecting is given up.
+    /// Retransmissions of a SYN before connecting is given up. The default, 7, keeps a
+    /// SYN going for three minutes (RFC 9293 MUST-23, RFC 1122 §4.2.3.5): from the
+    /// initial RTO of 1 s the timeouts come 1, 2, 4, ..., 32, 60 and 60 s apart, and
+    /// connecting is given up 183 s after the first SYN (Linux's default of 6 gives up
+    /// at 127 s).
     pub max_syn_retransmissions: u32,
+    /// Retransmissions of a passive open's SYN-ACK before the half-open connection is
+    /// given up: 6, 123 s (Linux's `tcp_synack_retries` is 5). It holds a place in the
+    /// listener's backlog meanwhile, so it is not kept as long as an active open.
+    pub max_syn_ack_retransmissions: u32,
     /// The maximum segment lifetime; TIME-WAIT lasts twice this (RFC 9293 §3.4.2).
     pub msl: Duration,
     /// Idle time before keepalive probes (RFC 1122 §4.2.3.6: off by default, at least
@@ -182,7 +190,8 @@ impl Default for TcpConfig {
             delayed_ack: Duration::from_millis(40),
             rto: RtoConfig::default(),
             max_retransmissions: 12,
-            max_syn_retransmissions: 6,
+            max_syn_retransmissions: 7,
+            max_syn_ack_retransmissions: 6,
             msl: Duration::from_secs(30),
             keepalive: None,
             keepalive_interval: Duration::from_secs(75),
@@ -2763,10 +2772,10 @@ impl Connection {
     /// one segment, back off, give up after too many tries.
     fn retransmit_timeout(&mut self, now: Instant, ledger: &Ledger) -> Option<RstReply> {
         self.retries += 1;
-        let limit = if self.state.is_synchronized() {
-            self.config.max_retransmissions
-        } else {
-            self.config.max_syn_retransmissions
+        let limit = match self.state {
+            State::SynSent => self.config.max_syn_retransmissions,
+            State::SynReceived => self.config.max_syn_ack_retransmissions,
+            _ => self.config.max_retransmissions,
         };
         if self.retries > limit {
             ledger.counters().inc(Counter::TcpDropTimeout);
