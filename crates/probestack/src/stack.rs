@@ -358,6 +358,23 @@ impl Stack {
         self.ifaces.iter().any(|i| i.cidr.address == a)
     }
 
+    /// Whether `a` is a broadcast address here: the limited broadcast, or the broadcast
+    /// address of an interface's subnet (one with host bits to spare: a /31 or /32 has
+    /// none, RFC 3021).
+    pub fn is_broadcast_address(&self, a: Ipv4Address) -> bool {
+        a.is_broadcast()
+            || self
+                .ifaces
+                .iter()
+                .any(|i| i.cidr.prefix_len < 31 && a == i.cidr.broadcast())
+    }
+
+    /// Whether `a` may be the other end of a TCP connection, or the address one is made
+    /// to: not unspecified, broadcast or multicast (RFC 9293 MUST-46, MUST-57, MUST-63).
+    pub(crate) fn is_unicast_peer(&self, a: Ipv4Address) -> bool {
+        !(a.is_unspecified() || a.is_multicast() || self.is_broadcast_address(a))
+    }
+
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }

@@ -36,7 +36,7 @@ use probestack::tuning::Tuning;
 use probestack::wire::ethernet::{self, EtherType};
 use probestack::wire::ipv4::{self, IpProtocol, Ipv4Repr};
 use probestack::wire::tcp::{self as tcp_wire, Control, SeqNumber, TcpRepr, TcpTimestamp};
-use probestack::wire::Checksum;
+use probestack::wire::{Checksum, Ipv4Address};
 
 const PORT: u16 = 5001;
 
@@ -242,8 +242,16 @@ impl Net {
     /// Puts `seg`, from `from`, in front of the other host as if it had come off the wire:
     /// a whole frame, the IPv4 and TCP checksums computed.
     fn inject(&self, from: Host, seg: &TcpRepr) {
-        let (src, src_mac) = from.addresses();
-        let (dst, dst_mac) = from.peer().addresses();
+        let (src, _) = from.addresses();
+        let (dst, _) = from.peer().addresses();
+        self.inject_between(from.peer(), src, dst, seg);
+    }
+
+    /// Puts `seg`, from `src` to `dst` in its IP header, in front of host `to`, in a frame
+    /// from the other host's MAC to `to`'s.
+    fn inject_between(&self, to: Host, src: Ipv4Address, dst: Ipv4Address, seg: &TcpRepr) {
+        let (_, src_mac) = to.peer().addresses();
+        let (_, dst_mac) = to.addresses();
         let ip = Ipv4Repr {
             ident: 0x5961,
             dont_frag: true,
@@ -259,7 +267,7 @@ impl Net {
             .unwrap();
         });
         let frame = PacketBuf::from_slice(&f, 0).unwrap();
-        self.lock().inbox[from.peer().index()].push_back(frame);
+        self.lock().inbox[to.index()].push_back(frame);
     }
 }
 
@@ -1620,4 +1628,66 @@ fn a_lost_short_tail_is_retransmitted_after_a_timeout() {
     );
     assert_eq!(net.dropped().len(), 2, "the short tail was lost twice");
     assert!(counter(&p, Host::A, Counter::TcpRetransmitTimeouts) >= 1);
+}
+
+// ----------------------------------------------------------------------------------------
+// (C) RFC 9293's address checks.
+
+/// A SYN to a broadcast address (the limited one or the subnet's) or from a broadcast or
+/// multicast one gets no SYN-ACK and makes no connection, and a segment from such an
+/// address to a closed port gets no RST (RFC 9293 MUST-57 and MUST-63, RFC 1122
+/// §4.2.3.10): each is dropped and counted. Connecting to such an address is refused
+/// (MUST-46).
+#[test]
+fn segments_to_or_from_broadcast_and_multicast_addresses_are_dropped_unanswered() {
+    let (mut p, net) = tapped();
+    let l = p.b.tcp_listen((Ipv4Address::UNSPECIFIED, PORT), 8).unwrap();
+    let syn = TcpRepr {
+        src_port: 40000,
+        dst_port: PORT,
+        control: Control::Syn,
+        seq_number: SeqNumber(1),
+        window_len: 8192,
+        max_seg_size: Some(1460),
+        ..TcpRepr::default()
+    };
+    // 198.18.0.0/15's broadcast address, and a multicast group.
+    let subnet = Ipv4Address::new(198, 19, 255, 255);
+    let group = Ipv4Address::new(224, 0, 0, 1);
+    for (src, dst) in [
+        (ADDR_A, Ipv4Address::BROADCAST),
+        (ADDR_A, subnet),
+        (Ipv4Address::BROADCAST, ADDR_B),
+        (group, ADDR_B),
+        (subnet, ADDR_B),
+    ] {
+        net.inject_between(Host::B, src, dst, &syn);
+    }
+    let stray = TcpRepr {
+        dst_port: 9999,
+        control: Control::None,
+        ack_number: Some(SeqNumber(77)),
+        max_seg_size: None,
+        ..syn
+    };
+    net.inject_between(Host::B, group, ADDR_B, &stray);
+    net.inject_between(Host::B, ADDR_A, subnet, &stray);
+    p.run_for(Duration::from_secs(3));
+    assert!(
+        net.sent().iter().all(|s| s.from != Host::B),
+        "B answered: {:?}",
+        net.sent()
+    );
+    assert_eq!(counter(&p, Host::B, Counter::TcpDropNotUnicast), 7);
+    assert_eq!(p.b.tcp_accept(l), Err(TcpError::WouldBlock));
+    // The same SYN between unicast addresses draws a SYN-ACK.
+    net.inject_between(Host::B, ADDR_A, ADDR_B, &syn);
+    p.run_for(Duration::from_millis(10));
+    assert!(net
+        .sent()
+        .iter()
+        .any(|s| s.from == Host::B && s.control == Control::Syn));
+    for dst in [Ipv4Address::BROADCAST, subnet, group] {
+        assert_eq!(p.a.tcp_connect((dst, PORT)), Err(TcpError::InvalidAddress));
+    }
 }

@@ -205,6 +205,10 @@ counters! {
     TcpDropBadChecksum = "tcp.drop.bad_checksum";
     /// Segments for no connection or listener (answered with RST).
     TcpDropNoSocket = "tcp.drop.no_socket";
+    /// Segments to a listener or to no socket that were sent to a broadcast address or
+    /// from a broadcast, multicast or unspecified one: dropped unanswered (RFC 9293
+    /// MUST-57, MUST-63).
+    TcpDropNotUnicast = "tcp.drop.not_unicast";
     /// Segments received without a checksum because both ends agreed (RFC 1146).
     TcpNoChecksumIn = "tcp.no_checksum_in";
     /// Connections opened actively (connect) and passively (accepted by a listener).

@@ -553,7 +553,7 @@ impl Stack {
         let p = self
             .ledger
             .probe(s, Layer::Socket, Side::Send, Op::ArgCheck);
-        if remote.0.is_unspecified() || remote.1 == 0 || remote.0.is_broadcast() {
+        if remote.1 == 0 || !self.is_unicast_peer(remote.0) {
             return Err(TcpError::InvalidAddress);
         }
         let local_addr = self.source_address_for(remote.0).ok_or(TcpError::NoRoute)?;

@@ -282,6 +282,19 @@ impl Stack {
         self.tcp_segment_input(s, ip, datagram, rx, now)
     }
 
+    /// Whether a segment for a listener, or for no socket, is between unicast addresses;
+    /// if not it is counted, to be dropped unanswered, so that no SYN-ACK or RST goes to
+    /// or from a broadcast or multicast address (RFC 9293 MUST-57, MUST-63). A
+    /// connection's ends are unicast already (connect and the listener see to it), so a
+    /// segment that finds one is not asked.
+    fn tcp_between_unicast(&self, ip: &Ipv4Repr) -> bool {
+        let unicast = self.is_unicast_peer(ip.src) && self.is_unicast_peer(ip.dst);
+        if !unicast {
+            self.ledger.counters().inc(Counter::TcpDropNotUnicast);
+        }
+        unicast
+    }
+
     /// Whether TCP input can read a segment whose data is in fragments where it lies
     /// ([`tcp_segment_input`](Self::tcp_segment_input)): one fragment (the payload a NIC
     /// split off, or one slice a sender passed), or several it will keep by reference
@@ -523,6 +536,9 @@ impl Stack {
 
         let hp = self.tuning.header_prediction;
         let Some(index) = found else {
+            if !self.tcp_between_unicast(ip) {
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
+            }
             self.ledger.counters().inc(Counter::TcpDropNoSocket);
             if let Some(rst) = RstReply::for_segment(seg) {
                 self.tcp_send_rst(s, (ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
@@ -550,7 +566,9 @@ impl Stack {
                 let syn = seg.control == Control::Syn && seg.ack_number.is_none();
                 let cookie_ack =
                     matches!(seg.control, Control::None | Control::Fin) && seg.ack_number.is_some();
-                if syn {
+                if !self.tcp_between_unicast(ip) {
+                    // Dropped unanswered.
+                } else if syn {
                     self.tcp_listener_syn(s, index, ip, seg, now);
                 } else if cookie_ack && self.tcp_listener_cookie_ack(s, index, ip, seg, now) {
                     // A connection made from a cookie, or a cookie ACK dropped for want of
