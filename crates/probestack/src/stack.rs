@@ -578,7 +578,7 @@ impl Stack {
         now: Instant,
     ) -> Result<(), SendError> {
         self.now = self.now.max(now);
-        in_message!(self, data.len(), s => self.icmp_send_echo(s, dst, ident, seq_no, data, now))
+        in_message!(self, data.len(), s => self.icmp_send_echo(s, dst, ident, seq_no, data))
     }
 
     /// The oldest echo reply received and not yet taken.

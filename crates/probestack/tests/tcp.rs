@@ -16,6 +16,7 @@ use probestack::driver::{
     Device, DeviceCaps, DeviceContext, DeviceError, FaultConfig, MemoryNic, NicConfig, RxChecksum,
     RxFrame, TxMeta,
 };
+use probestack::ip::IpFields;
 use probestack::probe::Counter;
 use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
@@ -1280,6 +1281,64 @@ fn any_layout_of_fragments_is_read() {
             assert!(cb(Counter::TcpSegmentsInByReference) > 10);
         }
     }
+}
+
+/// A connection's TTL and DSCP (RFC 9293 MUST-48, MUST-49) go into its segments, through
+/// the link template or the layers: a listener's into the connections it accepts, their
+/// SYN-ACKs included; a change mid-connection (SHLD-21) from the next segment on. Values
+/// a header cannot carry are refused.
+#[test]
+fn a_connections_ttl_and_dscp_go_into_its_segments() {
+    /// The TTL and DSCP of each TCP segment among `frames`.
+    fn fields_of(frames: &[Vec<u8>]) -> Vec<(u8, u8)> {
+        frames
+            .iter()
+            .filter(|f| f[12..14] == [0x08, 0x00] && f[14 + 9] == 6)
+            .map(|f| (f[14 + 8], f[14 + 1] >> 2))
+            .collect()
+    }
+    for template in [true, false] {
+        let (mut p, out) = captured_pair(Tuning {
+            tcp_header_template: template,
+            ..Tuning::fast()
+        });
+        // A listens with its fields set; B connects.
+        let l = p.a.tcp_listen((ADDR_A, PORT), 4).unwrap();
+        let fields = IpFields {
+            ttl: Some(9),
+            dscp: 10,
+        };
+        p.a.tcp_set_ip_fields(l, fields).unwrap();
+        let c = p.b.tcp_connect((ADDR_A, PORT)).unwrap();
+        let mut s = None;
+        assert!(p.run_until(Duration::from_secs(5), |p| {
+            if s.is_none() {
+                s = p.a.tcp_accept(l).ok();
+            }
+            s.is_some() && p.b.tcp_state(c) == Ok(State::Established)
+        }));
+        let s = s.unwrap();
+        transfer(&mut p, s, c, 50_000, Duration::from_secs(5));
+        let mid = captured_frames(&out).len();
+        p.a.tcp_set_ip_fields(s, IpFields::default()).unwrap();
+        transfer(&mut p, s, c, 50_000, Duration::from_secs(5));
+        let frames = captured_frames(&out);
+        let (first, then) = (fields_of(&frames[..mid]), fields_of(&frames[mid..]));
+        assert!(first.len() > 30, "template {template}: {first:?}");
+        assert!(first.iter().all(|&f| f == (9, 10)), "template {template}");
+        assert!(then.len() > 30, "template {template}: {then:?}");
+        assert!(then.iter().all(|&f| f == (64, 0)), "template {template}");
+    }
+    let mut p = pair(1500);
+    let (c, _l, _s) = connect(&mut p);
+    let bad = IpFields {
+        ttl: Some(0),
+        dscp: 0,
+    };
+    assert_eq!(
+        p.a.tcp_set_ip_fields(c, bad),
+        Err(TcpError::InvalidArgument)
+    );
 }
 
 /// A template goes stale when the next hop's MAC changes and when the route goes: the

@@ -8,6 +8,7 @@ use common::capture::{assert_same_frames, captured_frames, template_tunings, Sha
 use common::tamper::refragmenting;
 use probestack::driver::FaultConfig;
 use probestack::ip::route::{Ipv4Cidr, NextHop, Route};
+use probestack::ip::IpFields;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B};
 use probestack::socket::udp::{UdpError, UdpHandle, MAX_UDP_PAYLOAD};
@@ -523,7 +524,18 @@ fn template_run(t: Tuning) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, u64) {
             p.run_for(Duration::from_micros(50));
         }
     }
-    // The socket's no-checksum option changes the headers too.
+    // The socket's TTL and DSCP change the headers, and so does its no-checksum option.
+    let fields = IpFields {
+        ttl: Some(3),
+        dscp: 46,
+    };
+    p.a.udp_set_ip_fields(tx, fields).unwrap();
+    for (i, len) in [100, 4000, 100].into_iter().enumerate() {
+        p.a.udp_send_to(tx, &payload(900 + i as u32, len), ADDR_B, 10)
+            .unwrap();
+        p.run_for(Duration::from_micros(50));
+    }
+    p.a.udp_set_ip_fields(tx, IpFields::default()).unwrap();
     p.a.udp_set_no_checksum(tx, true).unwrap();
     for i in 0..3 {
         p.a.udp_send_to(tx, &payload(1000 + i, 100), ADDR_B, 9)
@@ -562,8 +574,74 @@ fn the_header_template_sends_the_frames_the_layers_send() {
         );
         assert_same_frames(&frames_t, &frames_l, &what);
         assert_eq!(got_t, got_l);
-        assert_eq!(got_t.len(), 51);
+        assert_eq!(got_t.len(), 54);
         assert!(got_t.iter().all(|d| intact(d)));
+    }
+}
+
+/// The IP header's TTL (byte 8) and DSCP (the six high bits of byte 1) in an Ethernet
+/// frame.
+fn ttl_and_dscp(frame: &[u8]) -> (u8, u8) {
+    (frame[14 + 8], frame[14 + 1] >> 2)
+}
+
+/// A socket's TTL and DSCP (RFC 1122 §4.1.4) go into every datagram it sends from then on,
+/// fragments included, whole ones through the header template or the layers; the stack's
+/// TTL and DSCP 0 before and after; values a header cannot carry are refused.
+#[test]
+fn a_sockets_ttl_and_dscp_go_into_its_datagrams() {
+    for template in [true, false] {
+        let (mut p, out) = captured_pair(Tuning {
+            udp_header_template: template,
+            ..Tuning::fast()
+        });
+        let rx = p.b.udp_open();
+        p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+        let tx = p.a.udp_open();
+        let send = |p: &mut Pair, len| {
+            p.a.udp_send_to(tx, &payload(1, len), ADDR_B, 9).unwrap();
+            assert!(recv_one(p, rx).is_some_and(|(d, _)| d.len() == len));
+            captured_frames(&out).len()
+        };
+        let before = send(&mut p, 100);
+        let fields = IpFields {
+            ttl: Some(5),
+            dscp: 34,
+        };
+        p.a.udp_set_ip_fields(tx, fields).unwrap();
+        let whole = send(&mut p, 100);
+        let fragmented = send(&mut p, 4000);
+        p.a.udp_set_ip_fields(tx, IpFields::default()).unwrap();
+        let after = send(&mut p, 100);
+        let frames = captured_frames(&out);
+        let ip = |range: std::ops::Range<usize>| {
+            frames[range]
+                .iter()
+                .filter(|f| f[12..14] == [0x08, 0x00])
+                .map(|f| ttl_and_dscp(f))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ip(0..before).last(), Some(&(64, 0)));
+        assert_eq!(ip(before..whole), [(5, 34)], "template {template}");
+        assert_eq!(ip(whole..fragmented), [(5, 34); 3], "template {template}");
+        assert_eq!(ip(fragmented..after), [(64, 0)]);
+    }
+    let mut p = pair_with(1500, Tuning::fast(), Tuning::fast());
+    let tx = p.a.udp_open();
+    for bad in [
+        IpFields {
+            ttl: Some(0),
+            dscp: 0,
+        },
+        IpFields {
+            ttl: None,
+            dscp: 64,
+        },
+    ] {
+        assert_eq!(
+            p.a.udp_set_ip_fields(tx, bad),
+            Err(UdpError::InvalidArgument)
+        );
     }
 }
 

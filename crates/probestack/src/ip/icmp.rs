@@ -4,6 +4,7 @@
 
 use crate::buf::PacketBuf;
 use crate::checksum;
+use crate::ip::IpFields;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::stack::{EchoReply, SendError, Stack};
 use crate::time::Instant;
@@ -113,7 +114,7 @@ impl Stack {
         let to = repr.src;
         self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(buf) = reply_buf {
-            let _ = self.ip_output(s, to, IpProtocol::Icmp, buf, false, now);
+            let _ = self.ip_output(s, to, IpProtocol::Icmp, buf, false, IpFields::default());
         }
     }
 
@@ -150,7 +151,6 @@ impl Stack {
         ident: u16,
         seq_no: u16,
         data: &[u8],
-        now: Instant,
     ) -> Result<(), SendError> {
         let req = Icmpv4Repr::EchoRequest {
             ident,
@@ -164,7 +164,7 @@ impl Stack {
             });
         }
         let buf = self.icmp_build(s, &req).ok_or(SendError::NoBuffer)?;
-        self.ip_output(s, dst, IpProtocol::Icmp, buf, false, now)
+        self.ip_output(s, dst, IpProtocol::Icmp, buf, false, IpFields::default())
     }
 
     /// RFC 1122 §3.2.2: never send an error about an ICMP error, a datagram to a
@@ -223,7 +223,7 @@ impl Stack {
         self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(b) = buf {
             self.ledger.counters().inc(Counter::IcmpErrorsOut);
-            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, false, now);
+            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, false, IpFields::default());
         }
     }
 
@@ -246,7 +246,7 @@ impl Stack {
         };
         if let Some(b) = self.icmp_build(s, &m) {
             self.ledger.counters().inc(Counter::IcmpErrorsOut);
-            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, false, now);
+            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, false, IpFields::default());
         }
     }
 }

@@ -31,6 +31,27 @@ pub const MAX_DATAGRAM: usize = 65535;
 /// Largest payload after a 20-byte header.
 pub const MAX_PAYLOAD: usize = MAX_DATAGRAM - ipv4::MIN_HEADER_LEN;
 
+/// The IP header fields a socket chooses for what it sends (`IP_TTL` and `IP_TOS` on a
+/// BSD socket): RFC 1122 §4.1.4 has an application set them for UDP, RFC 9293 MUST-48
+/// and MUST-49 for TCP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IpFields {
+    /// The time to live; `None` for the stack's (`StackConfig::ttl`). Never 0 (RFC 1122
+    /// §3.2.1.7: a host must not send a datagram with a TTL of zero).
+    pub ttl: Option<u8>,
+    /// The Differentiated Services codepoint (RFC 2474: the TOS octet's six high bits;
+    /// the two low ones are ECN's, left zero), 0 to 63.
+    pub dscp: u8,
+}
+
+impl IpFields {
+    /// Whether a socket may ask for these: a TTL other than 0, a DSCP that fits its six
+    /// bits.
+    pub fn valid(&self) -> bool {
+        self.ttl != Some(0) && self.dscp < 64
+    }
+}
+
 impl Stack {
     /// Whether `dst` is addressed to this host as received on `iface`: one of its
     /// addresses (the weak end-system model, RFC 1122 §3.3.4.2), the limited broadcast, or
@@ -279,7 +300,8 @@ impl Stack {
     }
 
     /// Sends `payload` (a transport message in a buffer with headroom) to `dst` as
-    /// `protocol`, fragmenting it to the MTU unless `dont_frag`.
+    /// `protocol` with the socket's `fields`, fragmenting it to the MTU unless
+    /// `dont_frag`.
     pub(crate) fn ip_output(
         &mut self,
         s: impl Sampling,
@@ -287,8 +309,9 @@ impl Stack {
         protocol: IpProtocol,
         mut payload: PacketBuf,
         dont_frag: bool,
-        now: Instant,
+        fields: IpFields,
     ) -> Result<(), SendError> {
+        let now = self.now;
         if payload.total_len() > MAX_PAYLOAD {
             let len = payload.total_len();
             self.free(s, Layer::Ip, Side::Send, payload);
@@ -320,8 +343,11 @@ impl Stack {
             ),
             None => (dst, MAX_DATAGRAM),
         };
-        let ident = self.next_ident();
-        let repr = self.outgoing_header(src, dst, protocol, ident, dont_frag, payload.total_len());
+        let repr = Ipv4Repr {
+            ident: self.next_ident(),
+            payload_len: payload.total_len(),
+            ..self.outgoing_header(src, dst, protocol, dont_frag, fields)
+        };
         let hop = route.map(|r| (r.interface, r.next_hop));
         // A TCP super-segment is larger than the MTU on purpose: the device cuts it.
         let segmented_by_device = payload.tx_offload().gso_size != 0 && hop.is_some();
@@ -342,30 +368,30 @@ impl Stack {
         Ok(())
     }
 
-    /// The header IP output writes for a whole datagram of `payload_len` bytes: no
-    /// options, the configured TTL. Header templates (`link::template`) start from it, so
-    /// that their frames and the layers' are the same bytes.
+    /// The header IP output writes for a whole datagram, less its identifier and length
+    /// (zero here): no options, the socket's `fields` (the configured TTL unless they name
+    /// one). Header templates (`link::template`) start from it, so that their frames and
+    /// the layers' are the same bytes.
     pub(crate) fn outgoing_header(
         &self,
         src: Ipv4Address,
         dst: Ipv4Address,
         protocol: IpProtocol,
-        ident: u16,
         dont_frag: bool,
-        payload_len: usize,
+        fields: IpFields,
     ) -> Ipv4Repr {
         Ipv4Repr {
             src,
             dst,
             protocol,
-            ttl: self.config.ttl,
-            dscp: 0,
+            ttl: fields.ttl.unwrap_or(self.config.ttl),
+            dscp: fields.dscp,
             ecn: 0,
-            ident,
+            ident: 0,
             dont_frag,
             more_frags: false,
             frag_offset: 0,
-            payload_len,
+            payload_len: 0,
             options: Ipv4Options::NONE,
         }
     }

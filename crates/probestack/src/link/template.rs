@@ -20,6 +20,7 @@
 //! transports' tests capture both and compare).
 
 use crate::checksum;
+use crate::ip::IpFields;
 use crate::probe::{Layer, Op, Sampling, Side};
 use crate::stack::Stack;
 use crate::time::Instant;
@@ -53,14 +54,16 @@ pub(crate) struct LinkTemplate {
 
 impl Stack {
     /// Builds the headers toward `dst` for `protocol` as IP output and the link would
-    /// write them (from `src`, or the interface's address), or `None` where the layers
-    /// must decide per datagram.
+    /// write them (from `src`, or the interface's address, with the socket's `fields`),
+    /// or `None` where the layers must decide per datagram. A socket whose fields change
+    /// drops its template.
     pub(crate) fn link_template(
         &self,
         dst: Ipv4Address,
         src: Option<Ipv4Address>,
         protocol: IpProtocol,
         dont_frag: bool,
+        fields: IpFields,
     ) -> Option<LinkTemplate> {
         if self.is_own_address(dst) || dst.is_broadcast() {
             return None;
@@ -80,7 +83,7 @@ impl Stack {
         }
         .emit(&mut ethernet::Frame::new_unchecked(&mut bytes[..IP_AT]))
         .ok()?;
-        self.outgoing_header(src, dst, protocol, 0, dont_frag, 0)
+        self.outgoing_header(src, dst, protocol, dont_frag, fields)
             .emit_header(
                 &mut ipv4::Packet::new_unchecked(&mut bytes[IP_AT..]),
                 Checksum::Skip,

@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 
 use crate::buf::ExtBuf;
+use crate::ip::IpFields;
 use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 use crate::socket::blocking::block_on;
 use crate::stack::Stack;
@@ -62,6 +63,8 @@ pub enum TcpError {
     /// The connection's buffers would pass the stack's socket memory limit
     /// (`StackConfig::socket_memory_limit`; ENOBUFS).
     NoSocketMemory,
+    /// An option's value is out of range (EINVAL): a TTL of 0, a DSCP past 63.
+    InvalidArgument,
 }
 
 impl std::fmt::Display for TcpError {
@@ -80,6 +83,7 @@ impl std::fmt::Display for TcpError {
             TcpError::InvalidAddress => "invalid address",
             TcpError::BadHandle => "bad socket handle",
             TcpError::NoSocketMemory => "no socket buffer memory",
+            TcpError::InvalidArgument => "invalid argument",
         })
     }
 }
@@ -1027,6 +1031,22 @@ impl Stack {
     /// TCP_NODELAY: `true` turns Nagle's algorithm off.
     pub fn tcp_set_nodelay(&mut self, h: TcpHandle, nodelay: bool) -> Result<(), TcpError> {
         self.tcp_conn_mut(h)?.set_nagle(!nodelay);
+        Ok(())
+    }
+
+    /// Sets the TTL and DSCP of the segments `h` sends (RFC 9293 MUST-48, MUST-49; `IP_TTL`
+    /// and `IP_TOS`), from the next segment on; on a listener, of the connections it
+    /// accepts from now on, their SYN-ACKs included. [`TcpError::InvalidArgument`] for a
+    /// TTL of 0 or a DSCP past 63. (A SYN cookie's SYN-ACK and a RST, which belong to no
+    /// connection, go with the stack's TTL and DSCP 0.)
+    pub fn tcp_set_ip_fields(&mut self, h: TcpHandle, fields: IpFields) -> Result<(), TcpError> {
+        if !fields.valid() {
+            return Err(TcpError::InvalidArgument);
+        }
+        match &mut self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?.kind {
+            Kind::Stream(c) => c.set_ip_fields(fields),
+            Kind::Listener(l) => l.config.ip_fields = fields,
+        }
         Ok(())
     }
 

@@ -11,6 +11,7 @@ use std::num::NonZeroU16;
 
 use crate::buf::{ExtBuf, PacketBuf};
 use crate::checksum;
+use crate::ip::IpFields;
 use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 use crate::stack::in_message;
 use crate::stack::{SendError, Stack};
@@ -57,6 +58,8 @@ pub enum UdpError {
     /// The socket's receive queue limit would pass the stack's socket memory limit
     /// (`StackConfig::socket_memory_limit`; ENOBUFS).
     NoSocketMemory,
+    /// An option's value is out of range (EINVAL): a TTL of 0, a DSCP past 63.
+    InvalidArgument,
 }
 
 impl std::fmt::Display for UdpError {
@@ -75,6 +78,7 @@ impl std::fmt::Display for UdpError {
             UdpError::BadHandle => write!(f, "bad socket handle"),
             UdpError::TimedOut => write!(f, "timed out"),
             UdpError::NoSocketMemory => write!(f, "no socket buffer memory"),
+            UdpError::InvalidArgument => write!(f, "invalid argument"),
         }
     }
 }
@@ -157,6 +161,8 @@ pub(crate) struct UdpSocket {
     pub reserved: usize,
     /// Paper 000's per-socket option: send without a checksum on any route.
     pub no_checksum: bool,
+    /// The TTL and DSCP of its datagrams (RFC 1122 §4.1.4).
+    pub ip_fields: IpFields,
     /// An error to report on the next call (ICMP port unreachable on a connected socket).
     pub error: Option<UdpError>,
     /// The headers of the last destination sent to (`Tuning::udp_header_template`).
@@ -219,6 +225,7 @@ impl UdpSockets {
             rx_limit: DEFAULT_RX_LIMIT,
             reserved: 0,
             no_checksum: false,
+            ip_fields: IpFields::default(),
             template: None,
             error: None,
         };
@@ -399,6 +406,19 @@ impl Stack {
             .get_mut(h)
             .ok_or(UdpError::BadHandle)?
             .no_checksum = on;
+        Ok(())
+    }
+
+    /// Sets the TTL and DSCP of the socket's datagrams (RFC 1122 §4.1.4; `IP_TTL` and
+    /// `IP_TOS`). [`UdpError::InvalidArgument`] for a TTL of 0 or a DSCP past 63.
+    pub fn udp_set_ip_fields(&mut self, h: UdpHandle, fields: IpFields) -> Result<(), UdpError> {
+        if !fields.valid() {
+            return Err(UdpError::InvalidArgument);
+        }
+        let sock = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
+        sock.ip_fields = fields;
+        // Its headers are built again with them.
+        sock.template = None;
         Ok(())
     }
 

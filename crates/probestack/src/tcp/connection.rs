@@ -30,6 +30,7 @@
 
 use crate::buf::ExtBuf;
 use crate::checksum::Kernel;
+use crate::ip::IpFields;
 use crate::probe::{Counter, Layer, Ledger, Op, Sampling, Side};
 use crate::tcp::assembler::Assembler;
 use crate::tcp::recv_buffer::{Chunk, RecvBuffer};
@@ -145,6 +146,9 @@ pub struct TcpConfig {
     pub keepalive: Option<Duration>,
     pub keepalive_interval: Duration,
     pub keepalive_probes: u32,
+    /// The TTL and DSCP of the connection's segments (RFC 9293 MUST-48, MUST-49;
+    /// `Stack::tcp_set_ip_fields`); by default the stack's TTL and DSCP 0.
+    pub ip_fields: IpFields,
     /// Offer window scaling, timestamps and SACK in the SYN.
     pub window_scaling: bool,
     pub timestamps: bool,
@@ -196,6 +200,7 @@ impl Default for TcpConfig {
             keepalive: None,
             keepalive_interval: Duration::from_secs(75),
             keepalive_probes: 9,
+            ip_fields: IpFields::default(),
             window_scaling: true,
             timestamps: true,
             sack: true,
@@ -1037,6 +1042,18 @@ impl Connection {
             Some(up) if up.gt(self.read_seq()) => up.bytes_since(self.read_seq()),
             _ => 0,
         }
+    }
+
+    /// The TTL and DSCP its segments go with.
+    pub fn ip_fields(&self) -> IpFields {
+        self.config.ip_fields
+    }
+
+    /// Sets the TTL and DSCP of the segments sent from now on (a change mid-connection is
+    /// allowed, RFC 9293 SHLD-21; the connection's header template is rebuilt for it).
+    pub fn set_ip_fields(&mut self, fields: IpFields) {
+        self.config.ip_fields = fields;
+        self.link_template = None;
     }
 
     /// Whether urgent data arrived with none pending, or its pointer advanced, since the

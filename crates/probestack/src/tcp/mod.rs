@@ -60,6 +60,7 @@ pub use syn_cookie::SynCookies;
 use crate::buf::{ExtBuf, PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
+use crate::ip::IpFields;
 use crate::probe::ledger::cold_path;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
@@ -1150,7 +1151,7 @@ impl Stack {
             self.free(s, Layer::Tcp, Side::Send, buf);
             return Err(());
         };
-        let (src, dst) = (c.local.0, c.remote.0);
+        let (src, dst, fields) = (c.local.0, c.remote.0, c.ip_fields());
         let emitted = {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
             let space = &mut buf.data_mut()[..header_len];
@@ -1257,7 +1258,7 @@ impl Stack {
         } else {
             buf
         };
-        self.ip_output(s, dst, IpProtocol::Tcp, buf, true, self.now)
+        self.ip_output(s, dst, IpProtocol::Tcp, buf, true, fields)
             .map_err(|_| ())
     }
 
@@ -1307,7 +1308,7 @@ impl Stack {
             return false;
         }
         self.ledger.counters().inc(Counter::TcpSegmentsOut);
-        let _ = self.ip_output(s, remote.0, IpProtocol::Tcp, buf, true, self.now);
+        let _ = self.ip_output(s, remote.0, IpProtocol::Tcp, buf, true, IpFields::default());
         true
     }
 

@@ -260,6 +260,7 @@ impl Stack {
             self.free(s, Layer::Udp, Side::Send, buf);
             return Err(UdpError::BadHandle);
         };
+        let fields = sock.ip_fields;
         // 4.3BSD's sendto connected the PCB for the one datagram and disconnected it after
         // (paper 002 §6.2); `sendto_without_connect` sends to the address given.
         let pseudo_connect = !connected && !self.tuning.sendto_without_connect;
@@ -336,7 +337,7 @@ impl Stack {
                         udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
                     }
                     self.ledger.counters().inc(Counter::UdpDatagramsOut);
-                    self.ip_output(s, dst.0, IpProtocol::Udp, buf, false, self.now)
+                    self.ip_output(s, dst.0, IpProtocol::Udp, buf, false, fields)
                         .map_err(UdpError::from)
                 }
             }

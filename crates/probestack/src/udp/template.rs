@@ -13,6 +13,7 @@
 //! through the layers as before.
 
 use crate::checksum;
+use crate::ip::IpFields;
 use crate::link::template::{LinkTemplate, HEADERS_LEN};
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::udp::{UdpError, UdpHandle};
@@ -43,7 +44,7 @@ impl Stack {
         no_checksum: bool,
     ) -> Option<HeaderTemplate> {
         let sock = self.udp_sockets.get(h)?;
-        let local = sock.local?;
+        let (local, fields) = (sock.local?, sock.ip_fields);
         let holds = |t: &HeaderTemplate| {
             t.dst == dst
                 && t.local == local
@@ -53,7 +54,7 @@ impl Stack {
         if let Some(t) = sock.template.filter(holds) {
             return Some(t);
         }
-        let t = self.udp_build_template(s, local, dst, no_checksum)?;
+        let t = self.udp_build_template(s, local, dst, no_checksum, fields)?;
         self.ledger.counters().inc(Counter::UdpTemplateBuilt);
         if let Some(sock) = self.udp_sockets.get_mut(h) {
             sock.template = Some(t);
@@ -68,10 +69,11 @@ impl Stack {
         local: (Ipv4Address, u16),
         dst: (Ipv4Address, u16),
         no_checksum: bool,
+        fields: IpFields,
     ) -> Option<HeaderTemplate> {
         let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::UdpProto);
         let src = (!local.0.is_unspecified()).then_some(local.0);
-        let link = self.link_template(dst.0, src, IpProtocol::Udp, false)?;
+        let link = self.link_template(dst.0, src, IpProtocol::Udp, false, fields)?;
         let elide = no_checksum || self.checksum_elidable(dst.0);
         // A checksum the device would complete needs the offload flag per frame: the
         // layers set it.
