@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
 use common::tamper::{refragmenting, tcp_segment, tcp_seq, LoseAndReorder, Tamper, Tampered};
-use common::transfer::{fnv, pattern, transfer};
+use common::transfer::{accepted_on_b, fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{
     Device, DeviceCaps, DeviceContext, DeviceError, FaultConfig, MemoryNic, NicConfig, RxChecksum,
@@ -46,14 +46,7 @@ fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle, TcpHandle) {
     let l = p.b.tcp_listen((ADDR_B, PORT), 8).unwrap();
     let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
     assert_eq!(p.a.tcp_state(c), Ok(State::SynSent));
-    let mut s = None;
-    assert!(p.run_until(Duration::from_secs(5), |p| {
-        if s.is_none() {
-            s = p.b.tcp_accept(l).ok();
-        }
-        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
-    }));
-    (c, l, s.unwrap())
+    (c, l, accepted_on_b(p, l, c))
 }
 
 #[test]

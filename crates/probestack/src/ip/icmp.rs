@@ -4,7 +4,7 @@
 
 use crate::buf::PacketBuf;
 use crate::checksum;
-use crate::ip::IpFields;
+use crate::ip::SendAs;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::stack::{EchoReply, SendError, Stack};
 use crate::time::Instant;
@@ -112,9 +112,15 @@ impl Stack {
             }
         }
         let to = repr.src;
+        // An echo reply goes from the address the request was sent to (RFC 1122
+        // §3.2.2.6), which need not be the outgoing interface's.
+        let send = SendAs {
+            src: self.is_own_address(repr.dst).then_some(repr.dst),
+            ..SendAs::default()
+        };
         self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(buf) = reply_buf {
-            let _ = self.ip_output(s, to, IpProtocol::Icmp, buf, false, IpFields::default());
+            let _ = self.ip_output(s, to, IpProtocol::Icmp, buf, send);
         }
     }
 
@@ -164,7 +170,7 @@ impl Stack {
             });
         }
         let buf = self.icmp_build(s, &req).ok_or(SendError::NoBuffer)?;
-        self.ip_output(s, dst, IpProtocol::Icmp, buf, false, IpFields::default())
+        self.ip_output(s, dst, IpProtocol::Icmp, buf, SendAs::default())
     }
 
     /// RFC 1122 §3.2.2: never send an error about an ICMP error, a datagram to a
@@ -223,7 +229,7 @@ impl Stack {
         self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(b) = buf {
             self.ledger.counters().inc(Counter::IcmpErrorsOut);
-            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, false, IpFields::default());
+            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, SendAs::default());
         }
     }
 
@@ -246,7 +252,7 @@ impl Stack {
         };
         if let Some(b) = self.icmp_build(s, &m) {
             self.ledger.counters().inc(Counter::IcmpErrorsOut);
-            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, false, IpFields::default());
+            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, SendAs::default());
         }
     }
 }

@@ -52,6 +52,19 @@ impl IpFields {
     }
 }
 
+/// How a transport has IP send a datagram: from which of the host's addresses (`None`:
+/// the outgoing interface's), whether it may be fragmented, and with the socket's TTL and
+/// DSCP.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SendAs {
+    /// A connection's or bound socket's local address (RFC 9293 MUST-45, RFC 1122
+    /// §4.1.3.5), which under the weak end-system model need not be the outgoing
+    /// interface's; it must be one of the host's.
+    pub src: Option<Ipv4Address>,
+    pub dont_frag: bool,
+    pub fields: IpFields,
+}
+
 impl Stack {
     /// Whether `dst` is addressed to this host as received on `iface`: one of its
     /// addresses (the weak end-system model, RFC 1122 §3.3.4.2), the limited broadcast, or
@@ -300,17 +313,21 @@ impl Stack {
     }
 
     /// Sends `payload` (a transport message in a buffer with headroom) to `dst` as
-    /// `protocol` with the socket's `fields`, fragmenting it to the MTU unless
-    /// `dont_frag`.
+    /// `protocol`, as `send` says: from its source address, or the outgoing interface's;
+    /// with its TTL and DSCP; fragmented to the MTU unless it says not to.
     pub(crate) fn ip_output(
         &mut self,
         s: impl Sampling,
         dst: Ipv4Address,
         protocol: IpProtocol,
         mut payload: PacketBuf,
-        dont_frag: bool,
-        fields: IpFields,
+        send: SendAs,
     ) -> Result<(), SendError> {
+        let SendAs {
+            src: chosen,
+            dont_frag,
+            fields,
+        } = send;
         let now = self.now;
         if payload.total_len() > MAX_PAYLOAD {
             let len = payload.total_len();
@@ -338,10 +355,10 @@ impl Stack {
         };
         let (src, mtu) = match route {
             Some(r) => (
-                self.ifaces[r.interface].cidr.address,
+                chosen.unwrap_or(self.ifaces[r.interface].cidr.address),
                 self.ifaces[r.interface].caps.mtu,
             ),
-            None => (dst, MAX_DATAGRAM),
+            None => (chosen.unwrap_or(dst), MAX_DATAGRAM),
         };
         let repr = Ipv4Repr {
             ident: self.next_ident(),

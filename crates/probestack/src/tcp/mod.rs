@@ -60,7 +60,7 @@ pub use syn_cookie::SynCookies;
 use crate::buf::{ExtBuf, PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
-use crate::ip::IpFields;
+use crate::ip::{IpFields, SendAs};
 use crate::probe::ledger::cold_path;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
@@ -1258,7 +1258,12 @@ impl Stack {
         } else {
             buf
         };
-        self.ip_output(s, dst, IpProtocol::Tcp, buf, true, fields)
+        let send = SendAs {
+            src: Some(src),
+            dont_frag: true,
+            fields,
+        };
+        self.ip_output(s, dst, IpProtocol::Tcp, buf, send)
             .map_err(|_| ())
     }
 
@@ -1308,7 +1313,12 @@ impl Stack {
             return false;
         }
         self.ledger.counters().inc(Counter::TcpSegmentsOut);
-        let _ = self.ip_output(s, remote.0, IpProtocol::Tcp, buf, true, IpFields::default());
+        let send = SendAs {
+            src: Some(local.0),
+            dont_frag: true,
+            fields: IpFields::default(),
+        };
+        let _ = self.ip_output(s, remote.0, IpProtocol::Tcp, buf, send);
         true
     }
 

@@ -22,11 +22,16 @@ impl Stack {
     /// when its segments must go through the layers.
     fn tcp_link_template(&mut self, s: impl Sampling, index: usize) -> Option<LinkTemplate> {
         // Checked where the connection holds it, and copied out only when it holds.
-        let (held, remote, fields) = match self.tcp.at(index) {
+        let (held, local, remote, fields) = match self.tcp.at(index) {
             Some(TcpSocket {
                 kind: Kind::Stream(c),
                 ..
-            }) => (c.link_template.as_ref(), c.remote.0, c.ip_fields()),
+            }) => (
+                c.link_template.as_ref(),
+                c.local.0,
+                c.remote.0,
+                c.ip_fields(),
+            ),
             _ => return None,
         };
         if let Some(t) = held.filter(|t| self.link_template_holds(t)) {
@@ -34,8 +39,9 @@ impl Stack {
         }
         let t = {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
-            // TCP sizes its segments itself: Don't Fragment.
-            self.link_template(remote, None, IpProtocol::Tcp, true, fields)
+            // From the connection's address (RFC 9293 MUST-45); TCP sizes its segments
+            // itself: Don't Fragment.
+            self.link_template(remote, Some(local), IpProtocol::Tcp, true, fields)
         };
         if t.is_some() {
             self.ledger.counters().inc(Counter::TcpTemplateBuilt);

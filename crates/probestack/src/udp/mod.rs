@@ -18,6 +18,7 @@ pub(crate) mod template;
 use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum;
 use crate::driver::RxChecksum;
+use crate::ip::SendAs;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::udp::{Queued, UdpError, UdpHandle};
 use crate::stack::Stack;
@@ -337,7 +338,12 @@ impl Stack {
                         udp_wire::Packet::new_unchecked(buf.data_mut()).set_checksum(field);
                     }
                     self.ledger.counters().inc(Counter::UdpDatagramsOut);
-                    self.ip_output(s, dst.0, IpProtocol::Udp, buf, false, fields)
+                    let send = SendAs {
+                        src: Some(src),
+                        dont_frag: false,
+                        fields,
+                    };
+                    self.ip_output(s, dst.0, IpProtocol::Udp, buf, send)
                         .map_err(UdpError::from)
                 }
             }

@@ -1,6 +1,6 @@
 //! Helpers shared by integration tests: `netns` for the ones that touch Linux networking
-//! (`tap.rs`, `packet.rs`), `transfer` for bulk TCP in the simulation (`tcp.rs`,
-//! `offload.rs`), `capture` for comparing the frames two code paths send (`tcp.rs`,
+//! (`tap.rs`, `packet.rs`), `transfer` for bulk TCP in the simulation and the connection it runs
+//! on (`tcp.rs`, `offload.rs`, `multihomed.rs`), `capture` for comparing the frames two code paths send (`tcp.rs`,
 //! `udp.rs`), `tamper` for a device that loses, holds back or copies frames (`tap.rs`,
 //! `tcp.rs`, `zero_copy.rs`). Each test file uses a part of them.
 #![allow(dead_code, unused_macros, unused_imports)]

@@ -10,14 +10,20 @@ use probestack::time::Duration;
 pub fn connect(p: &mut Pair, port: u16) -> (TcpHandle, TcpHandle) {
     let l = p.b.tcp_listen((ADDR_B, port), 8).unwrap();
     let c = p.a.tcp_connect((ADDR_B, port)).unwrap();
+    (c, accepted_on_b(p, l, c))
+}
+
+/// Runs the pair until B's `listener` has accepted a connection and A's `client` is
+/// established (within 5 s); returns B's end.
+pub fn accepted_on_b(p: &mut Pair, listener: TcpHandle, client: TcpHandle) -> TcpHandle {
     let mut s = None;
     assert!(p.run_until(Duration::from_secs(5), |p| {
         if s.is_none() {
-            s = p.b.tcp_accept(l).ok();
+            s = p.b.tcp_accept(listener).ok();
         }
-        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+        s.is_some() && p.a.tcp_state(client) == Ok(State::Established)
     }));
-    (c, s.unwrap())
+    s.unwrap()
 }
 
 /// Deterministic bytes that say where they are in the stream.
