@@ -2,8 +2,9 @@
 //! (RFC 1122 §3.3.4.2's weak end-system model, which probestack's IP input follows): what
 //! it sends back goes from the address it was reached at. A UDP socket bound to that
 //! address sends from it (RFC 1122 §4.1.3.5), a TCP connection made to it keeps it as its
-//! local address in every segment (RFC 9293 MUST-45), and an echo reply comes from the
-//! address the request went to (RFC 1122 §3.2.2.6).
+//! local address in every segment (RFC 9293 MUST-45), as does one opened from it
+//! (MUST-43), and an echo reply comes from the address the request went to (RFC 1122
+//! §3.2.2.6).
 
 mod common;
 
@@ -12,8 +13,10 @@ use probestack::driver::queue::FrameQueue;
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, MAC_B};
+use probestack::socket::tcp::TcpError;
 use probestack::socket::udp::UdpError;
 use probestack::stack::InterfaceConfig;
+use probestack::tcp::State;
 use probestack::time::Duration;
 use probestack::wire::ethernet::EthernetAddress;
 use probestack::wire::Ipv4Address;
@@ -107,4 +110,38 @@ fn an_echo_reply_comes_from_the_address_pinged() {
         reply.is_some()
     }));
     assert_eq!(reply.map(|r| r.from), Some(SECOND));
+}
+
+/// A connection opened from the second address (the local address an active open may
+/// name, RFC 9293 MUST-43) goes from it, though its route leaves by the first interface;
+/// an address that is not the host's is refused.
+#[test]
+fn a_tcp_connection_opened_from_the_second_address_goes_from_it() {
+    let (mut p, _peer) = multihomed();
+    let l = p.a.tcp_listen((ADDR_A, 5001), 4).unwrap();
+    let cfg = p.b.tcp_default_config();
+    let c =
+        p.b.tcp_connect_from((ADDR_A, 5001), (SECOND, 0), cfg, false)
+            .unwrap();
+    let mut s = None;
+    assert!(p.run_until(Duration::from_secs(5), |p| {
+        if s.is_none() {
+            s = p.a.tcp_accept(l).ok();
+        }
+        s.is_some() && p.b.tcp_state(c) == Ok(State::Established)
+    }));
+    let s = s.unwrap();
+    assert_eq!(p.a.tcp_endpoints(s).map(|(_, remote)| remote.0), Ok(SECOND));
+    assert_eq!(p.a.tcp_send(s, b"back to the second"), Ok(18));
+    let mut buf = [0u8; 32];
+    let mut got = 0;
+    assert!(p.run_until(Duration::from_secs(5), |p| {
+        got += p.b.tcp_recv(c, &mut buf[got..]).unwrap_or(0);
+        got == 18
+    }));
+    let elsewhere = Ipv4Address::new(198, 18, 0, 99);
+    assert_eq!(
+        p.b.tcp_connect_from((ADDR_A, 5001), (elsewhere, 0), cfg, false),
+        Err(TcpError::AddrNotAvailable)
+    );
 }

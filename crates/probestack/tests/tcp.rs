@@ -235,10 +235,10 @@ fn simultaneous_open_and_close() {
     let mut p = pair(1500);
     let cfg = p.a.tcp_default_config();
     let a =
-        p.a.tcp_connect_from((ADDR_B, 7000), Some(6000), cfg, false)
+        p.a.tcp_connect_from((ADDR_B, 7000), (ADDR_A, 6000), cfg, false)
             .unwrap();
     let b =
-        p.b.tcp_connect_from((ADDR_A, 6000), Some(7000), cfg, false)
+        p.b.tcp_connect_from((ADDR_A, 6000), (ADDR_B, 7000), cfg, false)
             .unwrap();
     // Both SYNs cross: SYN-SENT → SYN-RECEIVED → ESTABLISHED on both sides.
     assert!(p.run_until(Duration::from_secs(5), |p| p.a.tcp_state(a)

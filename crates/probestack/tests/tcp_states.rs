@@ -419,10 +419,10 @@ fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle, TcpHandle) {
 fn simultaneous_connect(p: &mut Pair) -> (TcpHandle, TcpHandle) {
     let cfg = p.a.tcp_default_config();
     let a =
-        p.a.tcp_connect_from((ADDR_B, 7000), Some(6000), cfg, false)
+        p.a.tcp_connect_from((ADDR_B, 7000), (ADDR_A, 6000), cfg, false)
             .unwrap();
     let b =
-        p.b.tcp_connect_from((ADDR_A, 6000), Some(7000), cfg, false)
+        p.b.tcp_connect_from((ADDR_A, 6000), (ADDR_B, 7000), cfg, false)
             .unwrap();
     assert_eq!(p.a.tcp_state(a), Ok(State::SynSent));
     assert_eq!(p.b.tcp_state(b), Ok(State::SynSent));

@@ -538,16 +538,19 @@ impl Stack {
         remote: (Ipv4Address, u16),
         config: TcpConfig,
     ) -> Result<TcpHandle, TcpError> {
-        self.tcp_connect_from(remote, None, config, false)
+        self.tcp_connect_from(remote, (Ipv4Address::UNSPECIFIED, 0), config, false)
     }
 
-    /// The general connect: from a given local port (`None`: ephemeral), asking for RFC
-    /// 1146 "no checksum" when `no_checksum` (the socket option of paper 000; the stack
-    /// also asks on its own when `checksum_elision` is on and the route is one CRC hop).
+    /// The general connect: from a given local address (the unspecified one: the
+    /// outgoing interface's, RFC 9293 MUST-43 and MUST-44) and port (0: an ephemeral
+    /// one), asking for RFC 1146 "no checksum" when `no_checksum` (the socket option of
+    /// paper 000; the stack also asks on its own when `checksum_elision` is on and the
+    /// route is one CRC hop). A local address that is not the host's is
+    /// [`TcpError::AddrNotAvailable`].
     pub fn tcp_connect_from(
         &mut self,
         remote: (Ipv4Address, u16),
-        local_port: Option<u16>,
+        local: (Ipv4Address, u16),
         config: TcpConfig,
         no_checksum: bool,
     ) -> Result<TcpHandle, TcpError> {
@@ -560,7 +563,12 @@ impl Stack {
         if remote.1 == 0 || !self.is_unicast_peer(remote.0) {
             return Err(TcpError::InvalidAddress);
         }
-        let local_addr = self.source_address_for(remote.0).ok_or(TcpError::NoRoute)?;
+        let route_addr = self.source_address_for(remote.0).ok_or(TcpError::NoRoute)?;
+        let local_addr = match local.0 {
+            a if a.is_unspecified() => route_addr,
+            a if self.is_own_address(a) => a,
+            _ => return Err(TcpError::AddrNotAvailable),
+        };
         drop(p);
         let reserved = config.buffer_bytes();
         if !self.reserve_socket_memory(reserved) {
@@ -582,15 +590,15 @@ impl Stack {
             parent: None,
             reserved,
         });
-        let port = match local_port {
-            Some(p) => {
+        let port = match local.1 {
+            0 => self.tcp_ephemeral_bind(s, local_addr, remote, h.index),
+            p => {
                 let _c = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::PcbConnect);
                 self.tcp_pcbs
                     .insert((local_addr, p), Some(remote), h.index)
                     .map(|id| (p, id))
                     .map_err(|_| TcpError::AddrInUse)
             }
-            None => self.tcp_ephemeral_bind(s, local_addr, remote, h.index),
         };
         let (port, id) = match port {
             Ok(x) => x,
