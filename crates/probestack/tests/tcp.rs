@@ -5,28 +5,23 @@
 
 mod common;
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
+use common::router::{icmp_frame, quoted, Hop, Routed};
 use common::tamper::{refragmenting, tcp_segment, tcp_seq, LoseAndReorder, Tamper, Tampered};
 use common::transfer::{accepted_on_b, fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
-use probestack::driver::{
-    Device, DeviceCaps, DeviceContext, DeviceError, FaultConfig, MemoryNic, NicConfig, RxChecksum,
-    RxFrame, TxMeta,
-};
+use probestack::driver::{Device, FaultConfig, NicConfig, TxMeta};
 use probestack::ip::IpFields;
 use probestack::probe::Counter;
-use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::tcp::{ConnStats, State, TcpConfig};
 use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
 use probestack::wire::ethernet;
-use probestack::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr};
-use probestack::wire::ipv4::{IpProtocol, Ipv4Repr};
-use probestack::wire::Checksum;
+use probestack::wire::icmpv4::{DstUnreachable, Icmpv4Repr};
 
 const PORT: u16 = 5001;
 
@@ -470,85 +465,31 @@ fn keepalive_notices_a_dead_peer() {
     assert!(p.a.tcp_error(c).unwrap().is_some());
 }
 
-/// A's NIC with a router behind it whose next hop carries at most `path_mtu`: a larger
-/// datagram is not sent; A gets an ICMP fragmentation-needed about it instead (RFC 1191
-/// §4), from B's address, `reported_mtu` in its next-hop MTU field. With `forge`, the
-/// datagram goes through all the same and the ICMP is an attacker's, its quoted sequence
-/// number moved by `seq_shift`.
+/// A router whose next hop carries at most `path_mtu`: a larger datagram from A is not
+/// sent; A gets an ICMP fragmentation-needed about it instead (RFC 1191 §4), from B's
+/// address, `reported_mtu` in its next-hop MTU field. With `forge`, the datagram goes
+/// through all the same and the ICMP is an attacker's, its quoted sequence number moved by
+/// `seq_shift`.
+#[derive(Clone, Copy)]
 struct NarrowPath {
-    inner: MemoryNic,
     path_mtu: usize,
     reported_mtu: u16,
     forge: bool,
     seq_shift: u32,
-    errors: VecDeque<PacketBuf>,
-    last_now: Instant,
 }
 
-impl NarrowPath {
-    fn frag_needed(&self, datagram: &[u8]) -> PacketBuf {
-        let mut quoted = datagram[..60.min(datagram.len())].to_vec();
-        let ihl = usize::from(quoted[0] & 0x0f) * 4;
-        let seq = u32::from_be_bytes(quoted[ihl + 4..ihl + 8].try_into().unwrap());
-        quoted[ihl + 4..ihl + 8].copy_from_slice(&seq.wrapping_add(self.seq_shift).to_be_bytes());
+impl Hop for NarrowPath {
+    fn forward(&mut self, frame: &PacketBuf) -> (bool, Option<PacketBuf>) {
+        // The headers are in the buffer; data sent by reference follows in fragments.
+        if frame.total_len() - ethernet::HEADER_LEN <= self.path_mtu {
+            return (true, None);
+        }
+        let quoted = quoted(&frame.data()[ethernet::HEADER_LEN..], self.seq_shift);
         let icmp =
             Icmpv4Repr::dst_unreachable(DstUnreachable::FragRequired, self.reported_mtu, &quoted)
                 .unwrap();
-        let ip = Ipv4Repr {
-            ident: 1,
-            ..ipv4_header(ADDR_B, ADDR_A, IpProtocol::Icmp, icmp.buffer_len())
-        };
-        let f = ipv4_frame(MAC_B, MAC_A, &ip, |payload| {
-            icmp.emit(&mut icmpv4::Packet::new_unchecked(payload), Checksum::Check)
-                .unwrap();
-        });
-        PacketBuf::from_slice(&f, 0).unwrap()
-    }
-}
-
-impl Device for NarrowPath {
-    fn caps(&self) -> DeviceCaps {
-        self.inner.caps()
-    }
-    fn transmit(
-        &mut self,
-        frame: PacketBuf,
-        meta: TxMeta,
-        cx: &DeviceContext<'_>,
-    ) -> Result<(), DeviceError> {
-        self.last_now = cx.now;
-        // The headers are in the buffer; data sent by reference follows in fragments.
-        let datagram = &frame.data()[ethernet::HEADER_LEN..];
-        if frame.total_len() - ethernet::HEADER_LEN > self.path_mtu {
-            let error = self.frag_needed(datagram);
-            self.errors.push_back(error);
-            if !self.forge {
-                return Ok(());
-            }
-        }
-        self.inner.transmit(frame, meta, cx)
-    }
-    fn tx_ready(&self) -> bool {
-        self.inner.tx_ready()
-    }
-    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
-        self.inner.take_notification(cx) || !self.errors.is_empty()
-    }
-    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
-        match self.errors.pop_front() {
-            Some(frame) => Some(RxFrame {
-                frame,
-                checksum: RxChecksum::None,
-            }),
-            None => self.inner.receive(cx),
-        }
-    }
-    fn next_deadline(&self) -> Option<Instant> {
-        if self.errors.is_empty() {
-            self.inner.next_deadline()
-        } else {
-            Some(self.last_now)
-        }
+        let error = icmp_frame(&icmp, (ADDR_B, MAC_B), (ADDR_A, MAC_A));
+        (self.forge, Some(error))
     }
 }
 
@@ -558,7 +499,7 @@ fn transfer_over_narrow_path(path: NarrowPath) -> (Pair, TcpHandle) {
     let mut p = Pair::with_devices(
         host(9000, Tuning::fast()),
         host(9000, Tuning::fast()),
-        |inner| Box::new(NarrowPath { inner, ..path }),
+        |nic| Box::new(Routed::new(nic, path)),
         |n| Box::new(n),
     )
     .unwrap();
@@ -568,22 +509,13 @@ fn transfer_over_narrow_path(path: NarrowPath) -> (Pair, TcpHandle) {
     (p, c)
 }
 
-/// A path of `path_mtu` whose router reports `reported_mtu`; a placeholder NIC until
-/// [`transfer_over_narrow_path`] puts A's in.
+/// A path of `path_mtu` whose router reports `reported_mtu`.
 fn narrow(path_mtu: usize, reported_mtu: u16) -> NarrowPath {
-    let (inner, _) = probestack::driver::MemoryLink::pair(
-        probestack::driver::NicConfig::default(),
-        probestack::driver::NicConfig::default(),
-    )
-    .unwrap();
     NarrowPath {
-        inner,
         path_mtu,
         reported_mtu,
         forge: false,
         seq_shift: 0,
-        errors: VecDeque::new(),
-        last_now: Instant::ZERO,
     }
 }
 

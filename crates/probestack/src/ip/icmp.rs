@@ -1,6 +1,7 @@
 //! ICMPv4 (RFC 792, RFC 1122 §3.2.2): echo replies, the errors the host sends (port and
 //! protocol unreachable, time exceeded on reassembly), and the rules for when not to send
-//! one, with a token-bucket rate limit (RFC 1812 §4.3.2.8).
+//! one, with a token-bucket rate limit (RFC 1812 §4.3.2.8); errors received go to the
+//! transport whose datagram they quote.
 
 use crate::buf::PacketBuf;
 use crate::checksum;
@@ -11,6 +12,37 @@ use crate::time::Instant;
 use crate::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr, TimeExceeded};
 use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
 use crate::wire::{Checksum, Ipv4Address};
+
+/// What an ICMP error says of the datagram it quotes, for the transport that sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unreachable {
+    /// The destination's network cannot be reached (destination unreachable codes 0, 6,
+    /// 9 and 11).
+    Network,
+    /// The destination host cannot be reached: codes 1, 5, 7, 8, 10 and 12 to 15, and
+    /// time exceeded (the datagram's TTL ran out, or its fragments' reassembly).
+    Host,
+    /// The host is there and refuses: protocol or port unreachable (codes 2 and 3, RFC
+    /// 9293 §3.9.2.2's hard errors).
+    Refused,
+    /// Fragmentation needed with Don't Fragment set (code 4), and the next-hop MTU
+    /// (RFC 1191).
+    FragNeeded { next_hop_mtu: u16 },
+}
+
+impl Unreachable {
+    fn of(reason: DstUnreachable, next_hop_mtu: u16) -> Unreachable {
+        use DstUnreachable as D;
+        match reason {
+            D::NetUnreachable | D::DstNetUnknown | D::NetProhibited | D::NetUnreachableForTos => {
+                Unreachable::Network
+            }
+            D::ProtoUnreachable | D::PortUnreachable => Unreachable::Refused,
+            D::FragRequired => Unreachable::FragNeeded { next_hop_mtu },
+            _ => Unreachable::Host,
+        }
+    }
+}
 
 impl Stack {
     /// An ICMP message in `datagram` (whole, header included; `repr` is its header).
@@ -84,32 +116,11 @@ impl Stack {
                 }
             }
             Icmpv4Repr::DstUnreachable {
-                reason: DstUnreachable::PortUnreachable,
-                ..
-            } => {
-                self.ledger.counters().inc(Counter::IcmpErrorsIn);
-                if let Some((quoted, transport)) = icmp.invoking_header() {
-                    if quoted.protocol == IpProtocol::Udp && self.is_own_address(quoted.src) {
-                        self.udp_port_unreachable(&quoted, transport);
-                    }
-                }
-            }
-            Icmpv4Repr::DstUnreachable {
                 reason,
                 next_hop_mtu,
                 ..
-            } => {
-                self.ledger.counters().inc(Counter::IcmpErrorsIn);
-                if let Some((quoted, transport)) = icmp.invoking_header() {
-                    if quoted.protocol == IpProtocol::Tcp && self.is_own_address(quoted.src) {
-                        let frag_needed = reason == DstUnreachable::FragRequired;
-                        self.tcp_icmp_unreachable(s, &quoted, transport, frag_needed, next_hop_mtu);
-                    }
-                }
-            }
-            Icmpv4Repr::TimeExceeded { .. } => {
-                self.ledger.counters().inc(Counter::IcmpErrorsIn);
-            }
+            } => self.icmp_error_in(s, &icmp, Unreachable::of(reason, next_hop_mtu)),
+            Icmpv4Repr::TimeExceeded { .. } => self.icmp_error_in(s, &icmp, Unreachable::Host),
         }
         let to = repr.src;
         // An echo reply goes from the address the request was sent to (RFC 1122
@@ -121,6 +132,24 @@ impl Stack {
         self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(buf) = reply_buf {
             let _ = self.ip_output(s, to, IpProtocol::Icmp, buf, send);
+        }
+    }
+
+    /// An ICMP error received: to the transport that sent the datagram it quotes, if
+    /// this host sent it (RFC 1122 §3.2.2: UDP passes every error to its application,
+    /// §4.1.3.3; TCP acts on it, RFC 9293 §3.9.2.2).
+    fn icmp_error_in(&mut self, s: impl Sampling, icmp: &Icmpv4Repr, what: Unreachable) {
+        self.ledger.counters().inc(Counter::IcmpErrorsIn);
+        let Some((quoted, transport)) = icmp.invoking_header() else {
+            return;
+        };
+        if !self.is_own_address(quoted.src) {
+            return;
+        }
+        match quoted.protocol {
+            IpProtocol::Udp => self.udp_icmp_error(&quoted, transport, what),
+            IpProtocol::Tcp => self.tcp_icmp_error(s, &quoted, transport, what),
+            _ => {}
         }
     }
 

@@ -8,6 +8,7 @@
 
 mod icmp;
 pub mod reassembly;
+pub(crate) use icmp::Unreachable;
 pub mod route;
 mod udp_short;
 

@@ -161,8 +161,10 @@ counters! {
     UdpDropFullSocket = "udp.drop.socket_full";
     /// UDP datagrams received with no checksum (a zero field).
     UdpNoChecksumIn = "udp.no_checksum_in";
-    /// Connected sockets told their peer's port is unreachable.
+    /// Connected sockets told their peer's port is unreachable, and told any ICMP
+    /// error about their datagrams (RFC 1122 §4.1.3.3).
     UdpConnectionRefused = "udp.connection_refused";
+    UdpIcmpErrors = "udp.icmp_errors";
     /// UDP PCB lookups for received datagrams (paper 002 §6.3).
     UdpPcbLookups = "udp.pcb_lookups";
     /// PCBs (or hash buckets) the lookup strategy examined; cache checks not included.
@@ -282,6 +284,9 @@ counters! {
     /// no connection, or with an MTU no smaller than the path's or below the floor.
     TcpPathMtuReductions = "tcp.path_mtu_reductions";
     TcpIcmpIgnored = "tcp.icmp_ignored";
+    /// Other ICMP errors taken by a connection (RFC 9293 §3.9.2.2): soft ones kept for
+    /// the application, hard ones that ended a connection in SYN-SENT.
+    TcpIcmpErrors = "tcp.icmp_errors";
     /// Sends refused because no packet buffer could be had.
     StackDropNoBuffer = "stack.drop.no_buffer";
     /// Received datagrams with fragments (data a sender passed by reference across an

@@ -65,6 +65,11 @@ pub enum TcpError {
     NoSocketMemory,
     /// An option's value is out of range (EINVAL): a TTL of 0, a DSCP past 63.
     InvalidArgument,
+    /// ICMP said the network or the host cannot be reached (ENETUNREACH, EHOSTUNREACH):
+    /// a connection that timed out after such an error, or the soft error itself
+    /// ([`Stack::tcp_soft_error`]).
+    NetworkUnreachable,
+    HostUnreachable,
 }
 
 impl std::fmt::Display for TcpError {
@@ -84,6 +89,8 @@ impl std::fmt::Display for TcpError {
             TcpError::BadHandle => "bad socket handle",
             TcpError::NoSocketMemory => "no socket buffer memory",
             TcpError::InvalidArgument => "invalid argument",
+            TcpError::NetworkUnreachable => "network unreachable",
+            TcpError::HostUnreachable => "host unreachable",
         })
     }
 }
@@ -96,6 +103,8 @@ impl From<ConnError> for TcpError {
             ConnError::Refused => TcpError::ConnectionRefused,
             ConnError::Reset => TcpError::ConnectionReset,
             ConnError::TimedOut => TcpError::TimedOut,
+            ConnError::NetUnreachable => TcpError::NetworkUnreachable,
+            ConnError::HostUnreachable => TcpError::HostUnreachable,
         }
     }
 }
@@ -1002,6 +1011,14 @@ impl Stack {
     }
 
     /// The error that ended the connection, if one did.
+    /// The last soft error ICMP reported for the connection (destination unreachable,
+    /// codes 0, 1 and 5, time exceeded; RFC 9293 §3.9.2.2, which has a TCP keep it for
+    /// the application, SHLD-25, and not abort, MUST-56), until the peer next
+    /// acknowledges new data. Should the connection time out, this is its error.
+    pub fn tcp_soft_error(&self, h: TcpHandle) -> Result<Option<TcpError>, TcpError> {
+        Ok(self.tcp_conn(h)?.soft_error().map(TcpError::from))
+    }
+
     pub fn tcp_error(&self, h: TcpHandle) -> Result<Option<TcpError>, TcpError> {
         Ok(self.tcp_conn(h)?.error.map(TcpError::from))
     }

@@ -44,7 +44,9 @@ pub enum UdpError {
     /// No ephemeral port is free.
     NoPortsLeft,
     /// The datagram is larger than UDP over IPv4 can carry (65,507 bytes).
-    MessageTooBig { max: usize },
+    MessageTooBig {
+        max: usize,
+    },
     /// An ICMP port unreachable came back for this connected socket (RFC 1122 §4.1.3.3).
     ConnectionRefused,
     /// No route to the destination.
@@ -60,6 +62,10 @@ pub enum UdpError {
     NoSocketMemory,
     /// An option's value is out of range (EINVAL): a TTL of 0, a DSCP past 63.
     InvalidArgument,
+    /// ICMP said the network or the host of this connected socket's peer cannot be
+    /// reached (ENETUNREACH, EHOSTUNREACH; RFC 1122 §4.1.3.3).
+    NetworkUnreachable,
+    HostUnreachable,
 }
 
 impl std::fmt::Display for UdpError {
@@ -79,6 +85,8 @@ impl std::fmt::Display for UdpError {
             UdpError::TimedOut => write!(f, "timed out"),
             UdpError::NoSocketMemory => write!(f, "no socket buffer memory"),
             UdpError::InvalidArgument => write!(f, "invalid argument"),
+            UdpError::NetworkUnreachable => write!(f, "network unreachable"),
+            UdpError::HostUnreachable => write!(f, "host unreachable"),
         }
     }
 }

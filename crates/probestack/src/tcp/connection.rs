@@ -111,6 +111,11 @@ pub enum ConnError {
     Reset,
     /// Retransmissions or keepalive probes went unanswered.
     TimedOut,
+    /// ICMP said the peer's network, or the peer, cannot be reached (RFC 9293 §3.9.2.2's
+    /// soft errors): kept as the connection's soft error, and given instead of `TimedOut`
+    /// if the connection times out.
+    NetUnreachable,
+    HostUnreachable,
 }
 
 /// Settings of a connection; the stack's defaults, changeable per socket.
@@ -480,6 +485,9 @@ pub struct Connection {
     fin_out: Option<SeqNumber>,
     /// The application has released the socket: nobody will read.
     pub(crate) released: bool,
+    /// The last soft ICMP error (RFC 9293 §3.9.2.2) since the peer last acknowledged new
+    /// data.
+    soft_error: Option<ConnError>,
 
     // Urgent data (RFC 9293 §3.8.5): each pointer names the octet after the urgent data.
     /// SND.UP while the peer has not acknowledged everything up to it.
@@ -645,6 +653,7 @@ impl Connection {
             fin_out: None,
             fin_in: false,
             released: false,
+            soft_error: None,
             snd_up: None,
             rcv_up: None,
             urgent_signal: false,
@@ -1758,6 +1767,8 @@ impl Connection {
             // Everything urgent is acknowledged: out of urgent mode.
             self.snd_up = None;
         }
+        // The peer is reached: an earlier ICMP error says nothing now.
+        self.soft_error = None;
         self.scoreboard.advance(ack);
         if let Some(rtt) = self.rtt_timer.on_ack(ack, now) {
             self.rtt.sample(rtt);
@@ -2773,7 +2784,7 @@ impl Connection {
         }
         if self.keepalive_deadline.is_some_and(|d| d <= now) {
             if self.keepalive_sent >= self.config.keepalive_probes {
-                self.error = Some(ConnError::TimedOut);
+                self.error = Some(self.timed_out());
                 return self.abort();
             }
             self.keepalive_sent += 1;
@@ -2796,7 +2807,7 @@ impl Connection {
         };
         if self.retries > limit {
             ledger.counters().inc(Counter::TcpDropTimeout);
-            self.error = Some(ConnError::TimedOut);
+            self.error = Some(self.timed_out());
             return self.abort();
         }
         self.stats.timeouts += 1;
@@ -2831,6 +2842,41 @@ impl Connection {
     /// that keeps a blind attacker from forging errors against the connection.
     pub fn quotes_data_in_flight(&self, seq: SeqNumber) -> bool {
         seq.ge(self.snd_una) && seq.lt(self.snd_max)
+    }
+
+    /// An ICMP error about the segment starting at `seq` (RFC 9293 §3.9.2.2; the stack
+    /// says which `error` its type and code mean, and whether it is `hard`). One that
+    /// does not quote data in flight is ignored (RFC 5927 §4.1). A soft error never
+    /// aborts the connection (MUST-56): it is kept for the application
+    /// ([`soft_error`](Self::soft_error), SHLD-25) and given as the connection's error if
+    /// it times out. A hard one aborts a connection still in SYN-SENT (SHLD-26); later it
+    /// is kept as a soft one, as RFC 5461 §4 advises, since it is more often a middlebox's
+    /// or an attacker's than the truth about a live connection. Returns whether it was
+    /// taken.
+    pub fn icmp_error(&mut self, seq: SeqNumber, error: ConnError, hard: bool) -> bool {
+        if !self.quotes_data_in_flight(seq) || self.state == State::Closed {
+            return false;
+        }
+        if hard && self.state == State::SynSent {
+            self.error = Some(error);
+            self.state = State::Closed;
+            self.clear_timers();
+        } else {
+            self.soft_error = Some(error);
+        }
+        true
+    }
+
+    /// The last soft ICMP error since the peer last acknowledged new data (RFC 9293
+    /// SHLD-25).
+    pub fn soft_error(&self) -> Option<ConnError> {
+        self.soft_error
+    }
+
+    /// The error a connection that gives up takes: the soft error ICMP reported, if
+    /// any, else `TimedOut` (as Linux reports `sk_err_soft`).
+    fn timed_out(&self) -> ConnError {
+        self.soft_error.unwrap_or(ConnError::TimedOut)
     }
 
     /// An ICMP fragmentation-needed says the path carries datagrams of at most `mtu`

@@ -60,7 +60,7 @@ pub use syn_cookie::SynCookies;
 use crate::buf::{ExtBuf, PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
-use crate::ip::{IpFields, SendAs};
+use crate::ip::{IpFields, SendAs, Unreachable};
 use crate::probe::ledger::cold_path;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
@@ -1322,21 +1322,23 @@ impl Stack {
         true
     }
 
-    /// An ICMP destination-unreachable about a TCP segment we sent: `quoted` is the IP
-    /// header it quotes and `transport` the start of the segment (at least the ports and
-    /// sequence number, RFC 792). Fragmentation-needed lowers the connection's MSS (RFC
-    /// 1191); the other codes are soft errors (RFC 1122 §4.2.3.9) that TCP's own timers
-    /// outlast, counted here.
-    pub(crate) fn tcp_icmp_unreachable(
+    /// An ICMP error about a TCP segment we sent: `quoted` is the IP header it quotes
+    /// and `transport` the start of the segment (at least the ports and sequence number,
+    /// RFC 792). Fragmentation-needed lowers the connection's MSS (RFC 1191); the other
+    /// errors go to the connection as RFC 9293 §3.9.2.2 has them
+    /// ([`Connection::icmp_error`]): a soft error is kept for the application, a hard
+    /// one (port or protocol unreachable) ends a connection still in SYN-SENT. An error
+    /// that quotes no data in flight (RFC 5927 §4.1), or no connection, is ignored and
+    /// counted.
+    pub(crate) fn tcp_icmp_error(
         &mut self,
         s: impl Sampling,
         quoted: &Ipv4Repr,
         transport: &[u8],
-        frag_needed: bool,
-        next_hop_mtu: u16,
+        what: Unreachable,
     ) {
         let ignored = |s: &mut Stack| s.ledger.counters().inc(Counter::TcpIcmpIgnored);
-        if transport.len() < 8 || !frag_needed {
+        if transport.len() < 8 {
             return ignored(self);
         }
         let port = |i: usize| u16::from_be_bytes([transport[i], transport[i + 1]]);
@@ -1356,6 +1358,37 @@ impl Stack {
         let Some(index) = found else {
             return ignored(self);
         };
+        let (error, hard) = match what {
+            Unreachable::FragNeeded { next_hop_mtu } => {
+                return self.tcp_path_mtu(s, index, quoted, seq, next_hop_mtu);
+            }
+            Unreachable::Network => (ConnError::NetUnreachable, false),
+            Unreachable::Host => (ConnError::HostUnreachable, false),
+            Unreachable::Refused => (ConnError::Refused, true),
+        };
+        let taken = self
+            .tcp
+            .conn_mut(index)
+            .is_some_and(|c| c.icmp_error(seq, error, hard));
+        if !taken {
+            return ignored(self);
+        }
+        self.ledger.counters().inc(Counter::TcpIcmpErrors);
+        // A connection a hard error ended goes away as a reset one does.
+        self.tcp_reap(index);
+    }
+
+    /// Fragmentation-needed about the segment at `seq` of connection `index`, which the
+    /// router says went over a next hop of `next_hop_mtu` (RFC 1191).
+    fn tcp_path_mtu(
+        &mut self,
+        s: impl Sampling,
+        index: usize,
+        quoted: &Ipv4Repr,
+        seq: tcp_wire::SeqNumber,
+        next_hop_mtu: u16,
+    ) {
+        let ignored = |s: &mut Stack| s.ledger.counters().inc(Counter::TcpIcmpIgnored);
         let mtu = match usize::from(next_hop_mtu) {
             // An RFC 1191 §5 router says it; an older one does not, so guess the next
             // plateau below the datagram that did not fit.

@@ -18,7 +18,7 @@ pub(crate) mod template;
 use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum;
 use crate::driver::RxChecksum;
-use crate::ip::SendAs;
+use crate::ip::{SendAs, Unreachable};
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::udp::{Queued, UdpError, UdpHandle};
 use crate::stack::Stack;
@@ -356,9 +356,25 @@ impl Stack {
         result
     }
 
-    /// An ICMP port unreachable about a datagram we sent: a connected socket learns its
-    /// peer refused (RFC 1122 §4.1.3.3); unconnected sockets are not told (as BSD).
-    pub(crate) fn udp_port_unreachable(&mut self, quoted: &Ipv4Repr, transport: &[u8]) {
+    /// An ICMP error about a datagram a socket here sent (`quoted` its IP header,
+    /// `transport` the start of its UDP header): a connected socket reports it on its next
+    /// call (RFC 1122 §4.1.3.3 passes every error to the application; BSD tells only a
+    /// connected socket, the one that can tell whose datagram it was): port or protocol
+    /// unreachable as [`UdpError::ConnectionRefused`], the others as
+    /// [`UdpError::NetworkUnreachable`] or [`UdpError::HostUnreachable`].
+    pub(crate) fn udp_icmp_error(
+        &mut self,
+        quoted: &Ipv4Repr,
+        transport: &[u8],
+        what: Unreachable,
+    ) {
+        let error = match what {
+            Unreachable::Refused => UdpError::ConnectionRefused,
+            Unreachable::Network => UdpError::NetworkUnreachable,
+            Unreachable::Host => UdpError::HostUnreachable,
+            // UDP does not set Don't Fragment: not about a datagram of ours.
+            Unreachable::FragNeeded { .. } => return,
+        };
         if transport.len() < 4 {
             return;
         }
@@ -372,8 +388,12 @@ impl Stack {
             .map(|(_, _, &i)| i);
         if let Some(h) = found.and_then(|i| self.udp_sockets.handle_of(i)) {
             if let Some(s) = self.udp_sockets.get_mut(h) {
-                s.error = Some(UdpError::ConnectionRefused);
-                self.ledger.counters().inc(Counter::UdpConnectionRefused);
+                s.error = Some(error);
+                let counters = self.ledger.counters();
+                counters.inc(Counter::UdpIcmpErrors);
+                if error == UdpError::ConnectionRefused {
+                    counters.inc(Counter::UdpConnectionRefused);
+                }
             }
         }
     }

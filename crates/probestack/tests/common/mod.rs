@@ -2,10 +2,12 @@
 //! (`tap.rs`, `packet.rs`), `transfer` for bulk TCP in the simulation and the connection it runs
 //! on (`tcp.rs`, `offload.rs`, `multihomed.rs`), `capture` for comparing the frames two code paths send (`tcp.rs`,
 //! `udp.rs`), `tamper` for a device that loses, holds back or copies frames (`tap.rs`,
-//! `tcp.rs`, `zero_copy.rs`). Each test file uses a part of them.
+//! `tcp.rs`, `zero_copy.rs`), `router` for one with a router behind it that answers with
+//! ICMP errors (`tcp.rs`, `icmp_errors.rs`). Each test file uses a part of them.
 #![allow(dead_code, unused_macros, unused_imports)]
 
 pub mod capture;
 pub mod netns;
+pub mod router;
 pub mod tamper;
 pub mod transfer;

@@ -1,0 +1,239 @@
+//! ICMP errors about what a host sent, back at the transport that sent it: TCP keeps a soft
+//! error for the application and does not abort (RFC 9293 §3.9.2.2, MUST-56, SHLD-25),
+//! reports it if the connection then times out, and ends a connect on a hard one (SHLD-26;
+//! a live connection keeps it as a soft one, RFC 5461 §4); an error that quotes no data in
+//! flight is ignored (RFC 5927 §4.1). A connected UDP socket is told of every error (RFC
+//! 1122 §4.1.3.3).
+//!
+//! A's NIC has a router behind it (`common::router`, [`Router`]) that loses the frames a
+//! rule picks and answers each with an ICMP error quoting it, as a router on the way
+//! would.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::router::{icmp_frame, quoted, Hop, Routed};
+use common::transfer::connect;
+use probestack::buf::PacketBuf;
+use probestack::probe::Counter;
+use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use probestack::socket::tcp::TcpError;
+use probestack::socket::udp::UdpError;
+use probestack::tcp::State;
+use probestack::time::Duration;
+use probestack::wire::ethernet;
+use probestack::wire::icmpv4::{DstUnreachable, Icmpv4Repr, TimeExceeded};
+use probestack::wire::Ipv4Address;
+
+/// The router that sends the errors, on A's subnet.
+const ROUTER: Ipv4Address = Ipv4Address::new(198, 18, 0, 254);
+
+/// The error a rule answers with.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Unreachable(DstUnreachable),
+    TtlExpired,
+}
+
+/// Which of A's frames the router loses and answers, and how far the quoted TCP sequence
+/// number is moved (a forged error's).
+#[derive(Clone, Copy)]
+struct Rule {
+    answer: Answer,
+    /// The IP protocol of the datagrams it loses; with `syn_only`, TCP SYNs alone.
+    protocol: u8,
+    syn_only: bool,
+    seq_shift: u32,
+}
+
+/// The router behind A's NIC: loses the datagrams the rule (which the test changes
+/// through the handle) picks and answers each with the rule's error, from [`ROUTER`].
+struct Router {
+    rule: Arc<Mutex<Option<Rule>>>,
+}
+
+impl Hop for Router {
+    fn forward(&mut self, frame: &PacketBuf) -> (bool, Option<PacketBuf>) {
+        let data = frame.data();
+        let rule = *self.rule.lock().unwrap();
+        let Some(rule) = rule.filter(|_| data[12..14] == [0x08, 0x00]) else {
+            return (true, None);
+        };
+        let datagram = &data[ethernet::HEADER_LEN..];
+        let ihl = usize::from(datagram[0] & 0x0f) * 4;
+        let syn = datagram.get(ihl + 13).is_some_and(|f| f & 0x02 != 0);
+        if datagram[9] != rule.protocol || (rule.syn_only && !syn) {
+            return (true, None);
+        }
+        let quoted = quoted(datagram, rule.seq_shift);
+        let icmp = match rule.answer {
+            Answer::Unreachable(code) => Icmpv4Repr::dst_unreachable(code, 0, &quoted),
+            Answer::TtlExpired => Icmpv4Repr::time_exceeded(TimeExceeded::TtlExpired, &quoted),
+        }
+        .unwrap();
+        (
+            false,
+            Some(icmp_frame(&icmp, (ROUTER, MAC_B), (ADDR_A, MAC_A))),
+        )
+    }
+}
+
+/// Two stacks, A behind the router; returns the pair and the handle on the rule.
+fn routed() -> (Pair, Arc<Mutex<Option<Rule>>>) {
+    let rule = Arc::new(Mutex::new(None));
+    let router = Router { rule: rule.clone() };
+    let host = HostConfig::with_mtu(1500);
+    let p = Pair::with_devices(
+        host.clone(),
+        host,
+        move |nic| Box::new(Routed::new(nic, router)),
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    (p, rule)
+}
+
+fn tcp_rule(answer: Answer) -> Option<Rule> {
+    Some(Rule {
+        answer,
+        protocol: 6,
+        syn_only: false,
+        seq_shift: 0,
+    })
+}
+
+fn count(p: &Pair, c: Counter) -> u64 {
+    p.a.ledger().counters().get(c)
+}
+
+/// A soft error (host unreachable) about data in flight is kept for the application, and
+/// the connection goes on; once the peer acknowledges new data it is forgotten.
+#[test]
+fn a_soft_error_is_kept_for_the_application_and_aborts_nothing() {
+    let (mut p, rule) = routed();
+    let (c, s) = connect(&mut p, 5001);
+    *rule.lock().unwrap() = tcp_rule(Answer::Unreachable(DstUnreachable::HostUnreachable));
+    assert_eq!(p.a.tcp_send(c, b"through a flaky router"), Ok(22));
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::HostUnreachable)));
+    assert_eq!(p.a.tcp_error(c), Ok(None));
+    assert!(count(&p, Counter::TcpIcmpErrors) > 0);
+    // The way clears: the retransmission gets through and its ACK clears the error.
+    *rule.lock().unwrap() = None;
+    let mut buf = [0u8; 64];
+    let mut got = 0;
+    assert!(p.run_until(Duration::from_secs(10), |p| {
+        got += p.b.tcp_recv(s, &mut buf[got..]).unwrap_or(0);
+        got == 22 && p.a.tcp_send_queued(c) == Ok(0)
+    }));
+    assert_eq!(&buf[..22], b"through a flaky router");
+    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
+}
+
+/// A connection that times out after soft errors reports the last of them, not
+/// `TimedOut` (time exceeded: the host is unreachable).
+#[test]
+fn a_connection_that_times_out_reports_its_soft_error() {
+    let (mut p, rule) = routed();
+    let (c, _s) = connect(&mut p, 5001);
+    *rule.lock().unwrap() = tcp_rule(Answer::TtlExpired);
+    assert_eq!(p.a.tcp_send(c, b"lost"), Ok(4));
+    assert!(p.run_until(Duration::from_secs(900), |p| p.a.tcp_state(c)
+        == Ok(State::Closed)));
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::HostUnreachable)));
+    // The network unreachable, likewise.
+    let (mut p, rule) = routed();
+    let (c, _s) = connect(&mut p, 5001);
+    *rule.lock().unwrap() = tcp_rule(Answer::Unreachable(DstUnreachable::NetUnreachable));
+    assert_eq!(p.a.tcp_send(c, b"lost"), Ok(4));
+    assert!(p.run_until(Duration::from_secs(900), |p| p.a.tcp_state(c)
+        == Ok(State::Closed)));
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::NetworkUnreachable)));
+}
+
+/// A hard error (port unreachable) about the SYN ends the connect at once; one that quotes
+/// a sequence number not in flight (forged) is ignored; on a live connection a hard error
+/// is kept as a soft one.
+#[test]
+fn a_hard_error_ends_a_connect_and_only_a_connect() {
+    let (mut p, rule) = routed();
+    let l = p.b.tcp_listen((ADDR_B, 5001), 4).unwrap();
+    let hard = Rule {
+        answer: Answer::Unreachable(DstUnreachable::PortUnreachable),
+        protocol: 6,
+        syn_only: true,
+        seq_shift: 0,
+    };
+    *rule.lock().unwrap() = Some(Rule {
+        seq_shift: 1000,
+        ..hard
+    });
+    let c = p.a.tcp_connect((ADDR_B, 5001)).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(
+        p.a.tcp_state(c),
+        Ok(State::SynSent),
+        "a forged error was taken"
+    );
+    assert!(count(&p, Counter::TcpIcmpIgnored) > 0);
+    *rule.lock().unwrap() = Some(hard);
+    let c = p.a.tcp_connect((ADDR_B, 5001)).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionRefused)));
+    // Established: the same error is soft.
+    *rule.lock().unwrap() = None;
+    p.b.tcp_close(l).unwrap();
+    let (c, _s) = connect(&mut p, 5001);
+    *rule.lock().unwrap() = tcp_rule(Answer::Unreachable(DstUnreachable::PortUnreachable));
+    assert_eq!(p.a.tcp_send(c, b"still here"), Ok(10));
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::ConnectionRefused)));
+}
+
+/// A connected UDP socket is told of the errors about its datagrams on its next call:
+/// network and host unreachable, time exceeded; an unconnected one is not.
+#[test]
+fn a_connected_udp_socket_is_told_of_every_error() {
+    let (mut p, rule) = routed();
+    let a = p.a.udp_open();
+    p.a.udp_connect(a, ADDR_B, 9).unwrap();
+    let mut buf = [0u8; 16];
+    for (answer, want) in [
+        (
+            Answer::Unreachable(DstUnreachable::NetUnreachable),
+            UdpError::NetworkUnreachable,
+        ),
+        (
+            Answer::Unreachable(DstUnreachable::HostUnreachable),
+            UdpError::HostUnreachable,
+        ),
+        (Answer::TtlExpired, UdpError::HostUnreachable),
+        (
+            Answer::Unreachable(DstUnreachable::PortUnreachable),
+            UdpError::ConnectionRefused,
+        ),
+    ] {
+        *rule.lock().unwrap() = Some(Rule {
+            answer,
+            protocol: 17,
+            syn_only: false,
+            seq_shift: 0,
+        });
+        p.a.udp_send(a, b"anyone?").unwrap();
+        p.run_for(Duration::from_millis(10));
+        assert_eq!(p.a.udp_recv(a, &mut buf), Err(want), "{answer:?}");
+        assert_eq!(p.a.udp_recv(a, &mut buf), Err(UdpError::WouldBlock));
+    }
+    assert_eq!(count(&p, Counter::UdpIcmpErrors), 4);
+    let unconnected = p.a.udp_open();
+    p.a.udp_send_to(unconnected, b"anyone?", ADDR_B, 9).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(
+        p.a.udp_recv(unconnected, &mut buf),
+        Err(UdpError::WouldBlock)
+    );
+}
