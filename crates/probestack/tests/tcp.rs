@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
@@ -20,6 +21,7 @@ use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::tcp::{ConnStats, State, TcpConfig};
 use probestack::time::{Duration, Instant};
 use probestack::tuning::Tuning;
+use probestack::wire::arp::{self as arp_wire, ArpOperation, ArpRepr};
 use probestack::wire::ethernet;
 use probestack::wire::icmpv4::{DstUnreachable, Icmpv4Repr};
 
@@ -517,6 +519,66 @@ fn narrow(path_mtu: usize, reported_mtu: u16) -> NarrowPath {
         forge: false,
         seq_shift: 0,
     }
+}
+
+/// A liar behind A's NIC: once told, it answers A's next frame with an ARP reply that puts
+/// B at a MAC nobody has, as a stale or spoofed entry would (ARP's merge rule takes it,
+/// RFC 826), and B hears nothing A sends there.
+struct StaleArp(Arc<AtomicBool>);
+
+/// The MAC nobody has.
+const GONE: ethernet::EthernetAddress = ethernet::EthernetAddress([0x02, 0, 0, 0, 0, 0x66]);
+
+impl Hop for StaleArp {
+    fn forward(&mut self, _frame: &PacketBuf) -> (bool, Option<PacketBuf>) {
+        if !self.0.swap(false, Ordering::Relaxed) {
+            return (true, None);
+        }
+        let arp = ArpRepr {
+            operation: ArpOperation::Reply,
+            sender_hardware_addr: GONE,
+            sender_protocol_addr: ADDR_B,
+            target_hardware_addr: MAC_A,
+            target_protocol_addr: ADDR_A,
+        };
+        let mut f = vec![0u8; ethernet::HEADER_LEN + arp_wire::PACKET_LEN];
+        ethernet::EthernetRepr {
+            source: GONE,
+            destination: MAC_A,
+            ethertype: ethernet::EtherType::Arp,
+        }
+        .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]))
+        .unwrap();
+        arp.emit(&mut arp_wire::Packet::new_unchecked(
+            &mut f[ethernet::HEADER_LEN..],
+        ))
+        .unwrap();
+        (true, Some(PacketBuf::from_slice(&f, 0).unwrap()))
+    }
+}
+
+/// A's ARP entry for B goes stale (B "moved" to a MAC nobody has): at the third
+/// retransmission of a segment TCP gives IP negative advice (RFC 1122 §4.2.3.5), the entry
+/// is forgotten, A asks again, and the transfer goes on within seconds, where the entry
+/// would have lived a minute.
+#[test]
+fn a_stale_link_address_is_asked_again_after_three_retransmissions() {
+    let poison = Arc::new(AtomicBool::new(false));
+    let hop = StaleArp(poison.clone());
+    let mut p = Pair::with_devices(
+        host(1500, Tuning::fast()),
+        host(1500, Tuning::fast()),
+        move |nic| Box::new(Routed::new(nic, hop)),
+        |n| Box::new(n),
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 10_000, Duration::from_secs(1));
+    poison.store(true, Ordering::Relaxed);
+    let took = transfer(&mut p, c, s, 100_000, Duration::from_secs(10));
+    let a = p.a.ledger().counters();
+    assert_eq!(a.get(Counter::ArpForgottenOnAdvice), 1, "took {took} ms");
+    assert!(a.get(Counter::TcpRetransmitTimeouts) >= 3);
 }
 
 #[test]

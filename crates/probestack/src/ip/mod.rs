@@ -304,6 +304,23 @@ impl Stack {
         })
     }
 
+    /// Negative advice from a transport whose peer at `dst` stopped answering (RFC 1122
+    /// §3.3.1.4, §4.2.3.5): the next hop's learned link address is forgotten, so that
+    /// the next datagram asks for it again (a peer that moved to another MAC, a next hop
+    /// replaced). A static entry stays; this host has no other gateway to try.
+    pub(crate) fn ip_negative_advice(&mut self, dst: Ipv4Address) {
+        let Some(r) = self.routes.lookup(dst) else {
+            return;
+        };
+        let forgot = self
+            .ifaces
+            .get_mut(r.interface)
+            .is_some_and(|i| i.arp.forget_learned(r.next_hop));
+        if forgot {
+            self.ledger.counters().inc(Counter::ArpForgottenOnAdvice);
+        }
+    }
+
     /// The source address a datagram to `dst` leaves with: the outgoing interface's.
     pub(crate) fn source_address_for(&self, dst: Ipv4Address) -> Option<Ipv4Address> {
         if self.is_own_address(dst) {

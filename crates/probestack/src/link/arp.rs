@@ -198,6 +198,25 @@ impl<P> ArpCache<P> {
         }
     }
 
+    /// Forgets a learned mapping for `ip` (a static one stays), so that the next packet
+    /// there asks again: the link layer's part of "negative advice" from a transport
+    /// whose peer stopped answering (RFC 1122 §3.3.1.4, §4.2.3.5). Returns whether there
+    /// was one.
+    pub fn forget_learned(&mut self, ip: Ipv4Address) -> bool {
+        if !matches!(
+            self.entries.get(&ip),
+            Some(Entry::Resolved {
+                expires: Some(_),
+                ..
+            })
+        ) {
+            return false;
+        }
+        self.entries.remove(&ip);
+        self.generation += 1;
+        true
+    }
+
     /// Whether a new entry may be added. Expired entries go at the next
     /// [`poll`](Self::poll), which the stack runs on every turn.
     fn has_room(&self) -> bool {
@@ -374,6 +393,27 @@ mod tests {
         assert_eq!(c.lookup(IP, t(60_000)), None);
         c.poll(t(60_000));
         assert_eq!(c.next_deadline(), None);
+    }
+
+    #[test]
+    fn negative_advice_forgets_a_learned_entry_and_not_a_static_one() {
+        let mut c: ArpCache<u32> = ArpCache::new(ArpConfig::default());
+        c.learn(IP, MAC, true, t(0));
+        let generation = c.generation();
+        assert!(c.forget_learned(IP));
+        assert!(
+            c.generation() > generation,
+            "a template built on it goes stale"
+        );
+        assert_eq!(c.lookup(IP, t(1)), None);
+        assert_eq!(c.resolve(IP, 7, t(1)), Resolution::QueuedSendRequest);
+        assert!(
+            !c.forget_learned(IP),
+            "a pending entry is not a learned one"
+        );
+        c.insert_static(IP, MAC);
+        assert!(!c.forget_learned(IP));
+        assert_eq!(c.lookup(IP, t(1)), Some(MAC));
     }
 
     #[test]

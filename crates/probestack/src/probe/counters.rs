@@ -80,6 +80,9 @@ counters! {
     ArpRepliesIn = "arp.replies_in";
     ArpRequestsOut = "arp.requests_out";
     ArpRepliesOut = "arp.replies_out";
+    /// Learned entries forgotten on a transport's negative advice (a TCP connection's
+    /// third retransmission of a segment, RFC 1122 §4.2.3.5): the next packet asks again.
+    ArpForgottenOnAdvice = "arp.forgotten_on_advice";
     /// Packets dropped because their next hop never answered ARP.
     ArpDropUnresolved = "arp.drop.unresolved";
     /// Packets pushed out of a full queue waiting for ARP.

@@ -568,6 +568,9 @@ pub struct Connection {
     probe_now: bool,
     /// A keepalive probe is due.
     keepalive_probe: bool,
+    /// The retransmissions of a segment reached R1: the stack is to give IP negative
+    /// advice about the way to the peer (RFC 1122 §4.2.3.5).
+    negative_advice: bool,
     /// Both SYNs carried the window scale option.
     ws_agreed: bool,
 
@@ -595,6 +598,10 @@ pub struct Connection {
 
 /// Challenge ACKs per second (RFC 5961 §7 suggests a limit; Linux uses 1000 per host).
 const CHALLENGE_ACK_LIMIT: u32 = 100;
+
+/// R1 of RFC 1122 §4.2.3.5: after this many retransmissions of a segment TCP gives IP
+/// negative advice (it recommends at least 3).
+const NEGATIVE_ADVICE_RETRIES: u32 = 3;
 
 /// The timestamp clock: one tick per millisecond (RFC 7323 §5.4 asks for 1 ms to 1 s).
 fn ts_clock(now: Instant) -> u32 {
@@ -690,6 +697,7 @@ impl Connection {
             retries: 0,
             probe_now: false,
             keepalive_probe: false,
+            negative_advice: false,
             ws_agreed: false,
             cwnd: 0,
             ssthresh: usize::MAX,
@@ -2812,6 +2820,10 @@ impl Connection {
         }
         self.stats.timeouts += 1;
         ledger.counters().inc(Counter::TcpRetransmitTimeouts);
+        // RFC 1122 §4.2.3.5: at R1 retransmissions, negative advice to IP.
+        if self.retries == NEGATIVE_ADVICE_RETRIES {
+            self.negative_advice = true;
+        }
         self.rtt.back_off();
         self.rtt_timer.cancel();
         if self.state.is_synchronized() {
@@ -2837,6 +2849,12 @@ impl Connection {
 
     // ------------------------------------------------------------------------------------
     // ICMP.
+
+    /// Whether the last timeout reached R1 (and clears it): IP should hear negative
+    /// advice about the way to the peer.
+    pub fn take_negative_advice(&mut self) -> bool {
+        std::mem::take(&mut self.negative_advice)
+    }
 
     /// Whether `seq`, quoted by an ICMP error, is data in flight: RFC 5927 §4.1's check
     /// that keeps a blind attacker from forging errors against the connection.

@@ -1441,7 +1441,10 @@ impl Stack {
                 let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::Timer);
                 c.on_timers(now, &self.ledger)
             };
-            let (local, remote) = (c.local, c.remote);
+            let (local, remote, advice) = (c.local, c.remote, c.take_negative_advice());
+            if advice {
+                self.ip_negative_advice(remote.0);
+            }
             if let Some(rst) = rst {
                 self.tcp_send_rst(s, local, remote, rst);
             }
