@@ -12,7 +12,7 @@ use common::transfer::accepted_on_b;
 use probestack::driver::queue::FrameQueue;
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Counter;
-use probestack::sim::{HostConfig, Pair, ADDR_A, MAC_B};
+use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_B};
 use probestack::socket::tcp::TcpError;
 use probestack::socket::udp::UdpError;
 use probestack::stack::InterfaceConfig;
@@ -144,4 +144,27 @@ fn a_tcp_connection_opened_from_the_second_address_goes_from_it() {
         p.b.tcp_connect_from((ADDR_A, 5001), (elsewhere, 0), cfg, false),
         Err(TcpError::AddrNotAvailable)
     );
+}
+
+/// A socket bound to the wildcard address learns which of the host's addresses each
+/// datagram was sent to, or that it was a broadcast (RFC 1122 §4.1.3.5; `IP_PKTINFO`), so
+/// that it can answer from the address it was reached at.
+#[test]
+fn a_wildcard_udp_socket_learns_where_each_datagram_was_sent() {
+    let (mut p, _peer) = multihomed();
+    let b = p.b.udp_open();
+    p.b.udp_bind(b, Ipv4Address::UNSPECIFIED, 9).unwrap();
+    let a = p.a.udp_open();
+    // 198.18.0.0/15's broadcast address, which both hosts' first interfaces are on.
+    let broadcast = Ipv4Address::new(198, 19, 255, 255);
+    for to in [SECOND, ADDR_B, broadcast] {
+        p.a.udp_send_to(a, b"where?", to, 9).unwrap();
+        let mut buf = [0u8; 16];
+        let mut got = None;
+        assert!(p.run_until(Duration::from_secs(1), |p| {
+            got = p.b.udp_recv_from(b, &mut buf).ok();
+            got.is_some()
+        }));
+        assert_eq!(got.map(|r| r.to), Some(to));
+    }
 }

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::{BufError, ExtBuf};
+use crate::wire::Ipv4Address;
 
 /// A hint to the CPU that the line holding `p` will be read soon (x86-64; elsewhere,
 /// nothing).
@@ -56,6 +57,11 @@ pub(super) struct Inner {
     origin: u64,
     /// Work left for the device on transmit.
     tx_offload: TxOffload,
+    /// On receive, the IP destination address of the datagram, kept for the socket that
+    /// queues it (UDP's `recvmsg` reports it: `IP_PKTINFO`), as an `sk_buff` keeps its
+    /// layers' facts. Set by UDP input before anything reads it; it fills padding the
+    /// header had.
+    rx_dst: [u8; 4],
     /// External data that follows the window, in order: the payload of a zero-copy send
     /// (memory the application loaned), as the page fragments of Linux's `sk_buff` follow
     /// its linear part. The window holds the headers the layers prepend; the fragments
@@ -110,6 +116,7 @@ impl PacketBuf {
             end: (headroom + len) as u32,
             origin: NO_POOL,
             tx_offload: TxOffload::default(),
+            rx_dst: [0; 4],
             frags: None,
         })))
     }
@@ -120,6 +127,19 @@ impl PacketBuf {
         let mut buf = PacketBuf::new(data.len(), headroom, 0)?;
         buf.data_mut().copy_from_slice(data);
         Ok(buf)
+    }
+
+    /// The IP destination address UDP input noted for a received datagram
+    /// ([`set_rx_dst`](Self::set_rx_dst)); meaningless for any other buffer.
+    #[inline]
+    pub fn rx_dst(&self) -> Ipv4Address {
+        Ipv4Address(self.0.rx_dst)
+    }
+
+    /// Notes the IP destination address of the received datagram this buffer holds.
+    #[inline]
+    pub fn set_rx_dst(&mut self, dst: Ipv4Address) {
+        self.0.rx_dst = dst.0;
     }
 
     /// The bytes in the window.
@@ -382,6 +402,7 @@ impl PacketBuf {
             end: end as u32,
             origin,
             tx_offload: TxOffload::default(),
+            rx_dst: [0; 4],
             frags: None,
         }))
     }
@@ -469,6 +490,8 @@ impl fmt::Debug for PacketBuf {
 
 // Moved several times per packet by every layer: one word.
 const _: () = assert!(std::mem::size_of::<PacketBuf>() == std::mem::size_of::<usize>());
+// The header: `rx_dst` took padding it had, not room.
+const _: () = assert!(std::mem::size_of::<Inner>() == 48);
 
 /// A free block of a pool, with the header it was handed out in (recycled together).
 #[derive(Debug)]
@@ -483,6 +506,7 @@ impl Block {
             end: 0,
             origin: NO_POOL,
             tx_offload: TxOffload::default(),
+            rx_dst: [0; 4],
             frags: None,
         }))
     }

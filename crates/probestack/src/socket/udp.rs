@@ -104,6 +104,10 @@ pub struct UdpRecv {
     /// The datagram's full length (more than `len` when truncated).
     pub datagram_len: usize,
     pub from: (Ipv4Address, u16),
+    /// The address the datagram was sent to: one of the host's, or a broadcast address
+    /// (RFC 1122 §4.1.3.5 has UDP pass it up, so that a socket bound to the wildcard
+    /// address can answer from the address it was reached at; `IP_PKTINFO`).
+    pub to: Ipv4Address,
     /// The buffer was too small: the rest of the datagram was discarded (MSG_TRUNC).
     pub truncated: bool,
 }
@@ -116,7 +120,9 @@ pub struct UdpRecv {
 ///
 /// Two scalars, so that the entry goes into the queue from registers: as a struct of four
 /// fields it was built on the stack with narrow stores and moved with a 16-byte load the
-/// CPU could not forward from them, a store-forwarding stall per datagram.
+/// CPU could not forward from them, a store-forwarding stall per datagram. (The
+/// datagram's destination address rides in the buffer's header,
+/// [`PacketBuf::rx_dst`].)
 #[derive(Debug)]
 pub(crate) struct Queued {
     pub payload: PacketBuf,
@@ -747,7 +753,7 @@ impl Stack {
                 }
                 (at, acc.is_none_or(|a| checksum::verifies(a.sum())))
             };
-            let from = q.from();
+            let (from, to) = (q.from(), q.payload.rx_dst());
             self.free(s, Layer::Socket, Side::Receive, q.payload);
             if !ok {
                 self.ledger.counters().inc(Counter::UdpDropBadChecksum);
@@ -757,6 +763,7 @@ impl Stack {
                 len: copied,
                 datagram_len,
                 from,
+                to,
                 truncated: copied < datagram_len,
             });
         }

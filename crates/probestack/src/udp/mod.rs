@@ -238,6 +238,7 @@ impl Stack {
             return self.free(s, Layer::Socket, Side::Receive, datagram);
         }
         sock.rx_bytes += payload_len;
+        datagram.set_rx_dst(dst);
         sock.rx
             .push_back(Queued::new((src, udp.src_port), datagram, verify_on_copy));
     }
