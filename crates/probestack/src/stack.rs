@@ -173,6 +173,9 @@ pub(crate) struct Interface {
     pub caps: DeviceCaps,
     pub mac: EthernetAddress,
     pub cidr: Ipv4Cidr,
+    /// The subnet's broadcast address; `None` for a /31 or /32, which have no host bits
+    /// to spare (RFC 3021). Kept, as it is asked of every datagram received.
+    pub broadcast: Option<Ipv4Address>,
     /// IP datagrams (no Ethernet header yet) waiting for their next hop's address.
     pub arp: ArpCache<crate::buf::PacketBuf>,
     /// The last batch ran out of budget with frames left: keep draining without waiting
@@ -295,6 +298,7 @@ impl Stack {
             caps,
             mac: cfg.mac,
             cidr: cfg.cidr,
+            broadcast: (cfg.cidr.prefix_len < 31).then(|| cfg.cidr.broadcast()),
             arp: ArpCache::new(self.config.arp),
             rx_more: false,
         });
@@ -362,11 +366,7 @@ impl Stack {
     /// address of an interface's subnet (one with host bits to spare: a /31 or /32 has
     /// none, RFC 3021).
     pub fn is_broadcast_address(&self, a: Ipv4Address) -> bool {
-        a.is_broadcast()
-            || self
-                .ifaces
-                .iter()
-                .any(|i| i.cidr.prefix_len < 31 && a == i.cidr.broadcast())
+        a.is_broadcast() || self.ifaces.iter().any(|i| i.broadcast == Some(a))
     }
 
     /// Whether `a` may be the other end of a TCP connection, or the address one is made

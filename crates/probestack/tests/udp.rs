@@ -5,15 +5,19 @@
 mod common;
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
+use common::router::{Hop, Routed};
 use common::tamper::refragmenting;
+use probestack::buf::PacketBuf;
 use probestack::driver::FaultConfig;
 use probestack::ip::route::{Ipv4Cidr, NextHop, Route};
 use probestack::ip::IpFields;
 use probestack::probe::Counter;
-use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B};
+use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::udp::{UdpError, UdpHandle, MAX_UDP_PAYLOAD};
 use probestack::time::Duration;
 use probestack::tuning::Tuning;
+use probestack::wire::ipv4::IpProtocol;
+use probestack::wire::udp::{self as udp_wire, UdpRepr};
 use probestack::wire::Ipv4Address;
 
 fn pair_with(mtu: usize, ta: Tuning, tb: Tuning) -> Pair {
@@ -674,4 +678,80 @@ fn a_stale_header_template_is_rebuilt_or_refused() {
         p.a.udp_send_to(tx, b"nowhere", ADDR_B, 9),
         Err(UdpError::NoRoute)
     );
+}
+
+/// Behind A's NIC, a spoofer: each datagram A sends is answered with one to A's port 7
+/// from the next address on its list (no UDP checksum), as if from the wire.
+struct Spoofer(Vec<Ipv4Address>);
+
+impl Hop for Spoofer {
+    fn forward(&mut self, _frame: &PacketBuf) -> (bool, Option<PacketBuf>) {
+        let Some(src) = self.0.pop() else {
+            return (true, None);
+        };
+        let payload = b"spoofed";
+        let len = udp_wire::HEADER_LEN + payload.len();
+        let ip = ipv4_header(src, ADDR_A, IpProtocol::Udp, len);
+        let f = ipv4_frame(MAC_B, MAC_A, &ip, |b| {
+            let repr = UdpRepr {
+                src_port: 9,
+                dst_port: 7,
+            };
+            repr.emit_header(
+                &mut udp_wire::Packet::new_unchecked(&mut b[..]),
+                payload.len(),
+            )
+            .unwrap();
+            b[udp_wire::HEADER_LEN..].copy_from_slice(payload);
+        });
+        (true, Some(PacketBuf::from_slice(&f, 0).unwrap()))
+    }
+}
+
+/// Datagrams from a source no single host has (the limited broadcast, the subnet's
+/// broadcast, a multicast or class E address, loopback) are dropped silently and counted
+/// (RFC 1122 §3.2.1.3 and §4.1.3.6), on the short receive path and the general one; from
+/// a host's address, and from 0.0.0.0 (a host learning its address), they arrive.
+#[test]
+fn datagrams_from_invalid_sources_are_dropped() {
+    for short_path in [true, false] {
+        let tuning = Tuning {
+            udp_rx_short_path: short_path,
+            ..Tuning::fast()
+        };
+        let bad = [
+            Ipv4Address::BROADCAST,
+            Ipv4Address::new(198, 19, 255, 255),
+            Ipv4Address::new(224, 0, 0, 1),
+            Ipv4Address::new(240, 0, 0, 1),
+            Ipv4Address::new(127, 0, 0, 1),
+        ];
+        let good = [Ipv4Address::new(198, 18, 0, 77), Ipv4Address::UNSPECIFIED];
+        let sources = [&good[..], &bad[..]].concat();
+        // Popped from the end: the first source answers first.
+        let spoofer = Spoofer(sources.iter().rev().copied().collect());
+        let mut host = HostConfig::with_mtu(1500);
+        host.stack.tuning = tuning;
+        let mut p = Pair::with_devices(
+            host.clone(),
+            host,
+            move |nic| Box::new(Routed::new(nic, spoofer)),
+            |nic| Box::new(nic),
+        )
+        .unwrap();
+        let a = p.a.udp_open();
+        p.a.udp_bind(a, Ipv4Address::UNSPECIFIED, 7).unwrap();
+        for _ in &sources {
+            p.a.udp_send_to(a, b"draw an answer", ADDR_B, 9).unwrap();
+            p.run_for(Duration::from_millis(1));
+        }
+        let mut buf = [0u8; 16];
+        let mut from = Vec::new();
+        while let Ok(r) = p.a.udp_recv_from(a, &mut buf) {
+            from.push(r.from.0);
+        }
+        assert_eq!(from, good, "short path {short_path}");
+        let dropped = p.a.ledger().counters().get(Counter::IpDropBadSource);
+        assert_eq!(dropped, bad.len() as u64, "short path {short_path}");
+    }
 }

@@ -53,6 +53,14 @@ impl IpFields {
     }
 }
 
+/// [`Stack::valid_source`] for an interface whose subnet broadcast address is
+/// `broadcast`.
+#[inline]
+pub(crate) fn valid_source_on(src: Ipv4Address, broadcast: Option<Ipv4Address>) -> bool {
+    let first = src.0[0];
+    first != 127 && first < 224 && broadcast != Some(src)
+}
+
 /// How a transport has IP send a datagram: from which of the host's addresses (`None`:
 /// the outgoing interface's), whether it may be fragmented, and with the socket's TTL and
 /// DSCP.
@@ -79,6 +87,16 @@ impl Stack {
             }
         }
         dst.is_broadcast() || self.is_own_address(dst)
+    }
+
+    /// Whether `src` may be the source of a datagram received on `iface` (RFC 1122
+    /// §3.2.1.3 has a host silently discard one whose source is invalid): not a
+    /// broadcast address (the limited one, or the receiving interface's subnet's), not
+    /// multicast or class E, not loopback ("MUST NOT appear outside a host"). Addresses
+    /// in 0/8 are let through: a host learning its address sends from them (BOOTP,
+    /// DHCP), which §3.2.1.3 allows.
+    fn valid_source(&self, iface: usize, src: Ipv4Address) -> bool {
+        valid_source_on(src, self.ifaces.get(iface).and_then(|i| i.broadcast))
     }
 
     /// Sums a header with the routine the Tuning asks for: in line (paper 002 §6.1) or the
@@ -145,6 +163,8 @@ impl Stack {
             let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             if !self.accepts(iface, repr.dst) {
                 Err(Counter::IpDropNotForUs)
+            } else if iface != LOOPBACK && !self.valid_source(iface, repr.src) {
+                Err(Counter::IpDropBadSource)
             } else {
                 // Drop link-layer padding past the total length (none, usually).
                 match buf.len().saturating_sub(repr.buffer_len()) {

@@ -57,19 +57,23 @@ impl Stack {
             return None;
         }
         // Loopback's index names no interface: `get` refuses it.
-        let ours = self.ifaces.get(iface)?.cidr.address;
+        let i = self.ifaces.get(iface)?;
+        let ours = i.cidr.address;
         let data = buf.data();
         let h = data.first_chunk::<MIN_HEADER_LEN>()?;
         let flags_frag = u16::from_be_bytes([h[6], h[7]]);
         let total_len = usize::from(u16::from_be_bytes([h[2], h[3]]));
         let dst = Ipv4Address([h[16], h[17], h[18], h[19]]);
+        let src = Ipv4Address([h[12], h[13], h[14], h[15]]);
+        // A source the general path would drop goes there to be dropped and counted.
         let eligible = h[0] == VERSION_4_IHL_5
             && h[9] == PROTOCOL_UDP
             && flags_frag & MORE_FRAGS_AND_OFFSET == 0
             && (MIN_HEADER_LEN..=data.len()).contains(&total_len)
-            && dst == ours;
+            && dst == ours
+            && super::valid_source_on(src, i.broadcast);
         eligible.then(|| ShortUdp {
-            src: Ipv4Address([h[12], h[13], h[14], h[15]]),
+            src,
             dst,
             total_len,
             ident: u16::from_be_bytes([h[4], h[5]]),

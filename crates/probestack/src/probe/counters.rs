@@ -98,6 +98,9 @@ counters! {
     IpDropBadChecksum = "ip.drop.bad_checksum";
     /// IPv4 datagrams for an address that is not ours (a host does not forward).
     IpDropNotForUs = "ip.drop.not_for_us";
+    /// Datagrams from a source no single host has: a broadcast, multicast, class E or
+    /// loopback address (RFC 1122 §3.2.1.3).
+    IpDropBadSource = "ip.drop.bad_source";
     /// IPv4 datagrams for a protocol nobody handles.
     IpDropUnknownProtocol = "ip.drop.unknown_protocol";
     /// Datagrams handed to the transports or ICMP.
