@@ -82,7 +82,7 @@ impl Stack {
         // The receiving interface's own address first: almost every datagram, and no
         // walk over the other interfaces.
         if let Some(i) = self.ifaces.get(iface) {
-            if dst == i.cidr.address || dst == i.cidr.broadcast() {
+            if dst == i.cidr.address || Some(dst) == i.broadcast {
                 return true;
             }
         }
@@ -574,6 +574,44 @@ mod tests {
             },
         );
         st
+    }
+
+    /// An interface's subnet broadcast address is taken as a destination and refused as
+    /// a source; a /31 (RFC 3021) has none, so its peer's address is neither.
+    #[test]
+    fn the_subnet_broadcast_address_and_a_31_which_has_none() {
+        let st = host_b(StackConfig::default());
+        let subnet = Ipv4Address::new(198, 19, 255, 255);
+        assert!(st.accepts(0, subnet) && st.is_broadcast_address(subnet));
+        assert!(!st.valid_source(0, subnet));
+        assert!(st.valid_source(0, ADDR_A) && st.valid_source(0, Ipv4Address::UNSPECIFIED));
+        for bad in [
+            [255, 255, 255, 255],
+            [224, 0, 0, 9],
+            [240, 1, 2, 3],
+            [127, 0, 0, 1],
+        ] {
+            assert!(!st.valid_source(0, Ipv4Address(bad)), "{bad:?}");
+        }
+        let (_peer, nic) = MemoryLink::pair(NicConfig::default(), NicConfig::default()).unwrap();
+        let mut p2p = Stack::new(StackConfig::default());
+        let (ours, peer) = (
+            Ipv4Address::new(198, 18, 9, 0),
+            Ipv4Address::new(198, 18, 9, 1),
+        );
+        p2p.add_interface(
+            Box::new(nic),
+            InterfaceConfig {
+                mac: MAC_B,
+                cidr: Ipv4Cidr {
+                    address: ours,
+                    prefix_len: 31,
+                },
+            },
+        );
+        assert!(p2p.accepts(0, ours));
+        assert!(!p2p.accepts(0, peer) && !p2p.is_broadcast_address(peer));
+        assert!(p2p.valid_source(0, peer));
     }
 
     /// A datagram whose checksum is right, handed up with a raw sum from the "NIC": the

@@ -194,7 +194,7 @@ impl Stack {
         now: Instant,
     ) {
         let i = &self.ifaces[iface];
-        if next_hop.is_broadcast() || next_hop == i.cidr.broadcast() {
+        if next_hop.is_broadcast() || Some(next_hop) == i.broadcast {
             self.link_send_ipv4(s, iface, EthernetAddress::BROADCAST, datagram, now);
             return;
         }

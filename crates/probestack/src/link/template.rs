@@ -70,7 +70,7 @@ impl Stack {
         }
         let route = self.routes.lookup(dst)?;
         let i = self.ifaces.get(route.interface)?;
-        if route.next_hop == i.cidr.broadcast() || route.next_hop.is_broadcast() {
+        if Some(route.next_hop) == i.broadcast || route.next_hop.is_broadcast() {
             return None;
         }
         let (mac, arp_expires) = i.arp.lookup_until(route.next_hop, self.now)?;
