@@ -4,7 +4,8 @@
 //! address sends from it (RFC 1122 §4.1.3.5), a TCP connection made to it keeps it as its
 //! local address in every segment (RFC 9293 MUST-45), as does one opened from it
 //! (MUST-43), and an echo reply comes from the address the request went to (RFC 1122
-//! §3.2.2.6).
+//! §3.2.2.6). Listeners on one port at each address take their own connections (MUST-42);
+//! a wildcard UDP socket learns which address each datagram was sent to.
 
 mod common;
 
@@ -166,5 +167,25 @@ fn a_wildcard_udp_socket_learns_where_each_datagram_was_sent() {
             got.is_some()
         }));
         assert_eq!(got.map(|r| r.to), Some(to));
+    }
+}
+
+/// Listeners on the same port at different local addresses, the wildcard among them,
+/// each take the connections made to theirs (RFC 9293 MUST-42), the most specific first.
+#[test]
+fn listeners_on_one_port_at_each_address_take_their_own_connections() {
+    let (mut p, _peer) = multihomed();
+    let second = p.b.tcp_listen((SECOND, 80), 4).unwrap();
+    let any = p.b.tcp_listen((Ipv4Address::UNSPECIFIED, 80), 4).unwrap();
+    assert_eq!(
+        p.b.tcp_listen((SECOND, 80), 4),
+        Err(TcpError::AddrInUse),
+        "the same binding twice"
+    );
+    for (to, listener, other) in [(SECOND, second, any), (ADDR_B, any, second)] {
+        let c = p.a.tcp_connect((to, 80)).unwrap();
+        let s = accepted_on_b(&mut p, listener, c);
+        assert_eq!(p.b.tcp_local_addr(s), Ok((to, 80)));
+        assert_eq!(p.b.tcp_accept(other), Err(TcpError::WouldBlock));
     }
 }
