@@ -54,7 +54,7 @@ struct Router {
 }
 
 impl Hop for Router {
-    fn forward(&mut self, frame: &PacketBuf) -> (bool, Option<PacketBuf>) {
+    fn forward(&mut self, frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
         let data = frame.data();
         let rule = *self.rule.lock().unwrap();
         let Some(rule) = rule.filter(|_| data[12..14] == [0x08, 0x00]) else {

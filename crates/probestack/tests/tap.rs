@@ -32,6 +32,7 @@ use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Counter;
 use probestack::runner;
 use probestack::stack::{InterfaceConfig, Stack, StackConfig};
+use probestack::tcp::{Connection, TcpConfig};
 use probestack::time::{Instant, RealClock};
 use probestack::wire::ethernet::EthernetAddress;
 use probestack::wire::Ipv4Address;
@@ -334,6 +335,37 @@ impl Tamper for Reordering {
     }
 }
 
+/// The stack sends `total` bytes of the pattern to a Linux listener at 198.18.0.1:5003,
+/// which checks every byte; `watch` sees the stack's connection after every turn.
+fn stack_sends_to_linux(
+    stack: &mut Stack,
+    total: usize,
+    mut watch: impl FnMut(&Connection) + Send,
+) {
+    let linux = std::net::TcpListener::bind("198.18.0.1:5003").expect("bind in the namespace");
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        let stop = &stop;
+        s.spawn(move || {
+            let clock = RealClock::new();
+            let mut source =
+                BulkSource::connect(stack, (Ipv4Address::new(198, 18, 0, 1), 5003), total);
+            runner::run(stack, &clock, stop, |st, _| {
+                source.turn(st);
+                if let Ok(c) = st.tcp_connection(source.handle()) {
+                    watch(c);
+                }
+            })
+            .expect("runner");
+        });
+        let (got, intact) = linux_receives_pattern(linux, StdDuration::from_secs(60));
+        assert_eq!(got, total, "Linux got {got} of the stack's bytes");
+        assert!(intact, "the stack's bytes arrived changed");
+        stop.store(true, Ordering::Relaxed);
+    });
+}
+
 /// The stack sends Linux 4 MiB through a TAP that holds back a data segment every 100
 /// until the stack sends it again (`Reordering`): each time, the segments after it draw
 /// SACKs from Linux, the stack retransmits it, and Linux, getting it twice, answers with
@@ -362,36 +394,13 @@ fn linux_d_sacks_undo_the_stacks_unneeded_fast_retransmits() {
     else {
         return;
     };
-    let linux = std::net::TcpListener::bind("198.18.0.1:5003").expect("bind in the namespace");
-    let stop = AtomicBool::new(false);
-    let dup_thresh = Mutex::new(0usize);
+    let mut dup_thresh = 0usize;
     let started = std::time::Instant::now();
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&stop);
-        let stack = &mut stack;
-        let stop = &stop;
-        let dup_thresh = &dup_thresh;
-        s.spawn(move || {
-            let clock = RealClock::new();
-            let mut source =
-                BulkSource::connect(stack, (Ipv4Address::new(198, 18, 0, 1), 5003), TOTAL);
-            runner::run(stack, &clock, stop, |st, _| {
-                source.turn(st);
-                if let Ok(c) = st.tcp_connection(source.handle()) {
-                    let mut d = dup_thresh.lock().unwrap();
-                    *d = (*d).max(c.dup_thresh());
-                }
-            })
-            .expect("runner");
-        });
-        let (got, intact) = linux_receives_pattern(linux, StdDuration::from_secs(60));
-        assert_eq!(got, TOTAL, "Linux got {got} of the stack's bytes");
-        assert!(intact, "the stack's bytes arrived changed");
-        stop.store(true, Ordering::Relaxed);
+    stack_sends_to_linux(&mut stack, TOTAL, |c| {
+        dup_thresh = dup_thresh.max(c.dup_thresh())
     });
     let c = stack.ledger().counters();
     let held = *held.lock().unwrap();
-    let dup_thresh = *dup_thresh.lock().unwrap();
     eprintln!(
         "4 MiB in {:?}; {held} segments held back; the stack's TCP: {} fast retransmits ({} \
          after the reordering window), {} segments retransmitted, {} responses undone, \
@@ -615,4 +624,31 @@ fn urgent_data_both_ways_with_linux() {
     assert_eq!(read, b"abc!", "Linux's urgent byte is read in line");
     let (left, before) = at_signal.expect("the stack was signalled");
     assert_eq!(left + before, 4, "the urgent data ends after Linux's `!`");
+}
+
+/// ECN with Linux (RFC 3168): the stack asks for it in its SYN, Linux agrees (its default,
+/// `tcp_ecn` 2, answers a request), the stack's data goes ECN-capable, and 4 MiB reach
+/// Linux intact.
+#[test]
+fn ecn_with_linux() {
+    skip_unless_able!("/dev/net/tun");
+    const TOTAL: usize = 4 << 20;
+    let Some(Setup {
+        ns: _ns, mut stack, ..
+    }) = setup(9, TapConfig::default())
+    else {
+        return;
+    };
+    let config = TcpConfig {
+        ecn: true,
+        ..stack.tcp_default_config()
+    };
+    stack.set_tcp_default_config(config);
+    let mut agreed = None;
+    stack_sends_to_linux(&mut stack, TOTAL, |c| {
+        if c.state() == probestack::tcp::State::Established {
+            agreed = Some(c.ecn_enabled());
+        }
+    });
+    assert_eq!(agreed, Some(true), "ECN was not agreed");
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
@@ -24,6 +24,7 @@ use probestack::tuning::Tuning;
 use probestack::wire::arp::{self as arp_wire, ArpOperation, ArpRepr};
 use probestack::wire::ethernet;
 use probestack::wire::icmpv4::{DstUnreachable, Icmpv4Repr};
+use probestack::wire::ipv4;
 
 const PORT: u16 = 5001;
 
@@ -481,7 +482,7 @@ struct NarrowPath {
 }
 
 impl Hop for NarrowPath {
-    fn forward(&mut self, frame: &PacketBuf) -> (bool, Option<PacketBuf>) {
+    fn forward(&mut self, frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
         // The headers are in the buffer; data sent by reference follows in fragments.
         if frame.total_len() - ethernet::HEADER_LEN <= self.path_mtu {
             return (true, None);
@@ -530,7 +531,7 @@ struct StaleArp(Arc<AtomicBool>);
 const GONE: ethernet::EthernetAddress = ethernet::EthernetAddress([0x02, 0, 0, 0, 0, 0x66]);
 
 impl Hop for StaleArp {
-    fn forward(&mut self, _frame: &PacketBuf) -> (bool, Option<PacketBuf>) {
+    fn forward(&mut self, _frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
         if !self.0.swap(false, Ordering::Relaxed) {
             return (true, None);
         }
@@ -1919,4 +1920,164 @@ fn urgent_pointers_on_the_wire_point_past_the_urgent_data() {
     }
     assert!(urgent_segments >= 69, "{urgent_segments}");
     assert!(plain_after >= 4, "{plain_after}");
+}
+
+// ---------------------------------------------------------------------------------------
+// ECN (RFC 3168).
+
+/// A router behind A's NIC that marks Congestion Experienced on the ECN-capable frames A
+/// sends while `marking` holds (RFC 3168 §5: only an ECT packet is marked), fixing the
+/// IP header checksum, and counts them.
+struct Marking {
+    marking: Arc<AtomicBool>,
+    marked: Arc<AtomicU64>,
+}
+
+impl Hop for Marking {
+    fn forward(&mut self, frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
+        let data = frame.data_mut();
+        let ect = data[12..14] == [0x08, 0x00] && data[ethernet::HEADER_LEN + 1] & 0b11 == 0b10;
+        if self.marking.load(Ordering::Relaxed) && ect {
+            let mut p = ipv4::Packet::new_unchecked(&mut data[ethernet::HEADER_LEN..]);
+            p.set_ecn(0b11);
+            p.fill_checksum();
+            self.marked.fetch_add(1, Ordering::Relaxed);
+        }
+        (true, None)
+    }
+}
+
+/// A TCP segment among A's frames: (flags, ECN field, payload length).
+fn segments_of(frames: &[Vec<u8>]) -> Vec<(u8, u8, usize)> {
+    frames
+        .iter()
+        .filter_map(|f| {
+            let (at, _) = tcp_segment(f).or_else(|| {
+                // A SYN: `tcp_segment` leaves those out.
+                (f[12..14] == [0x08, 0x00] && f[23] == 6).then_some((34, false))
+            })?;
+            let total = usize::from(u16::from_be_bytes([f[16], f[17]]));
+            let payload = total - (at - 14) - usize::from(f[at + 12] >> 4) * 4;
+            Some((f[at + 13], f[15] & 0b11, payload))
+        })
+        .collect()
+}
+
+fn ecn_host(ecn: bool, template: bool) -> HostConfig {
+    let mut h = host(
+        1500,
+        Tuning {
+            tcp_header_template: template,
+            ..Tuning::fast()
+        },
+    );
+    h.stack.tcp.ecn = ecn;
+    h
+}
+
+/// ECN is used only when both ends ask (RFC 3168 §6.1.1): the SYN carries ECE and CWR,
+/// the SYN-ACK ECE; then A's data goes ECT(0) and its pure ACKs and SYN do not. With
+/// either end off, nothing is marked. Through the link template and through the layers.
+#[test]
+fn ecn_is_negotiated_and_only_new_data_is_ecn_capable() {
+    for (a_on, b_on, template) in [
+        (true, true, true),
+        (true, true, false),
+        (true, false, true),
+        (false, true, true),
+    ] {
+        let out = SharedBytes::default();
+        let sink = out.clone();
+        let mut p = Pair::with_devices(
+            ecn_host(a_on, template),
+            ecn_host(b_on, template),
+            |nic| {
+                Box::new(
+                    probestack::driver::pcap::PcapWriter::new(
+                        nic,
+                        sink,
+                        probestack::driver::pcap::PcapMode::TxOnly,
+                    )
+                    .unwrap(),
+                )
+            },
+            |nic| Box::new(nic),
+        )
+        .unwrap();
+        let (c, _l, s) = connect(&mut p);
+        let both = a_on && b_on;
+        assert_eq!(p.a.tcp_connection(c).unwrap().ecn_enabled(), both);
+        assert_eq!(p.b.tcp_connection(s).unwrap().ecn_enabled(), both);
+        transfer(&mut p, c, s, 100_000, Duration::from_secs(5));
+        // B to A, so that A sends pure ACKs.
+        assert_eq!(p.b.tcp_send(s, &pattern(0, 20_000)), Ok(20_000));
+        let (mut got, mut buf) = (0, vec![0u8; 4096]);
+        assert!(p.run_until(Duration::from_secs(5), |p| {
+            got += p.a.tcp_recv(c, &mut buf).unwrap_or(0);
+            got == 20_000
+        }));
+        let segs = segments_of(&captured_frames(&out));
+        let syn = segs.iter().find(|s| s.0 & 0x02 != 0).unwrap();
+        assert_eq!(syn.0 & 0xC0 == 0xC0, a_on, "the SYN's ECE and CWR");
+        assert_eq!(syn.1, 0, "a SYN is never ECT");
+        let data: Vec<_> = segs.iter().filter(|s| s.2 > 0).collect();
+        let acks: Vec<_> = segs
+            .iter()
+            .filter(|s| s.2 == 0 && s.0 & 0x02 == 0)
+            .collect();
+        assert!(data.len() > 50 && acks.len() > 5);
+        let want = if both { 0b10 } else { 0 };
+        assert!(data.iter().all(|s| s.1 == want), "data: {:?}", &data[..3]);
+        assert!(acks.iter().all(|s| s.1 == 0), "a pure ACK is never ECT");
+    }
+}
+
+/// Congestion marked on the path (CE) reaches the sender as ECE: it halves its window
+/// without losing anything (no retransmission), answers with CWR, which ends B's ECEs,
+/// and the data arrives intact (RFC 3168 §6.1.2-3).
+#[test]
+fn congestion_experienced_reduces_the_window_without_a_loss() {
+    let marking = Arc::new(AtomicBool::new(false));
+    let marked = Arc::new(AtomicU64::new(0));
+    let hop = Marking {
+        marking: marking.clone(),
+        marked: marked.clone(),
+    };
+    let out = SharedBytes::default();
+    let sink = out.clone();
+    let mut p = Pair::with_devices(
+        ecn_host(true, true),
+        ecn_host(true, true),
+        move |nic| {
+            let pcap = probestack::driver::pcap::PcapWriter::new(
+                nic,
+                sink,
+                probestack::driver::pcap::PcapMode::TxOnly,
+            )
+            .unwrap();
+            Box::new(Routed::new(pcap, hop))
+        },
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 200_000, Duration::from_secs(5));
+    marking.store(true, Ordering::Relaxed);
+    transfer(&mut p, c, s, 20_000, Duration::from_secs(5));
+    marking.store(false, Ordering::Relaxed);
+    transfer(&mut p, c, s, 200_000, Duration::from_secs(5));
+    assert!(marked.load(Ordering::Relaxed) > 0);
+    let (a, b) = (p.a.ledger().counters(), p.b.ledger().counters());
+    assert!(b.get(Counter::TcpEcnCeIn) > 0);
+    let reductions = a.get(Counter::TcpEcnReductions);
+    assert!(reductions >= 1, "no reduction");
+    assert_eq!(a.get(Counter::TcpRetransmittedSegments), 0);
+    // CWR went out on new data, at most once per reduction (the last may still wait
+    // for new data when the transfer ends).
+    let cwr: Vec<_> = segments_of(&captured_frames(&out))
+        .into_iter()
+        .filter(|s| s.0 & 0x80 != 0 && s.0 & 0x02 == 0)
+        .collect();
+    assert!(!cwr.is_empty() && cwr.len() as u64 <= reductions, "{cwr:?}");
+    assert!(cwr.iter().all(|s| s.2 > 0 && s.1 == 0b10), "{cwr:?}");
 }

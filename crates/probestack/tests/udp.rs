@@ -685,7 +685,7 @@ fn a_stale_header_template_is_rebuilt_or_refused() {
 struct Spoofer(Vec<Ipv4Address>);
 
 impl Hop for Spoofer {
-    fn forward(&mut self, _frame: &PacketBuf) -> (bool, Option<PacketBuf>) {
+    fn forward(&mut self, _frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
         let Some(src) = self.0.pop() else {
             return (true, None);
         };

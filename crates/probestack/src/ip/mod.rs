@@ -62,8 +62,8 @@ pub(crate) fn valid_source_on(src: Ipv4Address, broadcast: Option<Ipv4Address>) 
 }
 
 /// How a transport has IP send a datagram: from which of the host's addresses (`None`:
-/// the outgoing interface's), whether it may be fragmented, and with the socket's TTL and
-/// DSCP.
+/// the outgoing interface's), whether it may be fragmented, with the socket's TTL and
+/// DSCP, and whether it is ECN-capable.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SendAs {
     /// A connection's or bound socket's local address (RFC 9293 MUST-45, RFC 1122
@@ -72,7 +72,13 @@ pub(crate) struct SendAs {
     pub src: Option<Ipv4Address>,
     pub dont_frag: bool,
     pub fields: IpFields,
+    /// ECT(0) in the ECN field (RFC 3168 §5): a transport that does ECN says so.
+    pub ect: bool,
 }
+
+/// The ECN field's codepoints (RFC 3168 §5).
+pub(crate) const ECN_ECT0: u8 = 0b10;
+pub(crate) const ECN_CE: u8 = 0b11;
 
 impl Stack {
     /// Whether `dst` is addressed to this host as received on `iface`: one of its
@@ -361,11 +367,7 @@ impl Stack {
         mut payload: PacketBuf,
         send: SendAs,
     ) -> Result<(), SendError> {
-        let SendAs {
-            src: chosen,
-            dont_frag,
-            fields,
-        } = send;
+        let chosen = send.src;
         let now = self.now;
         if payload.total_len() > MAX_PAYLOAD {
             let len = payload.total_len();
@@ -401,13 +403,13 @@ impl Stack {
         let repr = Ipv4Repr {
             ident: self.next_ident(),
             payload_len: payload.total_len(),
-            ..self.outgoing_header(src, dst, protocol, dont_frag, fields)
+            ..self.outgoing_header(src, dst, protocol, send)
         };
         let hop = route.map(|r| (r.interface, r.next_hop));
         // A TCP super-segment is larger than the MTU on purpose: the device cuts it.
         let segmented_by_device = payload.tx_offload().gso_size != 0 && hop.is_some();
         if repr.buffer_len() > mtu && !segmented_by_device {
-            if dont_frag {
+            if send.dont_frag {
                 self.ledger.counters().inc(Counter::IpDropNeedFrag);
                 self.free(s, Layer::Ip, Side::Send, payload);
                 return Err(SendError::NeedsFragmentation { mtu });
@@ -424,26 +426,26 @@ impl Stack {
     }
 
     /// The header IP output writes for a whole datagram, less its identifier and length
-    /// (zero here): no options, the socket's `fields` (the configured TTL unless they name
-    /// one). Header templates (`link::template`) start from it, so that their frames and
-    /// the layers' are the same bytes.
+    /// (zero here): no options, what `send` asks (its source aside: `src` is the one
+    /// chosen; the configured TTL unless the socket names one). Header templates
+    /// (`link::template`) start from it, so that their frames and the layers' are the
+    /// same bytes.
     pub(crate) fn outgoing_header(
         &self,
         src: Ipv4Address,
         dst: Ipv4Address,
         protocol: IpProtocol,
-        dont_frag: bool,
-        fields: IpFields,
+        send: SendAs,
     ) -> Ipv4Repr {
         Ipv4Repr {
             src,
             dst,
             protocol,
-            ttl: fields.ttl.unwrap_or(self.config.ttl),
-            dscp: fields.dscp,
-            ecn: 0,
+            ttl: send.fields.ttl.unwrap_or(self.config.ttl),
+            dscp: send.fields.dscp,
+            ecn: if send.ect { ECN_ECT0 } else { 0 },
             ident: 0,
-            dont_frag,
+            dont_frag: send.dont_frag,
             more_frags: false,
             frag_offset: 0,
             payload_len: 0,

@@ -20,7 +20,7 @@
 //! transports' tests capture both and compare).
 
 use crate::checksum;
-use crate::ip::IpFields;
+use crate::ip::{SendAs, ECN_ECT0};
 use crate::probe::{Layer, Op, Sampling, Side};
 use crate::stack::Stack;
 use crate::time::Instant;
@@ -54,16 +54,16 @@ pub(crate) struct LinkTemplate {
 
 impl Stack {
     /// Builds the headers toward `dst` for `protocol` as IP output and the link would
-    /// write them (from `src`, or the interface's address, with the socket's `fields`),
-    /// or `None` where the layers must decide per datagram. A socket whose fields change
-    /// drops its template.
+    /// write them for `send` (from its source, or the interface's address), or `None`
+    /// where the layers must decide per datagram. A socket whose TTL or DSCP changes
+    /// drops its template; ECT is set per datagram ([`write_link_template`]).
+    ///
+    /// [`write_link_template`]: Self::write_link_template
     pub(crate) fn link_template(
         &self,
         dst: Ipv4Address,
-        src: Option<Ipv4Address>,
         protocol: IpProtocol,
-        dont_frag: bool,
-        fields: IpFields,
+        send: SendAs,
     ) -> Option<LinkTemplate> {
         if self.is_own_address(dst) || dst.is_broadcast() {
             return None;
@@ -74,7 +74,7 @@ impl Stack {
             return None;
         }
         let (mac, arp_expires) = i.arp.lookup_until(route.next_hop, self.now)?;
-        let src = src.unwrap_or(i.cidr.address);
+        let src = send.src.unwrap_or(i.cidr.address);
         let mut bytes = [0u8; HEADERS_LEN];
         EthernetRepr {
             source: i.mac,
@@ -83,7 +83,7 @@ impl Stack {
         }
         .emit(&mut ethernet::Frame::new_unchecked(&mut bytes[..IP_AT]))
         .ok()?;
-        self.outgoing_header(src, dst, protocol, dont_frag, fields)
+        self.outgoing_header(src, dst, protocol, send)
             .emit_header(
                 &mut ipv4::Packet::new_unchecked(&mut bytes[IP_AT..]),
                 Checksum::Skip,
@@ -124,6 +124,7 @@ impl Stack {
         t: &LinkTemplate,
         frame: &mut [u8],
         total_len: u16,
+        ect: bool,
     ) {
         let ident = self.next_ident();
         let _p = self.ledger.probe(s, Layer::Ip, Side::Send, Op::IpProto);
@@ -131,9 +132,16 @@ impl Stack {
         let ip = &mut frame[IP_AT..HEADERS_LEN];
         ip[2..4].copy_from_slice(&total_len.to_be_bytes());
         ip[4..6].copy_from_slice(&ident.to_be_bytes());
+        let mut sum = t.ip_sum;
+        if ect {
+            // ECT(0) in the TOS octet, the low byte of the header's first word (zero in
+            // the template), and so in the sum.
+            ip[1] |= ECN_ECT0;
+            sum = checksum::combine(sum, u16::from(ECN_ECT0));
+        }
         let _c = self.ledger.probe(s, Layer::Ip, Side::Send, Op::Checksum);
         if self.tuning.inline_ip_header_checksum {
-            let sum = checksum::combine(checksum::combine(t.ip_sum, total_len), ident);
+            let sum = checksum::combine(checksum::combine(sum, total_len), ident);
             ip[10..12].copy_from_slice(&checksum::finish(sum).to_be_bytes());
         } else {
             ipv4::Packet::new_unchecked(ip).fill_checksum_general(self.tuning.checksum);

@@ -290,6 +290,10 @@ counters! {
     /// no connection, or with an MTU no smaller than the path's or below the floor.
     TcpPathMtuReductions = "tcp.path_mtu_reductions";
     TcpIcmpIgnored = "tcp.icmp_ignored";
+    /// ECN (RFC 3168): data segments that arrived with CE set, and window reductions for
+    /// the peer's ECE.
+    TcpEcnCeIn = "tcp.ecn.ce_in";
+    TcpEcnReductions = "tcp.ecn.reductions";
     /// Other ICMP errors taken by a connection (RFC 9293 §3.9.2.2): soft ones kept for
     /// the application, hard ones that ended a connection in SYN-SENT.
     TcpIcmpErrors = "tcp.icmp_errors";

@@ -154,6 +154,10 @@ pub struct TcpConfig {
     /// The TTL and DSCP of the connection's segments (RFC 9293 MUST-48, MUST-49;
     /// `Stack::tcp_set_ip_fields`); by default the stack's TTL and DSCP 0.
     pub ip_fields: IpFields,
+    /// Explicit Congestion Notification (RFC 3168; RFC 9293 SHLD-8): ask for it in the
+    /// SYN, and agree to a peer that asks. Off by default, so that nothing changes for a
+    /// peer or a path that mishandles it unless the application says so.
+    pub ecn: bool,
     /// Offer window scaling, timestamps and SACK in the SYN.
     pub window_scaling: bool,
     pub timestamps: bool,
@@ -206,6 +210,7 @@ impl Default for TcpConfig {
             keepalive_interval: Duration::from_secs(75),
             keepalive_probes: 9,
             ip_fields: IpFields::default(),
+            ecn: false,
             window_scaling: true,
             timestamps: true,
             sack: true,
@@ -236,6 +241,10 @@ pub struct Outgoing {
     /// A super-segment for the device to cut into segments of this many data bytes
     /// (TCP segmentation offload); 0 for an ordinary segment.
     pub gso_size: u16,
+    /// Sent ECN-capable, ECT(0) in the IP header: new data on a connection that agreed
+    /// to ECN (RFC 3168 §6.1.1; never a SYN, a pure ACK, a retransmission or a window
+    /// probe, §6.1.4-6).
+    pub ect: bool,
 }
 
 impl Outgoing {
@@ -248,6 +257,7 @@ impl Outgoing {
             no_checksum,
             retransmission,
             gso_size: 0,
+            ect: false,
         }
     }
 }
@@ -489,6 +499,19 @@ pub struct Connection {
     /// data.
     soft_error: Option<ConnError>,
 
+    // ECN (RFC 3168 §6.1).
+    /// Both SYNs agreed to it.
+    ecn_enabled: bool,
+    /// A segment came with CE set: every ACK carries ECE until the peer's CWR (§6.1.3).
+    ece_pending: bool,
+    /// The window was reduced for an ECE: the next new data segment carries CWR.
+    cwr_pending: bool,
+    /// SND.NXT at the last reduction: an ECE is answered once a window of data (§6.1.2).
+    ecn_recover: SeqNumber,
+    /// The segment the stack is about to [`input`](Self::input) arrived with CE in its
+    /// IP header (set by the stack only then, cleared by `input`).
+    pub(crate) ce_in: bool,
+
     // Urgent data (RFC 9293 §3.8.5): each pointer names the octet after the urgent data.
     /// SND.UP while the peer has not acknowledged everything up to it.
     snd_up: Option<SeqNumber>,
@@ -661,6 +684,11 @@ impl Connection {
             fin_in: false,
             released: false,
             soft_error: None,
+            ecn_enabled: false,
+            ece_pending: false,
+            cwr_pending: false,
+            ecn_recover: SeqNumber(0),
+            ce_in: false,
             snd_up: None,
             rcv_up: None,
             urgent_signal: false,
@@ -971,6 +999,15 @@ impl Connection {
             self.ts_enabled = false;
         }
         self.sack_enabled = self.config.sack && syn.sack_permitted;
+        // RFC 3168 §6.1.1: an ECN-setup SYN has ECE and CWR, the SYN-ACK agreeing to it
+        // ECE alone.
+        let ecn_setup = if self.state == State::SynSent {
+            syn.ece && !syn.cwr
+        } else {
+            syn.ece && syn.cwr
+        };
+        self.ecn_enabled = self.config.ecn && ecn_setup;
+        self.ecn_recover = self.iss;
         // RFC 1146: in force only when both SYNs name the same algorithm.
         self.no_checksum =
             self.want_no_checksum && syn.alt_checksum_request == Some(AltChecksum::NoChecksum);
@@ -1246,7 +1283,8 @@ impl Connection {
             State::SynSent => return self.input_syn_sent(seg, now),
             _ => {}
         }
-        if header_prediction {
+        let ce = self.ce_in && std::mem::take(&mut self.ce_in);
+        if header_prediction && !ce {
             let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::TcpProto);
             if self.predicted(s, seg, data_in_rx, ledger, now) {
                 return None;
@@ -1255,7 +1293,64 @@ impl Connection {
             ledger.counters().inc(Counter::TcpPredictionMisses);
         }
         let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::TcpProto);
+        if self.ecn_enabled {
+            self.ecn_input(seg, ce, ledger);
+        }
         self.input_synchronized(s, seg, data_in_rx, ledger, now)
+    }
+
+    /// RFC 3168 §6.1.2-3 for a segment of a connection that agreed to ECN (before the
+    /// usual processing, which may drop it): the peer's CWR ends the ECEs owed; data that
+    /// came with CE owes them from now on; an ECE from the peer reduces the window as a
+    /// loss would, once a window of data and not during loss recovery, which reduced it
+    /// already.
+    fn ecn_input(&mut self, seg: &TcpRepr, ce: bool, ledger: &Ledger) {
+        let in_window = seg.seq_number.ge(self.rcv_nxt)
+            && seg.seq_number.lt(self.rcv_nxt + self.rx.free().max(1));
+        if seg.cwr {
+            self.ece_pending = false;
+        }
+        if ce && in_window && !seg.payload.is_empty() {
+            self.ece_pending = true;
+            ledger.counters().inc(Counter::TcpEcnCeIn);
+        }
+        let answered = self.snd_una.lt(self.ecn_recover);
+        let acceptable = seg
+            .ack_number
+            .is_some_and(|a| a.ge(self.snd_una) && a.le(self.snd_max));
+        if seg.ece && acceptable && self.recovery.is_none() && !answered {
+            self.halve_ssthresh();
+            self.cwnd = self.ssthresh;
+            self.ca_acked = 0;
+            self.ecn_recover = self.snd_nxt;
+            ledger.counters().inc(Counter::TcpEcnReductions);
+        }
+    }
+
+    /// Whether the connection agreed to ECN (RFC 3168).
+    pub fn ecn_enabled(&self) -> bool {
+        self.ecn_enabled
+    }
+
+    /// For a connection that agreed to ECN, whether a segment of `len` bytes sent as
+    /// `kind` goes ECN-capable: new data only, never a retransmission (RFC 3168 §6.1.5)
+    /// or a window probe (§6.1.6); the first such segment after a window reduction
+    /// carries CWR (§6.1.2). Out of line: off the path of a connection without ECN.
+    #[cold]
+    #[inline(never)]
+    fn ecn_new_data(
+        &mut self,
+        kind: Send,
+        retransmission: bool,
+        len: usize,
+        repr: &mut TcpRepr,
+    ) -> bool {
+        let ect = kind == Send::Next && !retransmission && len > 0;
+        if ect && self.cwr_pending {
+            self.cwr_pending = false;
+            repr.cwr = true;
+        }
+        ect
     }
 
     /// Jacobson's header prediction (4.4BSD `tcp_input`): in ESTABLISHED, a segment with
@@ -1274,6 +1369,8 @@ impl Connection {
         if self.state != State::Established
             || seg.control != Control::None
             || seg.urgent_pointer.is_some()
+            || seg.ece
+            || seg.cwr
             || seg.seq_number != self.rcv_nxt
             || self.snd_nxt != self.snd_max
             || self.recovery.is_some()
@@ -2135,9 +2232,13 @@ impl Connection {
     }
 
     /// The congestion response's threshold: half the data in flight, at least two segments
-    /// (RFC 5681 §3.1, equation 4).
+    /// (RFC 5681 §3.1, equation 4). Every window reduction comes through here, and on a
+    /// connection with ECN the next new data announces it with CWR (RFC 3168 §6.1.2).
     fn halve_ssthresh(&mut self) {
         self.ssthresh = (self.flight_size() / 2).max(2 * self.snd_mss);
+        if self.ecn_enabled {
+            self.cwr_pending = true;
+        }
     }
 
     /// Fast retransmit: the segment at SND.UNA goes again at once and NewReno recovery
@@ -2340,8 +2441,13 @@ impl Connection {
             if self.want_no_checksum && (offer || self.no_checksum) {
                 repr.alt_checksum_request = Some(AltChecksum::NoChecksum);
             }
+            if self.config.ecn && (offer || self.ecn_enabled) {
+                repr.ece = true;
+                repr.cwr = offer;
+            }
         } else {
             repr.urgent_pointer = self.urgent_field(seq);
+            repr.ece = self.ece_pending;
             if self.ts_enabled {
                 repr.timestamp = Some(TcpTimestamp {
                     tsval: ts_clock(now),
@@ -2436,7 +2542,13 @@ impl Connection {
         // and in segments of one frame each, so that each carries its own urgent pointer.
         let urgent = self.snd_up.is_some();
         let short_may_go = !short_in_flight || !self.config.nagle || fin_unsent || urgent;
-        let tso_max = if urgent { 0 } else { tso_max };
+        // A segment with CWR goes alone too: cut from a super-segment, each frame would
+        // repeat it.
+        let tso_max = if urgent || self.cwr_pending {
+            0
+        } else {
+            tso_max
+        };
         let mut len = unsent.min(usable).min(tso_max.max(mss));
         if len > mss && (len < unsent || !short_may_go) {
             // A super-segment holds whole segments; its short tail goes with it only
@@ -2666,6 +2778,7 @@ impl Connection {
         if len > 0 {
             self.interactive = true;
         }
+        let ect = self.ecn_enabled && self.ecn_new_data(kind, retransmission, len, &mut repr);
         self.note_ack_sent(&repr);
         Some(Outgoing {
             repr,
@@ -2674,6 +2787,7 @@ impl Connection {
             no_checksum: self.no_checksum,
             retransmission,
             gso_size: if len > mss { mss as u16 } else { 0 },
+            ect,
         })
     }
 

@@ -60,7 +60,7 @@ pub use syn_cookie::SynCookies;
 use crate::buf::{ExtBuf, PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
-use crate::ip::{IpFields, SendAs, Unreachable};
+use crate::ip::{SendAs, Unreachable, ECN_CE};
 use crate::probe::ledger::cold_path;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
@@ -553,6 +553,10 @@ impl Stack {
                 ..
             }) => {
                 let was = c.state();
+                // Congestion Experienced on the way (RFC 3168 §5).
+                if ip.ecn == ECN_CE {
+                    c.ce_in = true;
+                }
                 let reply = c.input(s, seg, data_in_rx, hp, &self.ledger, now);
                 c.rx.unstage();
                 let is = c.state();
@@ -1251,7 +1255,7 @@ impl Stack {
                 .inc(Counter::TcpRetransmittedSegments);
         }
         let buf = if self.tuning.tcp_header_template {
-            match self.tcp_send_templated(s, index, buf) {
+            match self.tcp_send_templated(s, index, buf, out.ect) {
                 Ok(()) => return Ok(()),
                 Err(buf) => buf,
             }
@@ -1262,6 +1266,7 @@ impl Stack {
             src: Some(src),
             dont_frag: true,
             fields,
+            ect: out.ect,
         };
         self.ip_output(s, dst, IpProtocol::Tcp, buf, send)
             .map_err(|_| ())
@@ -1316,7 +1321,7 @@ impl Stack {
         let send = SendAs {
             src: Some(local.0),
             dont_frag: true,
-            fields: IpFields::default(),
+            ..SendAs::default()
         };
         let _ = self.ip_output(s, remote.0, IpProtocol::Tcp, buf, send);
         true

@@ -11,6 +11,7 @@
 //! refuse it as usual; the frames are the same bytes either way (tests/tcp.rs checks).
 
 use crate::buf::PacketBuf;
+use crate::ip::SendAs;
 use crate::link::template::{LinkTemplate, HEADERS_LEN};
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
@@ -41,7 +42,13 @@ impl Stack {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
             // From the connection's address (RFC 9293 MUST-45); TCP sizes its segments
             // itself: Don't Fragment.
-            self.link_template(remote, Some(local), IpProtocol::Tcp, true, fields)
+            let send = SendAs {
+                src: Some(local),
+                dont_frag: true,
+                fields,
+                ect: false,
+            };
+            self.link_template(remote, IpProtocol::Tcp, send)
         };
         if t.is_some() {
             self.ledger.counters().inc(Counter::TcpTemplateBuilt);
@@ -53,13 +60,14 @@ impl Stack {
     }
 
     /// Sends the finished TCP segment in `segment` (its header and data written, its
-    /// checksum or offload set) under the connection's template; gives the buffer back
-    /// when the segment must go through the layers instead.
+    /// checksum or offload set) under the connection's template, ECN-capable if `ect`;
+    /// gives the buffer back when the segment must go through the layers instead.
     pub(crate) fn tcp_send_templated(
         &mut self,
         s: impl Sampling,
         index: usize,
         mut segment: PacketBuf,
+        ect: bool,
     ) -> Result<(), PacketBuf> {
         let Some(t) = self.tcp_link_template(s, index) else {
             return Err(segment);
@@ -73,7 +81,7 @@ impl Stack {
         if segment.prepend(HEADERS_LEN).is_err() {
             return Err(segment);
         }
-        self.write_link_template(s, &t, segment.data_mut(), total_len as u16);
+        self.write_link_template(s, &t, segment.data_mut(), total_len as u16, ect);
         let counters = self.ledger.counters();
         counters.inc(Counter::IpPacketsOut);
         counters.inc(Counter::TcpTemplateSent);

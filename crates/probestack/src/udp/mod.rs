@@ -341,8 +341,8 @@ impl Stack {
                     self.ledger.counters().inc(Counter::UdpDatagramsOut);
                     let send = SendAs {
                         src: Some(src),
-                        dont_frag: false,
                         fields,
+                        ..SendAs::default()
                     };
                     self.ip_output(s, dst.0, IpProtocol::Udp, buf, send)
                         .map_err(UdpError::from)

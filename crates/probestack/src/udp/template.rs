@@ -13,7 +13,7 @@
 //! through the layers as before.
 
 use crate::checksum;
-use crate::ip::IpFields;
+use crate::ip::{IpFields, SendAs};
 use crate::link::template::{LinkTemplate, HEADERS_LEN};
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::udp::{UdpError, UdpHandle};
@@ -73,7 +73,12 @@ impl Stack {
     ) -> Option<HeaderTemplate> {
         let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::UdpProto);
         let src = (!local.0.is_unspecified()).then_some(local.0);
-        let link = self.link_template(dst.0, src, IpProtocol::Udp, false, fields)?;
+        let send = SendAs {
+            src,
+            fields,
+            ..SendAs::default()
+        };
+        let link = self.link_template(dst.0, IpProtocol::Udp, send)?;
         let elide = no_checksum || self.checksum_elidable(dst.0);
         // A checksum the device would complete needs the offload flag per frame: the
         // layers set it.
@@ -140,7 +145,7 @@ impl Stack {
             return Some(Err(e));
         }
         let total_len = (ipv4::MIN_HEADER_LEN + udp_len) as u16;
-        self.write_link_template(s, &t.link, buf.data_mut(), total_len);
+        self.write_link_template(s, &t.link, buf.data_mut(), total_len, false);
         let counters = self.ledger.counters();
         counters.inc(Counter::UdpDatagramsOut);
         counters.inc(Counter::IpPacketsOut);

@@ -18,8 +18,9 @@ use probestack::wire::{Checksum, Ipv4Address};
 
 /// What the router does with the frames a stack sends.
 pub trait Hop: Send {
-    /// Whether `frame` goes on to the wire, and the router's answer to the stack, if any.
-    fn forward(&mut self, frame: &PacketBuf) -> (bool, Option<PacketBuf>);
+    /// Whether `frame` goes on to the wire (as the router leaves it: it may mark it), and
+    /// the router's answer to the stack, if any.
+    fn forward(&mut self, frame: &mut PacketBuf) -> (bool, Option<PacketBuf>);
 }
 
 /// A device with a [`Hop`] behind it.
@@ -47,12 +48,12 @@ impl<D: Device, H: Hop> Device for Routed<D, H> {
     }
     fn transmit(
         &mut self,
-        frame: PacketBuf,
+        mut frame: PacketBuf,
         meta: TxMeta,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
         self.last_now = cx.now;
-        let (on, answer) = self.hop.forward(&frame);
+        let (on, answer) = self.hop.forward(&mut frame);
         self.answers.extend(answer);
         if on {
             self.dev.transmit(frame, meta, cx)
