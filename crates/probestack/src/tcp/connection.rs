@@ -504,7 +504,8 @@ pub struct Connection {
     ecn_enabled: bool,
     /// A segment came with CE set: every ACK carries ECE until the peer's CWR (§6.1.3).
     ece_pending: bool,
-    /// The window was reduced for an ECE: the next new data segment carries CWR.
+    /// The window was reduced (for an ECE, or a loss): the next new data segment carries
+    /// CWR.
     cwr_pending: bool,
     /// SND.NXT at the last reduction: an ECE is answered once a window of data (§6.1.2).
     ecn_recover: SeqNumber,
