@@ -2081,3 +2081,57 @@ fn congestion_experienced_reduces_the_window_without_a_loss() {
     assert!(!cwr.is_empty() && cwr.len() as u64 <= reductions, "{cwr:?}");
     assert!(cwr.iter().all(|s| s.2 > 0 && s.1 == 0b10), "{cwr:?}");
 }
+
+/// A router behind A's NIC that loses the `nth` ECN-capable frame A sends.
+struct LosesOne {
+    nth: u64,
+    seen: u64,
+}
+
+impl Hop for LosesOne {
+    fn forward(&mut self, frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
+        let data = frame.data();
+        if data[12..14] == [0x08, 0x00] && data[ethernet::HEADER_LEN + 1] & 0b11 == 0b10 {
+            self.seen += 1;
+            return (self.seen != self.nth, None);
+        }
+        (true, None)
+    }
+}
+
+/// A loss reduces the window too, and on a connection with ECN the reduction is
+/// announced with CWR on the next new data (RFC 3168 §6.1.2), though no ECE came.
+#[test]
+fn a_loss_on_an_ecn_connection_is_announced_with_cwr() {
+    let out = SharedBytes::default();
+    let sink = out.clone();
+    let mut p = Pair::with_devices(
+        ecn_host(true, true),
+        ecn_host(true, true),
+        move |nic| {
+            let pcap = probestack::driver::pcap::PcapWriter::new(
+                nic,
+                sink,
+                probestack::driver::pcap::PcapMode::TxOnly,
+            )
+            .unwrap();
+            Box::new(Routed::new(pcap, LosesOne { nth: 40, seen: 0 }))
+        },
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 400_000, Duration::from_secs(5));
+    let a = p.a.ledger().counters();
+    assert!(
+        a.get(Counter::TcpRetransmittedSegments) > 0,
+        "nothing was lost"
+    );
+    assert_eq!(a.get(Counter::TcpEcnReductions), 0, "no ECE came");
+    let cwr: Vec<_> = segments_of(&captured_frames(&out))
+        .into_iter()
+        .filter(|s| s.0 & 0x80 != 0 && s.0 & 0x02 == 0)
+        .collect();
+    assert!(!cwr.is_empty(), "the reduction was not announced");
+    assert!(cwr.iter().all(|s| s.2 > 0 && s.1 == 0b10), "{cwr:?}");
+}
