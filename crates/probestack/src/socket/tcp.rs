@@ -1011,9 +1011,10 @@ impl Stack {
     }
 
     /// The error that ended the connection, if one did.
-    /// The last soft error ICMP reported for the connection (destination unreachable,
-    /// codes 0, 1 and 5, time exceeded; RFC 9293 §3.9.2.2, which has a TCP keep it for
-    /// the application, SHLD-25, and not abort, MUST-56), until the peer next
+    /// The last soft error ICMP reported for the connection (destination unreachable or
+    /// time exceeded; RFC 9293 §3.9.2.2, which has a TCP keep it for the application,
+    /// SHLD-25, and not abort, MUST-56; on a synchronized connection a hard one, port or
+    /// protocol unreachable, is kept so too, RFC 5461 §4), until the peer next
     /// acknowledges new data. Should the connection time out, this is its error.
     pub fn tcp_soft_error(&self, h: TcpHandle) -> Result<Option<TcpError>, TcpError> {
         Ok(self.tcp_conn(h)?.soft_error().map(TcpError::from))
