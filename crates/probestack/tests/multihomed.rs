@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::transfer::accepted_on_b;
+use common::transfer::{accepted_on_a, accepted_on_b};
 use probestack::driver::queue::FrameQueue;
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Counter;
@@ -17,7 +17,6 @@ use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_B};
 use probestack::socket::tcp::TcpError;
 use probestack::socket::udp::UdpError;
 use probestack::stack::InterfaceConfig;
-use probestack::tcp::State;
 use probestack::time::Duration;
 use probestack::wire::ethernet::EthernetAddress;
 use probestack::wire::Ipv4Address;
@@ -124,14 +123,7 @@ fn a_tcp_connection_opened_from_the_second_address_goes_from_it() {
     let c =
         p.b.tcp_connect_from((ADDR_A, 5001), (SECOND, 0), cfg, false)
             .unwrap();
-    let mut s = None;
-    assert!(p.run_until(Duration::from_secs(5), |p| {
-        if s.is_none() {
-            s = p.a.tcp_accept(l).ok();
-        }
-        s.is_some() && p.b.tcp_state(c) == Ok(State::Established)
-    }));
-    let s = s.unwrap();
+    let s = accepted_on_a(&mut p, l, c);
     assert_eq!(p.a.tcp_endpoints(s).map(|(_, remote)| remote.0), Ok(SECOND));
     assert_eq!(p.a.tcp_send(s, b"back to the second"), Ok(18));
     let mut buf = [0u8; 32];

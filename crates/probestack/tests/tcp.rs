@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
 use common::router::{icmp_frame, quoted, Hop, Routed};
 use common::tamper::{refragmenting, tcp_segment, tcp_seq, LoseAndReorder, Tamper, Tampered};
-use common::transfer::{accepted_on_b, fnv, pattern, transfer};
+use common::transfer::{accepted_on_a, accepted_on_b, fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{Device, FaultConfig, NicConfig, TxMeta};
 use probestack::ip::IpFields;
@@ -1298,14 +1298,7 @@ fn a_connections_ttl_and_dscp_go_into_its_segments() {
         };
         p.a.tcp_set_ip_fields(l, fields).unwrap();
         let c = p.b.tcp_connect((ADDR_A, PORT)).unwrap();
-        let mut s = None;
-        assert!(p.run_until(Duration::from_secs(5), |p| {
-            if s.is_none() {
-                s = p.a.tcp_accept(l).ok();
-            }
-            s.is_some() && p.b.tcp_state(c) == Ok(State::Established)
-        }));
-        let s = s.unwrap();
+        let s = accepted_on_a(&mut p, l, c);
         transfer(&mut p, s, c, 50_000, Duration::from_secs(5));
         let mid = captured_frames(&out).len();
         p.a.tcp_set_ip_fields(s, IpFields::default()).unwrap();
@@ -1963,6 +1956,38 @@ fn segments_of(frames: &[Vec<u8>]) -> Vec<(u8, u8, usize)> {
         .collect()
 }
 
+/// A router that lets everything through.
+struct Through;
+
+impl Hop for Through {
+    fn forward(&mut self, _frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
+        (true, None)
+    }
+}
+
+/// Two stacks configured as `a` and `b`, A's frames captured (as A sends them) and then
+/// handed to `hop`.
+fn captured_through(a: HostConfig, b: HostConfig, hop: impl Hop + 'static) -> (Pair, SharedBytes) {
+    let out = SharedBytes::default();
+    let sink = out.clone();
+    let p = Pair::with_devices(
+        a,
+        b,
+        move |nic| {
+            let pcap = probestack::driver::pcap::PcapWriter::new(
+                nic,
+                sink,
+                probestack::driver::pcap::PcapMode::TxOnly,
+            )
+            .unwrap();
+            Box::new(Routed::new(pcap, hop))
+        },
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    (p, out)
+}
+
 fn ecn_host(ecn: bool, template: bool) -> HostConfig {
     let mut h = host(
         1500,
@@ -1986,24 +2011,8 @@ fn ecn_is_negotiated_and_only_new_data_is_ecn_capable() {
         (true, false, true),
         (false, true, true),
     ] {
-        let out = SharedBytes::default();
-        let sink = out.clone();
-        let mut p = Pair::with_devices(
-            ecn_host(a_on, template),
-            ecn_host(b_on, template),
-            |nic| {
-                Box::new(
-                    probestack::driver::pcap::PcapWriter::new(
-                        nic,
-                        sink,
-                        probestack::driver::pcap::PcapMode::TxOnly,
-                    )
-                    .unwrap(),
-                )
-            },
-            |nic| Box::new(nic),
-        )
-        .unwrap();
+        let (mut p, out) =
+            captured_through(ecn_host(a_on, template), ecn_host(b_on, template), Through);
         let (c, _l, s) = connect(&mut p);
         let both = a_on && b_on;
         assert_eq!(p.a.tcp_connection(c).unwrap().ecn_enabled(), both);
@@ -2043,23 +2052,7 @@ fn congestion_experienced_reduces_the_window_without_a_loss() {
         marking: marking.clone(),
         marked: marked.clone(),
     };
-    let out = SharedBytes::default();
-    let sink = out.clone();
-    let mut p = Pair::with_devices(
-        ecn_host(true, true),
-        ecn_host(true, true),
-        move |nic| {
-            let pcap = probestack::driver::pcap::PcapWriter::new(
-                nic,
-                sink,
-                probestack::driver::pcap::PcapMode::TxOnly,
-            )
-            .unwrap();
-            Box::new(Routed::new(pcap, hop))
-        },
-        |nic| Box::new(nic),
-    )
-    .unwrap();
+    let (mut p, out) = captured_through(ecn_host(true, true), ecn_host(true, true), hop);
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, 200_000, Duration::from_secs(5));
     marking.store(true, Ordering::Relaxed);
@@ -2103,23 +2096,8 @@ impl Hop for LosesOne {
 /// announced with CWR on the next new data (RFC 3168 §6.1.2), though no ECE came.
 #[test]
 fn a_loss_on_an_ecn_connection_is_announced_with_cwr() {
-    let out = SharedBytes::default();
-    let sink = out.clone();
-    let mut p = Pair::with_devices(
-        ecn_host(true, true),
-        ecn_host(true, true),
-        move |nic| {
-            let pcap = probestack::driver::pcap::PcapWriter::new(
-                nic,
-                sink,
-                probestack::driver::pcap::PcapMode::TxOnly,
-            )
-            .unwrap();
-            Box::new(Routed::new(pcap, LosesOne { nth: 40, seen: 0 }))
-        },
-        |nic| Box::new(nic),
-    )
-    .unwrap();
+    let hop = LosesOne { nth: 40, seen: 0 };
+    let (mut p, out) = captured_through(ecn_host(true, true), ecn_host(true, true), hop);
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, 400_000, Duration::from_secs(5));
     let a = p.a.ledger().counters();

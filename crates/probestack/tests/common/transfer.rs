@@ -16,12 +16,26 @@ pub fn connect(p: &mut Pair, port: u16) -> (TcpHandle, TcpHandle) {
 /// Runs the pair until B's `listener` has accepted a connection and A's `client` is
 /// established (within 5 s); returns B's end.
 pub fn accepted_on_b(p: &mut Pair, listener: TcpHandle, client: TcpHandle) -> TcpHandle {
+    accepted(p, true, listener, client)
+}
+
+/// [`accepted_on_b`] the other way round: A listens, B's `client` connects.
+pub fn accepted_on_a(p: &mut Pair, listener: TcpHandle, client: TcpHandle) -> TcpHandle {
+    accepted(p, false, listener, client)
+}
+
+fn accepted(p: &mut Pair, on_b: bool, listener: TcpHandle, client: TcpHandle) -> TcpHandle {
     let mut s = None;
     assert!(p.run_until(Duration::from_secs(5), |p| {
+        let (server, peer) = if on_b {
+            (&mut p.b, &p.a)
+        } else {
+            (&mut p.a, &p.b)
+        };
         if s.is_none() {
-            s = p.b.tcp_accept(listener).ok();
+            s = server.tcp_accept(listener).ok();
         }
-        s.is_some() && p.a.tcp_state(client) == Ok(State::Established)
+        s.is_some() && peer.tcp_state(client) == Ok(State::Established)
     }));
     s.unwrap()
 }
