@@ -75,7 +75,7 @@ use crate::tcp::{State, TcpConfig};
 use crate::time::{Duration, Instant};
 use crate::wire::arp::{self as arp_wire, ArpOperation, ArpRepr};
 use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetRepr};
-use crate::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr, TimeExceeded};
+use crate::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr, ParamProblem, TimeExceeded};
 use crate::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
 use crate::wire::tcp::{self as tcp_wire, Control, SeqNumber, TcpOption, TcpRepr, TcpTimestamp};
 use crate::wire::udp::{self as udp_wire, UdpRepr};
@@ -231,6 +231,10 @@ pub fn icmpv4(data: &[u8]) {
         icmp_round_trip(&repr);
     }
     if let Ok(repr) = Icmpv4Repr::time_exceeded(TimeExceeded::TtlExpired, data) {
+        icmp_round_trip(&repr);
+    }
+    // Code 0, the one code with a pointer.
+    if let Ok(repr) = Icmpv4Repr::param_problem(ParamProblem::Pointer, data[0], &data[1..]) {
         icmp_round_trip(&repr);
     }
 }

@@ -23,7 +23,7 @@ use probestack::socket::udp::UdpError;
 use probestack::tcp::State;
 use probestack::time::Duration;
 use probestack::wire::ethernet;
-use probestack::wire::icmpv4::{DstUnreachable, Icmpv4Repr, TimeExceeded};
+use probestack::wire::icmpv4::{DstUnreachable, Icmpv4Repr, ParamProblem, TimeExceeded};
 use probestack::wire::Ipv4Address;
 
 /// The router that sends the errors, on A's subnet.
@@ -34,6 +34,8 @@ const ROUTER: Ipv4Address = Ipv4Address::new(198, 18, 0, 254);
 enum Answer {
     Unreachable(DstUnreachable),
     TtlExpired,
+    /// A parameter problem pointing at the quoted header's TTL.
+    HeaderAtFault,
 }
 
 /// Which of A's frames the router loses and answers, and how far the quoted TCP sequence
@@ -70,6 +72,7 @@ impl Hop for Router {
         let icmp = match rule.answer {
             Answer::Unreachable(code) => Icmpv4Repr::dst_unreachable(code, 0, &quoted),
             Answer::TtlExpired => Icmpv4Repr::time_exceeded(TimeExceeded::TtlExpired, &quoted),
+            Answer::HeaderAtFault => Icmpv4Repr::param_problem(ParamProblem::Pointer, 8, &quoted),
         }
         .unwrap();
         (
@@ -130,6 +133,12 @@ fn a_soft_error_is_kept_for_the_application_and_aborts_nothing() {
     }));
     assert_eq!(&buf[..22], b"through a flaky router");
     assert_eq!(p.a.tcp_soft_error(c), Ok(None));
+    // A parameter problem is a soft error too (RFC 9293 §3.9.2.2).
+    *rule.lock().unwrap() = tcp_rule(Answer::HeaderAtFault);
+    assert_eq!(p.a.tcp_send(c, b"again"), Ok(5));
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::ProtocolError)));
 }
 
 /// A connection that times out after soft errors reports the last of them, not
@@ -216,6 +225,7 @@ fn a_connected_udp_socket_is_told_of_every_error() {
             Answer::Unreachable(DstUnreachable::PortUnreachable),
             UdpError::ConnectionRefused,
         ),
+        (Answer::HeaderAtFault, UdpError::ProtocolError),
     ] {
         *rule.lock().unwrap() = Some(Rule {
             answer,
@@ -228,7 +238,7 @@ fn a_connected_udp_socket_is_told_of_every_error() {
         assert_eq!(p.a.udp_recv(a, &mut buf), Err(want), "{answer:?}");
         assert_eq!(p.a.udp_recv(a, &mut buf), Err(UdpError::WouldBlock));
     }
-    assert_eq!(count(&p, Counter::UdpIcmpErrors), 4);
+    assert_eq!(count(&p, Counter::UdpIcmpErrors), 5);
     let unconnected = p.a.udp_open();
     p.a.udp_send_to(unconnected, b"anyone?", ADDR_B, 9).unwrap();
     p.run_for(Duration::from_millis(10));

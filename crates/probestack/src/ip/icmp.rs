@@ -15,7 +15,7 @@ use crate::wire::{Checksum, Ipv4Address};
 
 /// What an ICMP error says of the datagram it quotes, for the transport that sent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Unreachable {
+pub(crate) enum IcmpError {
     /// The destination's network cannot be reached (destination unreachable codes 0, 6,
     /// 9 and 11).
     Network,
@@ -28,18 +28,21 @@ pub(crate) enum Unreachable {
     /// Fragmentation needed with Don't Fragment set (code 4), and the next-hop MTU
     /// (RFC 1191).
     FragNeeded { next_hop_mtu: u16 },
+    /// A host or router on the way found the datagram's header at fault (parameter
+    /// problem, RFC 792; a soft error for TCP, RFC 9293 §3.9.2.2).
+    ParamProblem,
 }
 
-impl Unreachable {
-    fn of(reason: DstUnreachable, next_hop_mtu: u16) -> Unreachable {
+impl IcmpError {
+    fn of(reason: DstUnreachable, next_hop_mtu: u16) -> IcmpError {
         use DstUnreachable as D;
         match reason {
             D::NetUnreachable | D::DstNetUnknown | D::NetProhibited | D::NetUnreachableForTos => {
-                Unreachable::Network
+                IcmpError::Network
             }
-            D::ProtoUnreachable | D::PortUnreachable => Unreachable::Refused,
-            D::FragRequired => Unreachable::FragNeeded { next_hop_mtu },
-            _ => Unreachable::Host,
+            D::ProtoUnreachable | D::PortUnreachable => IcmpError::Refused,
+            D::FragRequired => IcmpError::FragNeeded { next_hop_mtu },
+            _ => IcmpError::Host,
         }
     }
 }
@@ -119,8 +122,11 @@ impl Stack {
                 reason,
                 next_hop_mtu,
                 ..
-            } => self.icmp_error_in(s, &icmp, Unreachable::of(reason, next_hop_mtu)),
-            Icmpv4Repr::TimeExceeded { .. } => self.icmp_error_in(s, &icmp, Unreachable::Host),
+            } => self.icmp_error_in(s, &icmp, IcmpError::of(reason, next_hop_mtu)),
+            Icmpv4Repr::TimeExceeded { .. } => self.icmp_error_in(s, &icmp, IcmpError::Host),
+            Icmpv4Repr::ParamProblem { .. } => {
+                self.icmp_error_in(s, &icmp, IcmpError::ParamProblem)
+            }
         }
         let to = repr.src;
         // An echo reply goes from the address the request was sent to (RFC 1122
@@ -138,7 +144,7 @@ impl Stack {
     /// An ICMP error received: to the transport that sent the datagram it quotes, if
     /// this host sent it (RFC 1122 §3.2.2: UDP passes every error to its application,
     /// §4.1.3.3; TCP acts on it, RFC 9293 §3.9.2.2).
-    fn icmp_error_in(&mut self, s: impl Sampling, icmp: &Icmpv4Repr, what: Unreachable) {
+    fn icmp_error_in(&mut self, s: impl Sampling, icmp: &Icmpv4Repr, what: IcmpError) {
         self.ledger.counters().inc(Counter::IcmpErrorsIn);
         let Some((quoted, transport)) = icmp.invoking_header() else {
             return;

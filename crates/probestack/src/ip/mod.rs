@@ -8,7 +8,7 @@
 
 mod icmp;
 pub mod reassembly;
-pub(crate) use icmp::Unreachable;
+pub(crate) use icmp::IcmpError;
 pub mod route;
 mod udp_short;
 

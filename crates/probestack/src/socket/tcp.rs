@@ -70,6 +70,9 @@ pub enum TcpError {
     /// ([`Stack::tcp_soft_error`]).
     NetworkUnreachable,
     HostUnreachable,
+    /// ICMP said a segment's header was at fault (parameter problem; EPROTO), the soft
+    /// error or the error of a connection that timed out after it.
+    ProtocolError,
 }
 
 impl std::fmt::Display for TcpError {
@@ -91,6 +94,7 @@ impl std::fmt::Display for TcpError {
             TcpError::InvalidArgument => "invalid argument",
             TcpError::NetworkUnreachable => "network unreachable",
             TcpError::HostUnreachable => "host unreachable",
+            TcpError::ProtocolError => "protocol error",
         })
     }
 }
@@ -105,6 +109,7 @@ impl From<ConnError> for TcpError {
             ConnError::TimedOut => TcpError::TimedOut,
             ConnError::NetUnreachable => TcpError::NetworkUnreachable,
             ConnError::HostUnreachable => TcpError::HostUnreachable,
+            ConnError::ProtocolError => TcpError::ProtocolError,
         }
     }
 }

@@ -66,6 +66,8 @@ pub enum UdpError {
     /// reached (ENETUNREACH, EHOSTUNREACH; RFC 1122 §4.1.3.3).
     NetworkUnreachable,
     HostUnreachable,
+    /// ICMP said a datagram's header was at fault (parameter problem; EPROTO).
+    ProtocolError,
 }
 
 impl std::fmt::Display for UdpError {
@@ -87,6 +89,7 @@ impl std::fmt::Display for UdpError {
             UdpError::InvalidArgument => write!(f, "invalid argument"),
             UdpError::NetworkUnreachable => write!(f, "network unreachable"),
             UdpError::HostUnreachable => write!(f, "host unreachable"),
+            UdpError::ProtocolError => write!(f, "protocol error"),
         }
     }
 }

@@ -116,6 +116,8 @@ pub enum ConnError {
     /// if the connection times out.
     NetUnreachable,
     HostUnreachable,
+    /// ICMP said a segment's header was at fault (parameter problem, a soft error too).
+    ProtocolError,
 }
 
 /// Settings of a connection; the stack's defaults, changeable per socket.

@@ -60,7 +60,7 @@ pub use syn_cookie::SynCookies;
 use crate::buf::{ExtBuf, PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
-use crate::ip::{SendAs, Unreachable, ECN_CE};
+use crate::ip::{IcmpError, SendAs, ECN_CE};
 use crate::probe::ledger::cold_path;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
@@ -1340,7 +1340,7 @@ impl Stack {
         s: impl Sampling,
         quoted: &Ipv4Repr,
         transport: &[u8],
-        what: Unreachable,
+        what: IcmpError,
     ) {
         let ignored = |s: &mut Stack| s.ledger.counters().inc(Counter::TcpIcmpIgnored);
         if transport.len() < 8 {
@@ -1364,12 +1364,13 @@ impl Stack {
             return ignored(self);
         };
         let (error, hard) = match what {
-            Unreachable::FragNeeded { next_hop_mtu } => {
+            IcmpError::FragNeeded { next_hop_mtu } => {
                 return self.tcp_path_mtu(s, index, quoted, seq, next_hop_mtu);
             }
-            Unreachable::Network => (ConnError::NetUnreachable, false),
-            Unreachable::Host => (ConnError::HostUnreachable, false),
-            Unreachable::Refused => (ConnError::Refused, true),
+            IcmpError::Network => (ConnError::NetUnreachable, false),
+            IcmpError::Host => (ConnError::HostUnreachable, false),
+            IcmpError::Refused => (ConnError::Refused, true),
+            IcmpError::ParamProblem => (ConnError::ProtocolError, false),
         };
         let taken = self
             .tcp

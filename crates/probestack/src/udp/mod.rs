@@ -18,7 +18,7 @@ pub(crate) mod template;
 use crate::buf::{PacketBuf, TxOffload};
 use crate::checksum;
 use crate::driver::RxChecksum;
-use crate::ip::{SendAs, Unreachable};
+use crate::ip::{IcmpError, SendAs};
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::udp::{Queued, UdpError, UdpHandle};
 use crate::stack::Stack;
@@ -363,18 +363,14 @@ impl Stack {
     /// connected socket, the one that can tell whose datagram it was): port or protocol
     /// unreachable as [`UdpError::ConnectionRefused`], the others as
     /// [`UdpError::NetworkUnreachable`] or [`UdpError::HostUnreachable`].
-    pub(crate) fn udp_icmp_error(
-        &mut self,
-        quoted: &Ipv4Repr,
-        transport: &[u8],
-        what: Unreachable,
-    ) {
+    pub(crate) fn udp_icmp_error(&mut self, quoted: &Ipv4Repr, transport: &[u8], what: IcmpError) {
         let error = match what {
-            Unreachable::Refused => UdpError::ConnectionRefused,
-            Unreachable::Network => UdpError::NetworkUnreachable,
-            Unreachable::Host => UdpError::HostUnreachable,
+            IcmpError::Refused => UdpError::ConnectionRefused,
+            IcmpError::Network => UdpError::NetworkUnreachable,
+            IcmpError::ParamProblem => UdpError::ProtocolError,
+            IcmpError::Host => UdpError::HostUnreachable,
             // UDP does not set Don't Fragment: not about a datagram of ours.
-            Unreachable::FragNeeded { .. } => return,
+            IcmpError::FragNeeded { .. } => return,
         };
         if transport.len() < 4 {
             return;

@@ -19,6 +19,8 @@
 //! Destination Unreachable (type 3):  | unused (zero)     | Next-Hop MTU      |
 //!                                      (the MTU only for code 4, RFC 1191 §4)
 //! Time Exceeded (type 11):           | unused (zero)                         |
+//! Parameter Problem (type 12):       | Pointer | unused (zero)               |
+//!                                      (the pointer only for code 0)
 //! ```
 //!
 //! The data of an echo is whatever the sender put there; the data of an error is the
@@ -184,6 +186,41 @@ impl From<TimeExceeded> for u8 {
     }
 }
 
+/// Codes of Parameter Problem (RFC 792; 1 from RFC 1108, 2 from RFC 1812 §5.2.7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParamProblem {
+    /// The pointer names the octet of the invoking datagram's header in error.
+    Pointer = 0,
+    /// A required option is missing.
+    MissingOption = 1,
+    /// The header or datagram length is wrong.
+    BadLength = 2,
+}
+
+impl TryFrom<u8> for ParamProblem {
+    type Error = Error;
+
+    /// The code, or `BadField` for one no RFC defines.
+    fn try_from(code: u8) -> Result<ParamProblem> {
+        match code {
+            0 => Ok(ParamProblem::Pointer),
+            1 => Ok(ParamProblem::MissingOption),
+            2 => Ok(ParamProblem::BadLength),
+            _ => Err(Error::BadField {
+                proto: Proto::Icmpv4,
+                field: "parameter problem code",
+                value: code as u32,
+            }),
+        }
+    }
+}
+
+impl From<ParamProblem> for u8 {
+    fn from(c: ParamProblem) -> u8 {
+        c as u8
+    }
+}
+
 /// Byte offsets of the header fields.
 mod offset {
     pub const TYPE: usize = 0;
@@ -340,6 +377,13 @@ pub enum Icmpv4Repr<'a> {
         reason: TimeExceeded,
         invoking: &'a [u8],
     },
+    ParamProblem {
+        reason: ParamProblem,
+        /// The octet of the invoking datagram the error points at (code 0; the high
+        /// byte of the rest of the header, RFC 792).
+        pointer: u8,
+        invoking: &'a [u8],
+    },
 }
 
 /// The part of `original`, an IPv4 datagram, that an error about it quotes: its IP header
@@ -364,13 +408,15 @@ impl<'a> Icmpv4Repr<'a> {
     /// the type and code, and for an error the IPv4 header of the invoking datagram.
     ///
     /// Errors: a buffer under 8 bytes (`Truncated`); a bad checksum (`BadChecksum`); a
-    /// type other than echo request/reply, destination unreachable and time exceeded
-    /// (`Unsupported`, field "type"); a code the type does not define (`BadField`); an
+    /// type other than echo request/reply, destination unreachable, time exceeded and
+    /// parameter problem (`Unsupported`, field "type"); a code the type does not define
+    /// (`BadField`); an
     /// invoking datagram whose IPv4 header does not parse (the IPv4 error, naming
     /// [`Proto::Ipv4`]).
     ///
     /// The unused bytes of an error's rest-of-header are ignored (RFC 1122 §3.2.2 has
-    /// senders zero them), so the next-hop MTU is read only for code 4.
+    /// senders zero them), so the next-hop MTU is read only for code 4 and a parameter
+    /// problem's pointer only for code 0.
     pub fn parse<T>(packet: &Packet<&'a T>, checksum: Checksum) -> Result<Icmpv4Repr<'a>>
     where
         T: AsRef<[u8]> + ?Sized,
@@ -433,6 +479,20 @@ impl<'a> Icmpv4Repr<'a> {
                     invoking: data,
                 })
             }
+            Message::ParamProblem => {
+                let reason = ParamProblem::try_from(code)?;
+                check_invoking(data)?;
+                // Only code 0 has a pointer; the other codes leave the word unused.
+                let pointer = match reason {
+                    ParamProblem::Pointer => (packet.rest_of_header() >> 24) as u8,
+                    _ => 0,
+                };
+                Ok(Icmpv4Repr::ParamProblem {
+                    reason,
+                    pointer,
+                    invoking: data,
+                })
+            }
             other => Err(Error::Unsupported {
                 proto: Proto::Icmpv4,
                 field: "type",
@@ -468,12 +528,28 @@ impl<'a> Icmpv4Repr<'a> {
         })
     }
 
+    /// A Parameter Problem about `original`, pointing at its octet `pointer` (code 0),
+    /// quoting its header and the first 8 bytes of its payload ([`quote`]).
+    pub fn param_problem(
+        reason: ParamProblem,
+        pointer: u8,
+        original: &'a [u8],
+    ) -> Result<Icmpv4Repr<'a>> {
+        Ok(Icmpv4Repr::ParamProblem {
+            reason,
+            pointer,
+            invoking: quote(original)?,
+        })
+    }
+
     /// Whether the message is an error (RFC 1122 §3.2.2: no error is ever sent about
     /// one).
     pub const fn is_error(&self) -> bool {
         matches!(
             self,
-            Icmpv4Repr::DstUnreachable { .. } | Icmpv4Repr::TimeExceeded { .. }
+            Icmpv4Repr::DstUnreachable { .. }
+                | Icmpv4Repr::TimeExceeded { .. }
+                | Icmpv4Repr::ParamProblem { .. }
         )
     }
 
@@ -481,7 +557,8 @@ impl<'a> Icmpv4Repr<'a> {
     pub const fn invoking(&self) -> Option<&'a [u8]> {
         match *self {
             Icmpv4Repr::DstUnreachable { invoking, .. }
-            | Icmpv4Repr::TimeExceeded { invoking, .. } => Some(invoking),
+            | Icmpv4Repr::TimeExceeded { invoking, .. }
+            | Icmpv4Repr::ParamProblem { invoking, .. } => Some(invoking),
             Icmpv4Repr::EchoRequest { .. } | Icmpv4Repr::EchoReply { .. } => None,
         }
     }
@@ -505,7 +582,8 @@ impl<'a> Icmpv4Repr<'a> {
                     data.len()
                 }
                 Icmpv4Repr::DstUnreachable { invoking, .. }
-                | Icmpv4Repr::TimeExceeded { invoking, .. } => invoking.len(),
+                | Icmpv4Repr::TimeExceeded { invoking, .. }
+                | Icmpv4Repr::ParamProblem { invoking, .. } => invoking.len(),
             }
     }
 
@@ -515,8 +593,9 @@ impl<'a> Icmpv4Repr<'a> {
     /// [`Checksum::Skip`] the field is zero.
     ///
     /// Errors: a buffer shorter than the message (`Truncated`); a nonzero next-hop MTU
-    /// with a code other than 4 (`BadField`); an invoking datagram that does not start
-    /// with a valid IPv4 header (the IPv4 error). Everything emit accepts, parse returns.
+    /// with a code other than 4, or a nonzero parameter problem pointer with a code
+    /// other than 0 (`BadField`); an invoking datagram that does not start with a valid
+    /// IPv4 header (the IPv4 error). Everything emit accepts, parse returns.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         packet: &mut Packet<T>,
@@ -553,6 +632,22 @@ impl<'a> Icmpv4Repr<'a> {
             Icmpv4Repr::TimeExceeded { reason, invoking } => {
                 check_invoking(invoking)?;
                 (Message::TimeExceeded, reason.into(), 0, invoking)
+            }
+            Icmpv4Repr::ParamProblem {
+                reason,
+                pointer,
+                invoking,
+            } => {
+                if reason != ParamProblem::Pointer && pointer != 0 {
+                    return Err(Error::BadField {
+                        proto: Proto::Icmpv4,
+                        field: "parameter problem pointer",
+                        value: u32::from(pointer),
+                    });
+                }
+                check_invoking(invoking)?;
+                let rest = u32::from(pointer) << 24;
+                (Message::ParamProblem, reason.into(), rest, invoking)
             }
         };
         packet.set_msg_type(msg_type);
@@ -790,7 +885,7 @@ mod tests {
 
     #[test]
     fn unknown_types_are_unsupported_and_unknown_codes_bad() {
-        for t in [4u8, 5, 9, 10, 12, 13, 14, 42, 255] {
+        for t in [4u8, 5, 9, 10, 13, 14, 42, 255] {
             assert_eq!(
                 parse_fixed(vec![t, 0, 0, 0, 0, 0, 0, 0]),
                 Err(Error::Unsupported {
@@ -896,6 +991,40 @@ mod tests {
         ));
     }
 
+    /// A parameter problem's pointer is the high byte of the rest of the header, read
+    /// for code 0 only; code 3 is no code.
+    #[test]
+    fn a_parameter_problems_pointer_is_read_for_code_0_only() {
+        for (code, want) in [(0u8, 9u8), (2, 0)] {
+            let mut m = vec![12, code, 0, 0, 9, 0xCD, 0xEF, 0x01];
+            m.extend_from_slice(&original_datagram()[..28]);
+            Packet::new_unchecked(&mut m[..]).fill_checksum();
+            let r = Icmpv4Repr::parse(&Packet::new_checked(&m[..]).unwrap(), Checksum::Check);
+            let Ok(Icmpv4Repr::ParamProblem { pointer, .. }) = r else {
+                panic!("{r:?}")
+            };
+            assert_eq!(pointer, want, "code {code}");
+        }
+        let mut m = vec![12, 3, 0, 0, 0, 0, 0, 0];
+        m.extend_from_slice(&original_datagram()[..28]);
+        assert!(matches!(
+            parse_fixed(m),
+            Err(Error::BadField {
+                field: "parameter problem code",
+                ..
+            })
+        ));
+        let bad = Icmpv4Repr::ParamProblem {
+            reason: ParamProblem::BadLength,
+            pointer: 4,
+            invoking: &original_datagram()[..28],
+        };
+        let mut buf = vec![0u8; bad.buffer_len()];
+        assert!(bad
+            .emit(&mut Packet::new_unchecked(&mut buf[..]), Checksum::Check)
+            .is_err());
+    }
+
     #[test]
     fn view_setters_write_each_field() {
         let mut b = [0u8; 10];
@@ -969,6 +1098,7 @@ mod tests {
         Echo(bool, u16, u16, Vec<u8>),
         Unreachable(DstUnreachable, u16, Vec<u8>),
         Exceeded(bool, Vec<u8>),
+        Param(u8, u8, Vec<u8>),
     }
 
     impl Spec {
@@ -995,6 +1125,15 @@ mod tests {
                     };
                     Icmpv4Repr::time_exceeded(reason, original).unwrap()
                 }
+                Spec::Param(code, pointer, original) => {
+                    let reason = ParamProblem::try_from(*code % 3).unwrap();
+                    let pointer = if reason == ParamProblem::Pointer {
+                        *pointer
+                    } else {
+                        0
+                    };
+                    Icmpv4Repr::param_problem(reason, pointer, original).unwrap()
+                }
             }
         }
     }
@@ -1011,6 +1150,7 @@ mod tests {
             (any_dst_unreachable(), any_original())
                 .prop_map(|((r, m), o)| Spec::Unreachable(r, m, o)),
             (any::<bool>(), any_original()).prop_map(|(t, o)| Spec::Exceeded(t, o)),
+            (any::<u8>(), any::<u8>(), any_original()).prop_map(|(c, p, o)| Spec::Param(c, p, o)),
         ]
     }
 
@@ -1091,6 +1231,17 @@ mod tests {
                 Icmpv4Repr::TimeExceeded { reason, invoking } => {
                     let Icmpv4Type::TimeExceeded(c) = ty else { panic!("{ty:?}") };
                     prop_assert_eq!(c, TimeExceededCode::from_u8(reason.into()).unwrap());
+                    prop_assert_eq!(s.payload(), invoking);
+                }
+                Icmpv4Repr::ParamProblem { reason, pointer, invoking } => {
+                    use etherparse::icmpv4::ParameterProblemHeader as P;
+                    let Icmpv4Type::ParameterProblem(h) = ty else { panic!("{ty:?}") };
+                    let want = match reason {
+                        ParamProblem::Pointer => P::PointerIndicatesError(pointer),
+                        ParamProblem::MissingOption => P::MissingRequiredOption,
+                        ParamProblem::BadLength => P::BadLength,
+                    };
+                    prop_assert_eq!(h, want);
                     prop_assert_eq!(s.payload(), invoking);
                 }
             }
