@@ -83,6 +83,8 @@ impl Stack {
         }
         .emit(&mut ethernet::Frame::new_unchecked(&mut bytes[..IP_AT]))
         .ok()?;
+        // ECN zero in the template whatever `send` says: each datagram sets its own.
+        let send = SendAs { ect: false, ..send };
         self.outgoing_header(src, dst, protocol, send)
             .emit_header(
                 &mut ipv4::Packet::new_unchecked(&mut bytes[IP_AT..]),

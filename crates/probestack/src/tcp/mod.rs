@@ -1342,10 +1342,21 @@ impl Stack {
         transport: &[u8],
         what: IcmpError,
     ) {
-        let ignored = |s: &mut Stack| s.ledger.counters().inc(Counter::TcpIcmpIgnored);
-        if transport.len() < 8 {
-            return ignored(self);
+        let taken = transport.len() >= 8 && self.tcp_icmp_taken(s, quoted, transport, what);
+        if !taken {
+            self.ledger.counters().inc(Counter::TcpIcmpIgnored);
         }
+    }
+
+    /// [`tcp_icmp_error`](Self::tcp_icmp_error) for a quoted segment of at least 8
+    /// bytes; whether a connection took the error.
+    fn tcp_icmp_taken(
+        &mut self,
+        s: impl Sampling,
+        quoted: &Ipv4Repr,
+        transport: &[u8],
+        what: IcmpError,
+    ) -> bool {
         let port = |i: usize| u16::from_be_bytes([transport[i], transport[i + 1]]);
         let (sport, dport) = (port(0), port(2));
         let seq = tcp_wire::SeqNumber(u32::from_be_bytes([
@@ -1361,7 +1372,7 @@ impl Stack {
                 .map(|(_, &mut index)| index)
         };
         let Some(index) = found else {
-            return ignored(self);
+            return false;
         };
         let (error, hard) = match what {
             IcmpError::FragNeeded { next_hop_mtu } => {
@@ -1376,16 +1387,17 @@ impl Stack {
             .tcp
             .conn_mut(index)
             .is_some_and(|c| c.icmp_error(seq, error, hard));
-        if !taken {
-            return ignored(self);
+        if taken {
+            self.ledger.counters().inc(Counter::TcpIcmpErrors);
+            // A connection a hard error ended goes away as a reset one does.
+            self.tcp_reap(index);
         }
-        self.ledger.counters().inc(Counter::TcpIcmpErrors);
-        // A connection a hard error ended goes away as a reset one does.
-        self.tcp_reap(index);
+        taken
     }
 
     /// Fragmentation-needed about the segment at `seq` of connection `index`, which the
-    /// router says went over a next hop of `next_hop_mtu` (RFC 1191).
+    /// router says went over a next hop of `next_hop_mtu` (RFC 1191); whether the
+    /// connection's MSS fell.
     fn tcp_path_mtu(
         &mut self,
         s: impl Sampling,
@@ -1393,8 +1405,7 @@ impl Stack {
         quoted: &Ipv4Repr,
         seq: tcp_wire::SeqNumber,
         next_hop_mtu: u16,
-    ) {
-        let ignored = |s: &mut Stack| s.ledger.counters().inc(Counter::TcpIcmpIgnored);
+    ) -> bool {
         let mtu = match usize::from(next_hop_mtu) {
             // An RFC 1191 §5 router says it; an older one does not, so guess the next
             // plateau below the datagram that did not fit.
@@ -1410,11 +1421,11 @@ impl Stack {
             }
             _ => false,
         };
-        if !lowered {
-            return ignored(self);
+        if lowered {
+            self.ledger.counters().inc(Counter::TcpPathMtuReductions);
+            self.tcp_output(s, index);
         }
-        self.ledger.counters().inc(Counter::TcpPathMtuReductions);
-        self.tcp_output(s, index);
+        lowered
     }
 
     /// Output for the connections that found their device full.

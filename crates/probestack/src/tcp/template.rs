@@ -46,7 +46,7 @@ impl Stack {
                 src: Some(local),
                 dont_frag: true,
                 fields,
-                ect: false,
+                ..SendAs::default()
             };
             self.link_template(remote, IpProtocol::Tcp, send)
         };
