@@ -16,6 +16,7 @@ use probestack::sim::{ipv4_frame, ipv4_header, HostConfig, Pair, ADDR_A, ADDR_B,
 use probestack::socket::udp::{UdpError, UdpHandle, MAX_UDP_PAYLOAD};
 use probestack::time::Duration;
 use probestack::tuning::Tuning;
+use probestack::wire::ethernet::EthernetAddress;
 use probestack::wire::ipv4::IpProtocol;
 use probestack::wire::udp::{self as udp_wire, UdpRepr};
 use probestack::wire::Ipv4Address;
@@ -680,19 +681,27 @@ fn a_stale_header_template_is_rebuilt_or_refused() {
     );
 }
 
-/// Behind A's NIC, a spoofer: each datagram A sends is answered with one to A's port 7
-/// from the next address on its list (no UDP checksum), as if from the wire.
-struct Spoofer(Vec<Ipv4Address>);
+/// Behind A's NIC, a spoofer: each datagram A sends is answered with one to port 7 from
+/// the next (source, destination, destination MAC) on its list (no UDP checksum), as if
+/// from the wire.
+struct Spoofer(Vec<(Ipv4Address, Ipv4Address, EthernetAddress)>);
+
+impl Spoofer {
+    /// Answers from each of `sources` to A, in order.
+    fn from(sources: &[Ipv4Address]) -> Spoofer {
+        Spoofer(sources.iter().rev().map(|&s| (s, ADDR_A, MAC_A)).collect())
+    }
+}
 
 impl Hop for Spoofer {
     fn forward(&mut self, _frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
-        let Some(src) = self.0.pop() else {
+        let Some((src, dst, mac)) = self.0.pop() else {
             return (true, None);
         };
         let payload = b"spoofed";
         let len = udp_wire::HEADER_LEN + payload.len();
-        let ip = ipv4_header(src, ADDR_A, IpProtocol::Udp, len);
-        let f = ipv4_frame(MAC_B, MAC_A, &ip, |b| {
+        let ip = ipv4_header(src, dst, IpProtocol::Udp, len);
+        let f = ipv4_frame(MAC_B, mac, &ip, |b| {
             let repr = UdpRepr {
                 src_port: 9,
                 dst_port: 7,
@@ -728,8 +737,7 @@ fn datagrams_from_invalid_sources_are_dropped() {
         ];
         let good = [Ipv4Address::new(198, 18, 0, 77), Ipv4Address::UNSPECIFIED];
         let sources = [&good[..], &bad[..]].concat();
-        // Popped from the end: the first source answers first.
-        let spoofer = Spoofer(sources.iter().rev().copied().collect());
+        let spoofer = Spoofer::from(&sources);
         let mut host = HostConfig::with_mtu(1500);
         host.stack.tuning = tuning;
         let mut p = Pair::with_devices(
@@ -754,4 +762,45 @@ fn datagrams_from_invalid_sources_are_dropped() {
         let dropped = p.a.ledger().counters().get(Counter::IpDropBadSource);
         assert_eq!(dropped, bad.len() as u64, "short path {short_path}");
     }
+}
+
+/// A datagram that comes in a link-layer broadcast frame but names this host's unicast
+/// address is discarded silently and counted (RFC 1122 §3.3.6); in a broadcast frame to
+/// the limited or the subnet's broadcast address, or in a frame to this host's MAC, it
+/// arrives.
+#[test]
+fn unicast_datagrams_in_link_broadcast_frames_are_dropped() {
+    let subnet_broadcast = Ipv4Address::new(198, 19, 255, 255);
+    let source = Ipv4Address::new(198, 18, 0, 77);
+    let every = EthernetAddress::BROADCAST;
+    let answers = [
+        (source, ADDR_A, MAC_A),
+        (source, ADDR_A, every),
+        (source, Ipv4Address::BROADCAST, every),
+        (source, subnet_broadcast, every),
+    ];
+    // Popped from the end: the first answers first.
+    let spoofer = Spoofer(answers.iter().rev().copied().collect());
+    let host = HostConfig::with_mtu(1500);
+    let mut p = Pair::with_devices(
+        host.clone(),
+        host,
+        move |nic| Box::new(Routed::new(nic, spoofer)),
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    let a = p.a.udp_open();
+    p.a.udp_bind(a, Ipv4Address::UNSPECIFIED, 7).unwrap();
+    for _ in &answers {
+        p.a.udp_send_to(a, b"draw an answer", ADDR_B, 9).unwrap();
+        p.run_for(Duration::from_millis(1));
+    }
+    let mut buf = [0u8; 16];
+    let mut to = Vec::new();
+    while let Ok(r) = p.a.udp_recv_from(a, &mut buf) {
+        to.push(r.to);
+    }
+    assert_eq!(to, [ADDR_A, Ipv4Address::BROADCAST, subnet_broadcast]);
+    let dropped = p.a.ledger().counters().get(Counter::IpDropLinkBroadcast);
+    assert_eq!(dropped, 1);
 }

@@ -105,6 +105,18 @@ impl Stack {
         valid_source_on(src, self.ifaces.get(iface).and_then(|i| i.broadcast))
     }
 
+    /// Whether a datagram that came in a link-layer broadcast frame may go on to IP input
+    /// (RFC 1122 §3.3.6: a host SHOULD silently discard one that does not name an IP
+    /// broadcast or multicast destination). `datagram` starts at the IP header; one too
+    /// short to hold a destination goes on, for IP input to count as malformed.
+    pub(crate) fn ip_link_broadcast_ok(&self, iface: usize, datagram: &PacketBuf) -> bool {
+        let Some(dst) = datagram.data().get(16..20) else {
+            return true;
+        };
+        let dst = Ipv4Address::from_bytes(dst);
+        dst.is_multicast() || dst.is_broadcast() || self.ifaces[iface].broadcast == Some(dst)
+    }
+
     /// Sums a header with the routine the Tuning asks for: in line (paper 002 §6.1) or the
     /// general one with the configured kernel.
     fn ip_header_sum(&self, header: &[u8]) -> u16 {

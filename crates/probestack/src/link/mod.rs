@@ -27,7 +27,7 @@ impl Stack {
             mut frame,
             checksum,
         } = rx;
-        let ethertype = loop {
+        let (ethertype, link_broadcast) = loop {
             let parsed = {
                 let _p = self
                     .ledger
@@ -40,11 +40,11 @@ impl Stack {
                     Ok(f) => match EthernetRepr::parse(&f) {
                         Ok(r) => {
                             let destination = f.destination();
-                            if destination != self.ifaces[iface].mac && !destination.is_broadcast()
-                            {
+                            let broadcast = destination.is_broadcast();
+                            if destination != self.ifaces[iface].mac && !broadcast {
                                 Err(Counter::LinkDropNotForUs)
                             } else {
-                                Ok(r.ethertype)
+                                Ok((r.ethertype, broadcast))
                             }
                         }
                         Err(_) => Err(Counter::LinkDropMalformed),
@@ -53,7 +53,7 @@ impl Stack {
                 }
             };
             match parsed {
-                Ok(EtherType::Arp) | Err(Counter::LinkDropMalformed) if frame.has_frags() => {
+                Ok((EtherType::Arp, _)) | Err(Counter::LinkDropMalformed) if frame.has_frags() => {
                     // A device may cut a frame anywhere, and this one cut it inside the
                     // Ethernet header (the layers read their headers from the window), or
                     // it holds ARP, which reads one contiguous packet: copied together,
@@ -78,6 +78,10 @@ impl Stack {
             return;
         }
         match ethertype {
+            EtherType::Ipv4 if link_broadcast && !self.ip_link_broadcast_ok(iface, &frame) => {
+                self.ledger.counters().inc(Counter::IpDropLinkBroadcast);
+                self.pool.free(frame);
+            }
             EtherType::Ipv4 => self.ip_input(s, iface, frame, checksum, now),
             EtherType::Arp => self.arp_input(s, iface, frame, now),
             _ => {

@@ -101,6 +101,9 @@ counters! {
     /// Datagrams from a source no single host has: a broadcast, multicast, class E or
     /// loopback address (RFC 1122 §3.2.1.3).
     IpDropBadSource = "ip.drop.bad_source";
+    /// Datagrams that came in a link-layer broadcast frame but name one of this host's
+    /// unicast addresses (RFC 1122 §3.3.6: discarded silently).
+    IpDropLinkBroadcast = "ip.drop.link_broadcast";
     /// IPv4 datagrams for a protocol nobody handles.
     IpDropUnknownProtocol = "ip.drop.unknown_protocol";
     /// Datagrams handed to the transports or ICMP.
