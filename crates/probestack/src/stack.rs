@@ -16,6 +16,7 @@ use crate::buf::{Pool, PoolConfig};
 use crate::driver::{Device, DeviceCaps, DeviceContext, RxFrame};
 use crate::ip::reassembly::{Reassembler, ReassemblyConfig};
 use crate::ip::route::{Ipv4Cidr, NextHop, Route, RouteTable};
+use crate::ip::SourceRouting;
 use crate::link::arp::{ArpCache, ArpConfig};
 use crate::probe::{Counter, Layer, Ledger, Op, Sampling, Side, TESTED};
 use crate::rng::Rng;
@@ -56,6 +57,15 @@ pub struct StackConfig {
     pub socket_memory_limit: usize,
     /// Settings new TCP sockets start with.
     pub tcp: TcpConfig,
+    /// Whether datagrams carrying a source route (RFC 791 §3.1, LSRR and SSRR) are taken:
+    /// off, every one is dropped and counted (`ip.drop.source_route`), as a Linux host
+    /// does by default (`accept_source_route`) and RFC 7126 §4.3-4.4 recommends; on, one
+    /// whose route is complete is taken, as RFC 1122 §3.2.1.8 (c) has a host be the final
+    /// destination of a source route, and its route reversed for the answer (ICMP echo,
+    /// RFC 1122 §3.2.2.6; a TCP connection it opens, RFC 9293 MUST-53), and one whose
+    /// route goes on is dropped with a Source Route Failed (`ip.drop.source_route_failed`;
+    /// a host does not forward, §3.3.5).
+    pub accept_source_route: bool,
 }
 
 impl Default for StackConfig {
@@ -73,6 +83,7 @@ impl Default for StackConfig {
             buffer_limit_bytes: 256 << 20,
             socket_memory_limit: DEFAULT_SOCKET_MEMORY_LIMIT,
             tcp: TcpConfig::default(),
+            accept_source_route: false,
         }
     }
 }
@@ -138,6 +149,8 @@ pub enum SendError {
     NeedsFragmentation { mtu: usize },
     /// No packet buffer could be had (the buffer memory limit).
     NoBuffer,
+    /// A source route whose gateways and destination do not fit in one option.
+    InvalidSourceRoute,
 }
 
 impl std::fmt::Display for SendError {
@@ -151,6 +164,7 @@ impl std::fmt::Display for SendError {
                 write!(f, "don't-fragment set and larger than the MTU of {mtu}")
             }
             SendError::NoBuffer => write!(f, "no buffer space"),
+            SendError::InvalidSourceRoute => write!(f, "the source route does not fit"),
         }
     }
 }
@@ -578,7 +592,23 @@ impl Stack {
         now: Instant,
     ) -> Result<(), SendError> {
         self.now = self.now.max(now);
-        in_message!(self, data.len(), s => self.icmp_send_echo(s, dst, ident, seq_no, data))
+        in_message!(self, data.len(), s => self.icmp_send_echo(s, dst, ident, seq_no, data, None))
+    }
+
+    /// [`ping`](Self::ping) along a source route through `via`'s gateways (as `ping -g`
+    /// does; RFC 1122 §3.2.1.8 (c) has a host originate source routes). Errors as `ping`,
+    /// and `InvalidSourceRoute` when the route and the destination do not fit in one
+    /// option.
+    pub fn ping_via(
+        &mut self,
+        dst: Ipv4Address,
+        via: &SourceRouting,
+        (ident, seq_no): (u16, u16),
+        data: &[u8],
+        now: Instant,
+    ) -> Result<(), SendError> {
+        self.now = self.now.max(now);
+        in_message!(self, data.len(), s => self.icmp_send_echo(s, dst, ident, seq_no, data, Some(via)))
     }
 
     /// The oldest echo reply received and not yet taken.

@@ -5,12 +5,12 @@
 
 use crate::buf::PacketBuf;
 use crate::checksum;
-use crate::ip::SendAs;
+use crate::ip::{IpExtras, SendAs, SourceRouting};
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::stack::{EchoReply, SendError, Stack};
 use crate::time::Instant;
 use crate::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr, TimeExceeded};
-use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
+use crate::wire::ipv4::{IpProtocol, Ipv4Options, Ipv4Repr};
 use crate::wire::{Checksum, Ipv4Address};
 
 /// What an ICMP error says of the datagram it quotes, for the transport that sent it.
@@ -137,7 +137,9 @@ impl Stack {
         };
         self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(buf) = reply_buf {
-            let _ = self.ip_output(s, to, IpProtocol::Icmp, buf, send);
+            // Back along the request's source route, reversed (RFC 1122 §3.2.2.6).
+            let back = self.ip_route_back(repr);
+            let _ = self.ip_output_with(s, to, IpProtocol::Icmp, buf, send, &back);
         }
     }
 
@@ -192,20 +194,24 @@ impl Stack {
         ident: u16,
         seq_no: u16,
         data: &[u8],
+        via: Option<&SourceRouting>,
     ) -> Result<(), SendError> {
+        let extras = IpExtras::new(&Ipv4Options::NONE, via, dst)
+            .map_err(|()| SendError::InvalidSourceRoute)?;
         let req = Icmpv4Repr::EchoRequest {
             ident,
             seq_no,
             data,
         };
-        if icmpv4::HEADER_LEN + data.len() > super::MAX_PAYLOAD {
+        let max = super::MAX_PAYLOAD - extras.options.len() - icmpv4::HEADER_LEN;
+        if data.len() > max {
             return Err(SendError::TooLarge {
                 len: data.len(),
-                max: super::MAX_PAYLOAD - icmpv4::HEADER_LEN,
+                max,
             });
         }
         let buf = self.icmp_build(s, &req).ok_or(SendError::NoBuffer)?;
-        self.ip_output(s, dst, IpProtocol::Icmp, buf, SendAs::default())
+        self.ip_output_with(s, dst, IpProtocol::Icmp, buf, SendAs::default(), &extras)
     }
 
     /// RFC 1122 §3.2.2: never send an error about an ICMP error, a datagram to a

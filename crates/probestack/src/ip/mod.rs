@@ -21,6 +21,7 @@ use crate::stack::{SendError, Stack};
 use crate::time::Instant;
 use crate::wire::icmpv4::DstUnreachable;
 use crate::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
+use crate::wire::source_route::{self, SourceRoute};
 use crate::wire::{Checksum, Ipv4Address};
 
 /// The interface index of datagrams the host sent to itself.
@@ -74,6 +75,103 @@ pub(crate) struct SendAs {
     pub fields: IpFields,
     /// ECT(0) in the ECN field (RFC 3168 §5): a transport that does ECN says so.
     pub ect: bool,
+}
+
+/// What a datagram carries beyond a plain header: IP options a socket set (RFC 1122
+/// §3.2.1.8 has the transport specify them, §4.1.3.2 the UDP application), a source route
+/// among them. Sent through [`Stack::ip_output_with`]; every other datagram has none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct IpExtras {
+    /// The options, as they go on the wire (a source route's with them).
+    pub options: Ipv4Options,
+    /// With a source route: its first gateway, the header's destination (the final
+    /// destination is the route option's last address, RFC 791 §3.1).
+    pub first_hop: Option<Ipv4Address>,
+}
+
+impl IpExtras {
+    /// None: a plain header.
+    pub const NONE: IpExtras = IpExtras {
+        options: Ipv4Options::NONE,
+        first_hop: None,
+    };
+
+    /// `options` (none a source route) and, with `via`, a route through its gateways to
+    /// `dst`. Errors: more gateways than an option holds, or more option bytes than a
+    /// header holds.
+    pub fn new(
+        options: &Ipv4Options,
+        via: Option<&SourceRouting>,
+        dst: Ipv4Address,
+    ) -> Result<IpExtras, ()> {
+        let Some(via) = via else {
+            return Ok(IpExtras {
+                options: *options,
+                first_hop: None,
+            });
+        };
+        let (first_hop, rest) = via.gateways().split_first().ok_or(())?;
+        let mut list = rest.to_vec();
+        list.push(dst);
+        let route = SourceRoute::new(via.strict, &list).map_err(|_| ())?;
+        let bytes = [options.as_bytes(), &route.to_bytes()].concat();
+        Ok(IpExtras {
+            options: Ipv4Options::new(&bytes).map_err(|_| ())?,
+            first_hop: Some(*first_hop),
+        })
+    }
+}
+
+/// The gateways a source-routed datagram goes through, in order, before its destination
+/// (RFC 791 §3.1; loose: others may lie between them, strict: none may), as an
+/// application names them (RFC 1122 §3.2.1.8 (c): a host MUST be able to originate a
+/// source route; RFC 9293 MUST-51 for a TCP active open) or as a received route reverses
+/// to (RFC 9293 MUST-53).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceRouting {
+    gateways: [Ipv4Address; source_route::MAX_ADDRESSES],
+    len: u8,
+    /// Strict (SSRR) or loose (LSRR).
+    pub strict: bool,
+}
+
+impl SourceRouting {
+    /// Through `gateways`, in order: at least one, and at most
+    /// [`source_route::MAX_ADDRESSES`] (the first goes in the header's destination, the
+    /// rest and the destination in the option's nine places). None may be unspecified,
+    /// broadcast or multicast.
+    pub fn new(gateways: &[Ipv4Address], strict: bool) -> Option<SourceRouting> {
+        let fits = !gateways.is_empty() && gateways.len() <= source_route::MAX_ADDRESSES;
+        let unicast = gateways
+            .iter()
+            .all(|g| !(g.is_unspecified() || g.is_broadcast() || g.is_multicast()));
+        if !fits || !unicast {
+            return None;
+        }
+        let mut r = SourceRouting {
+            gateways: [Ipv4Address::UNSPECIFIED; source_route::MAX_ADDRESSES],
+            len: gateways.len() as u8,
+            strict,
+        };
+        r.gateways[..gateways.len()].copy_from_slice(gateways);
+        Some(r)
+    }
+
+    /// The way back along a completed `route` a datagram from `source` arrived by
+    /// (RFC 1122 §3.2.1.8 (c)): its recorded gateways reversed. `None` when it recorded
+    /// none.
+    pub fn back_along(route: &SourceRoute, source: Ipv4Address) -> Option<SourceRouting> {
+        let (first_hop, back) = route.reversed(source)?;
+        let addresses = back.addresses();
+        // The reversed route ends with `source` itself: the gateways are the rest.
+        let gateways = [&[first_hop][..], &addresses[..addresses.len() - 1]].concat();
+        SourceRouting::new(&gateways, route.strict)
+    }
+
+    /// The gateways, first hop first.
+    pub fn gateways(&self) -> &[Ipv4Address] {
+        &self.gateways[..usize::from(self.len)]
+    }
 }
 
 /// The ECN field's codepoints (RFC 3168 §5).
@@ -219,6 +317,16 @@ impl Stack {
             std::hint::black_box(self.reassembler.contains(&key(repr)));
         }
 
+        if !repr.options.is_empty() {
+            if let Err(c) = self.ip_input_options(repr) {
+                self.ledger.counters().inc(c);
+                if c == Counter::IpDropSourceRouteFailed {
+                    let code = DstUnreachable::SourceRouteFailed;
+                    return self.icmp_dst_unreachable(s, code, 0, repr, buf, now);
+                }
+                return self.free(s, Layer::Ip, Side::Receive, buf);
+            }
+        }
         self.ledger.counters().inc(Counter::IpDelivered);
         match repr.protocol {
             IpProtocol::Icmp => self.icmp_input(s, iface, repr, buf, now),
@@ -228,6 +336,40 @@ impl Stack {
                 self.ledger.counters().inc(Counter::IpDropUnknownProtocol);
                 self.icmp_dst_unreachable(s, DstUnreachable::ProtoUnreachable, 0, repr, buf, now);
             }
+        }
+    }
+
+    /// What a datagram's options ask of this host: only a source route asks anything
+    /// (RFC 791 §3.1; the others are passed up, RFC 1122 §3.2.1.8). `Err` with the drop's
+    /// counter: a malformed route or two, any route when the stack takes none
+    /// (`StackConfig::accept_source_route`), or one that goes on past this host.
+    #[cold]
+    fn ip_input_options(&self, repr: &Ipv4Repr) -> Result<(), Counter> {
+        match SourceRoute::find(repr.options.as_bytes()) {
+            Ok(None) => Ok(()),
+            Err(_) => Err(Counter::IpDropMalformed),
+            Ok(Some(_)) if !self.config.accept_source_route => Err(Counter::IpDropSourceRoute),
+            Ok(Some(r)) if !r.is_complete() => Err(Counter::IpDropSourceRouteFailed),
+            Ok(Some(_)) => Ok(()),
+        }
+    }
+
+    /// The options an answer to the datagram `repr` heads carries: the way back along
+    /// its completed source route, reversed (RFC 1122 §3.2.1.8 (c)), or none.
+    pub(crate) fn ip_route_back(&self, repr: &Ipv4Repr) -> IpExtras {
+        if repr.options.is_empty() {
+            return IpExtras::NONE;
+        }
+        Self::source_routing_back(repr)
+            .and_then(|via| IpExtras::new(&Ipv4Options::NONE, Some(&via), repr.src).ok())
+            .unwrap_or(IpExtras::NONE)
+    }
+
+    /// The way back along the completed source route `repr` arrived by, if it did.
+    pub(crate) fn source_routing_back(repr: &Ipv4Repr) -> Option<SourceRouting> {
+        match SourceRoute::find(repr.options.as_bytes()) {
+            Ok(Some(route)) if route.is_complete() => SourceRouting::back_along(&route, repr.src),
+            _ => None,
         }
     }
 
@@ -376,19 +518,34 @@ impl Stack {
         s: impl Sampling,
         dst: Ipv4Address,
         protocol: IpProtocol,
+        payload: PacketBuf,
+        send: SendAs,
+    ) -> Result<(), SendError> {
+        self.ip_output_with(s, dst, protocol, payload, send, &IpExtras::NONE)
+    }
+
+    /// [`ip_output`](Self::ip_output) with options, a source route among them (then the
+    /// header's destination is the route's first hop, and the route is looked up for it;
+    /// `dst`, the final destination, is the route option's last address).
+    #[inline]
+    pub(crate) fn ip_output_with(
+        &mut self,
+        s: impl Sampling,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
         mut payload: PacketBuf,
         send: SendAs,
+        extras: &IpExtras,
     ) -> Result<(), SendError> {
         let chosen = send.src;
         let now = self.now;
-        if payload.total_len() > MAX_PAYLOAD {
+        let max = MAX_PAYLOAD - extras.options.len();
+        if payload.total_len() > max {
             let len = payload.total_len();
             self.free(s, Layer::Ip, Side::Send, payload);
-            return Err(SendError::TooLarge {
-                len,
-                max: MAX_PAYLOAD,
-            });
+            return Err(SendError::TooLarge { len, max });
         }
+        let dst = extras.first_hop.unwrap_or(dst);
         let route = {
             let _p = self.ledger.probe(s, Layer::Ip, Side::Send, Op::IpProto);
             if self.is_own_address(dst) {
@@ -415,6 +572,7 @@ impl Stack {
         let repr = Ipv4Repr {
             ident: self.next_ident(),
             payload_len: payload.total_len(),
+            options: extras.options,
             ..self.outgoing_header(src, dst, protocol, send)
         };
         let hop = route.map(|r| (r.interface, r.next_hop));
@@ -528,6 +686,7 @@ impl Stack {
             payload
         };
         let per_fragment = (mtu - repr.header_len()) / 8 * 8;
+        let later_options = repr.options.copied();
         let total = payload.len();
         let mut offset = 0;
         let mut result = Ok(());
@@ -546,6 +705,12 @@ impl Stack {
                 more_frags: offset + len < total,
                 frag_offset: offset as u16,
                 payload_len: len,
+                // Only the first fragment carries every option (RFC 791 §3.2).
+                options: if offset == 0 {
+                    repr.options
+                } else {
+                    later_options
+                },
                 ..repr
             };
             if !self.prepend_ip_header(s, &piece, &mut frag) {

@@ -104,6 +104,12 @@ counters! {
     /// Datagrams that came in a link-layer broadcast frame but name one of this host's
     /// unicast addresses (RFC 1122 §3.3.6: discarded silently).
     IpDropLinkBroadcast = "ip.drop.link_broadcast";
+    /// Datagrams carrying a source route, dropped because the stack takes none
+    /// (`StackConfig::accept_source_route` off).
+    IpDropSourceRoute = "ip.drop.source_route";
+    /// Datagrams whose source route goes on past this host, which does not forward them
+    /// (RFC 1122 §3.3.5; answered with Source Route Failed).
+    IpDropSourceRouteFailed = "ip.drop.source_route_failed";
     /// IPv4 datagrams for a protocol nobody handles.
     IpDropUnknownProtocol = "ip.drop.unknown_protocol";
     /// Datagrams handed to the transports or ICMP.

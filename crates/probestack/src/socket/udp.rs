@@ -777,13 +777,15 @@ impl From<SendError> for UdpError {
     fn from(e: SendError) -> Self {
         match e {
             SendError::NoRoute => UdpError::NoRoute,
-            SendError::TooLarge { .. } => UdpError::MessageTooBig {
-                max: MAX_UDP_PAYLOAD,
+            // Less than MAX_UDP_PAYLOAD when the socket sends IP options.
+            SendError::TooLarge { max, .. } => UdpError::MessageTooBig {
+                max: max.saturating_sub(crate::wire::udp::HEADER_LEN),
             },
             SendError::NeedsFragmentation { .. } => UdpError::MessageTooBig {
                 max: MAX_UDP_PAYLOAD,
             },
             SendError::NoBuffer => UdpError::NoBuffer,
+            SendError::InvalidSourceRoute => UdpError::InvalidArgument,
         }
     }
 }

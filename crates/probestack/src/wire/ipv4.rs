@@ -206,6 +206,30 @@ impl Ipv4Options {
     pub const fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The options a fragment after the first carries: those whose type has the copied
+    /// flag (its high bit) set, such as a source route (RFC 791 §3.1 "copied flag", §3.2
+    /// fragmentation); no-operations and padding are left out, and the rest padded again.
+    pub fn copied(&self) -> Ipv4Options {
+        let mut kept = [0u8; MAX_OPTIONS_LEN];
+        let mut n = 0;
+        let mut at = 0;
+        let options = self.as_bytes();
+        while let Some(&kind) = options.get(at) {
+            let len = match kind {
+                OPTION_END => break,
+                OPTION_NOP => 1,
+                // Checked when the options were made: at least 2, within the bytes.
+                _ => usize::from(options[at + 1]),
+            };
+            if kind & 0x80 != 0 {
+                kept[n..n + len].copy_from_slice(&options[at..at + len]);
+                n += len;
+            }
+            at += len;
+        }
+        Ipv4Options::new(&kept[..n]).unwrap_or(Ipv4Options::NONE)
+    }
 }
 
 impl Default for Ipv4Options {
@@ -1112,6 +1136,24 @@ mod tests {
             })
         );
         assert!(Ipv4Options::new(&[1; 40]).is_ok());
+    }
+
+    /// A fragment after the first keeps only the options with the copied flag: here the
+    /// source route (type 0x83) and the router alert (0x94), not record route (7) or
+    /// timestamp (0x44), and not the no-operations.
+    #[test]
+    fn later_fragments_keep_the_copied_options() {
+        let lsrr = [0x83, 7, 4, 198, 18, 0, 9];
+        let record = [0x07, 7, 4, 0, 0, 0, 0];
+        let stamp = [0x44, 4, 5, 0];
+        let alert = [0x94, 4, 0, 0];
+        let all = [&[1][..], &record, &lsrr, &stamp, &alert].concat();
+        let o = Ipv4Options::new(&all).unwrap();
+        let kept = [&lsrr[..], &alert].concat();
+        assert_eq!(o.copied(), Ipv4Options::new(&kept).unwrap());
+        assert_eq!(o.copied().len(), 12);
+        assert!(Ipv4Options::new(&record).unwrap().copied().is_empty());
+        assert!(Ipv4Options::NONE.copied().is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod arp;
 pub mod ethernet;
 pub mod icmpv4;
 pub mod ipv4;
+pub mod source_route;
 pub mod tcp;
 pub mod udp;
 

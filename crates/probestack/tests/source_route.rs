@@ -1,0 +1,240 @@
+//! Source routes (RFC 791 §3.1, loose and strict): a host originates them (RFC 1122
+//! §3.2.1.8 (c); RFC 9293 MUST-51 for a TCP active open), is the final destination of one
+//! and answers along it reversed (ICMP echo, §3.2.2.6; a TCP connection it accepts, RFC
+//! 9293 MUST-53), passes options to UDP applications both ways (§4.1.3.2), and drops one
+//! that goes on past it (a host does not forward, §3.3.5). Taking them at all is
+//! `StackConfig::accept_source_route`, off by default.
+//!
+//! Between A and B stands a gateway at [`GW`], written here from RFC 791 alone: each host's
+//! NIC has it behind ([`Gateway`]), and a frame sent to its MAC whose source route goes on
+//! has the next address put in its destination and the gateway's own recorded in its
+//! place, and goes on to the host that address names.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::router::{Hop, Routed};
+use probestack::buf::PacketBuf;
+use probestack::ip::SourceRouting;
+use probestack::probe::Counter;
+use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use probestack::time::{Duration, Instant};
+use probestack::wire::ethernet::EthernetAddress;
+use probestack::wire::Ipv4Address;
+
+/// The gateway on the way, on the hosts' subnet.
+const GW: Ipv4Address = Ipv4Address::new(198, 18, 0, 99);
+const MAC_GW: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0x99]);
+/// An address past B that no one has.
+const BEYOND: Ipv4Address = Ipv4Address::new(198, 18, 0, 200);
+
+const LSRR: u8 = 0x83;
+const SSRR: u8 = 0x89;
+
+/// The frames a host sent, as it sent them (before the gateway touched them).
+type Sent = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// The gateway's part of the path behind one host's NIC.
+struct Gateway {
+    sent: Sent,
+}
+
+/// Where a header's source route option starts, if it has one (the options walked as
+/// RFC 791 §3.1 lays them out).
+fn route_at(ip: &[u8]) -> Option<usize> {
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let mut at = 20;
+    while at < ihl {
+        match ip[at] {
+            0 => return None,
+            1 => at += 1,
+            LSRR | SSRR => return Some(at),
+            _ => at += usize::from(ip[at + 1]),
+        }
+    }
+    None
+}
+
+/// The header checksum filled anew (RFC 1071, by hand).
+fn fill_header_checksum(ip: &mut [u8]) {
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    ip[10..12].fill(0);
+    let mut sum: u32 = ip[..ihl]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+}
+
+impl Hop for Gateway {
+    fn forward(&mut self, frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
+        self.sent.lock().unwrap().push(frame.data().to_vec());
+        let f = frame.data_mut();
+        if f[..6] != MAC_GW.0 || f[12..14] != [0x08, 0x00] {
+            return (true, None);
+        }
+        let ip = &mut f[14..];
+        let Some(o) = route_at(ip) else {
+            return (true, None);
+        };
+        let (len, pointer) = (usize::from(ip[o + 1]), usize::from(ip[o + 2]));
+        if ip[16..20] != GW.0 || pointer > len {
+            return (true, None);
+        }
+        // RFC 791: the next address becomes the destination, ours is recorded in its
+        // place, and the pointer moves on.
+        let at = o + pointer - 1;
+        let next: [u8; 4] = ip[at..at + 4].try_into().unwrap();
+        ip[at..at + 4].copy_from_slice(&GW.0);
+        ip[o + 2] += 4;
+        ip[16..20].copy_from_slice(&next);
+        fill_header_checksum(ip);
+        let mac = if next == ADDR_A.0 { MAC_A } else { MAC_B };
+        f[..6].copy_from_slice(&mac.0);
+        (true, None)
+    }
+}
+
+/// A and B with the gateway between them (each knows its MAC), B taking source routes
+/// when `b_accepts`, A always; and what each sent.
+fn routed_pair(b_accepts: bool) -> (Pair, Sent, Sent) {
+    let (sent_a, sent_b) = (Sent::default(), Sent::default());
+    let mut a = HostConfig::with_mtu(1500);
+    a.stack.accept_source_route = true;
+    let mut b = HostConfig::with_mtu(1500);
+    b.stack.accept_source_route = b_accepts;
+    let (ga, gb) = (
+        Gateway {
+            sent: sent_a.clone(),
+        },
+        Gateway {
+            sent: sent_b.clone(),
+        },
+    );
+    let mut p = Pair::with_devices(
+        a,
+        b,
+        move |nic| Box::new(Routed::new(nic, ga)),
+        move |nic| Box::new(Routed::new(nic, gb)),
+    )
+    .unwrap();
+    p.a.add_static_arp(0, GW, MAC_GW);
+    p.b.add_static_arp(0, GW, MAC_GW);
+    (p, sent_a, sent_b)
+}
+
+/// The IPv4 datagrams in `sent` (Ethernet headers stripped).
+fn datagrams(sent: &Sent) -> Vec<Vec<u8>> {
+    let frames = sent.lock().unwrap();
+    let ip = frames.iter().filter(|f| f[12..14] == [0x08, 0x00]);
+    ip.map(|f| f[14..].to_vec()).collect()
+}
+
+/// The source route option of `ip`'s header: kind, pointer and addresses.
+fn route_of(ip: &[u8]) -> Option<(u8, u8, Vec<Ipv4Address>)> {
+    let o = route_at(ip)?;
+    let len = usize::from(ip[o + 1]);
+    let addresses = ip[o + 3..o + len].chunks(4).map(Ipv4Address::from_bytes);
+    Some((ip[o], ip[o + 2], addresses.collect()))
+}
+
+fn via(gateways: &[Ipv4Address]) -> SourceRouting {
+    SourceRouting::new(gateways, false).unwrap()
+}
+
+fn count(stack: &probestack::stack::Stack, c: Counter) -> u64 {
+    stack.ledger().counters().get(c)
+}
+
+fn ping_via(p: &mut Pair, dst: Ipv4Address, gateways: &[Ipv4Address], data: &[u8]) {
+    p.a.ping_via(dst, &via(gateways), (7, 1), data, Instant::ZERO)
+        .unwrap();
+    p.run_for(Duration::from_millis(5));
+}
+
+/// A pings B through the gateway: the request leaves for the gateway with B last on its
+/// route; B answers along the route reversed (to the gateway first, A last on the
+/// route), and the reply comes back to A.
+#[test]
+fn a_routed_ping_is_answered_along_the_route_reversed() {
+    let (mut p, sent_a, sent_b) = routed_pair(true);
+    ping_via(&mut p, ADDR_B, &[GW], b"by way of the gateway");
+    let request = &datagrams(&sent_a)[0];
+    assert_eq!(request[16..20], GW.0, "the first hop in the destination");
+    assert_eq!(route_of(request), Some((LSRR, 4, vec![ADDR_B])));
+    let reply = datagrams(&sent_b)
+        .into_iter()
+        .find(|d| d[9] == 1)
+        .expect("B answered");
+    assert_eq!(reply[16..20], GW.0);
+    assert_eq!(route_of(&reply), Some((LSRR, 4, vec![ADDR_A])));
+    let got = p.a.take_echo_reply().expect("the reply reached A");
+    assert_eq!(
+        (got.from, &got.data[..]),
+        (ADDR_B, &b"by way of the gateway"[..])
+    );
+}
+
+/// A request too large for one frame goes in fragments, each with the route (its option
+/// has the copied flag, RFC 791 §3.2), and B reassembles it and answers along the route.
+#[test]
+fn every_fragment_carries_the_route() {
+    let (mut p, sent_a, _) = routed_pair(true);
+    let data: Vec<u8> = (0..4000u32).map(|i| i as u8).collect();
+    ping_via(&mut p, ADDR_B, &[GW], &data);
+    let fragments = datagrams(&sent_a);
+    assert_eq!(fragments.len(), 3);
+    for f in &fragments {
+        assert_eq!(route_of(f), Some((LSRR, 4, vec![ADDR_B])));
+    }
+    let got = p.a.take_echo_reply().expect("the reply reached A");
+    assert_eq!(got.data, data);
+}
+
+/// Off by default: B drops every source-routed datagram, counted, and answers nothing.
+#[test]
+fn source_routes_are_dropped_unless_accepted() {
+    let (mut p, _, sent_b) = routed_pair(false);
+    ping_via(&mut p, ADDR_B, &[GW], b"refused");
+    assert_eq!(count(&p.b, Counter::IpDropSourceRoute), 1);
+    assert!(datagrams(&sent_b).is_empty());
+    assert!(p.a.take_echo_reply().is_none());
+}
+
+/// A route that goes on past B: B does not forward it; it drops it, counted, and answers
+/// Source Route Failed (RFC 1122 §3.3.5, RFC 792 code 5).
+#[test]
+fn a_route_that_goes_on_past_this_host_fails() {
+    let (mut p, _, sent_b) = routed_pair(true);
+    ping_via(&mut p, BEYOND, &[GW, ADDR_B], b"further");
+    assert_eq!(count(&p.b, Counter::IpDropSourceRouteFailed), 1);
+    let error = datagrams(&sent_b)
+        .into_iter()
+        .find(|d| d[9] == 1)
+        .expect("B answered");
+    let ihl = usize::from(error[0] & 0x0f) * 4;
+    assert_eq!((error[ihl], error[ihl + 1]), (3, 5), "type 3 code 5");
+    assert_eq!(error[16..20], ADDR_A.0);
+    assert!(p.a.take_echo_reply().is_none());
+}
+
+/// A route must fit one option: nine gateways at most (the first in the header's
+/// destination, the other eight and the destination in the option's nine places), none
+/// of them a broadcast or unspecified address.
+#[test]
+fn a_route_too_long_is_refused() {
+    let (mut p, sent_a, _) = routed_pair(true);
+    assert!(SourceRouting::new(&[GW; 10], false).is_none());
+    assert!(SourceRouting::new(&[], false).is_none());
+    assert!(SourceRouting::new(&[Ipv4Address::BROADCAST], false).is_none());
+    assert!(SourceRouting::new(&[GW, Ipv4Address::UNSPECIFIED], false).is_none());
+    p.a.ping_via(ADDR_B, &via(&[GW; 9]), (7, 1), b"", Instant::ZERO)
+        .unwrap();
+    p.run_for(Duration::from_millis(1));
+    let (_, _, addresses) = route_of(&datagrams(&sent_a)[0]).unwrap();
+    assert_eq!(addresses, [&[GW; 8][..], &[ADDR_B]].concat());
+}
