@@ -19,8 +19,11 @@ use probestack::buf::PacketBuf;
 use probestack::ip::SourceRouting;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use probestack::socket::udp::{UdpError, UdpHandle, MAX_UDP_PAYLOAD};
 use probestack::time::{Duration, Instant};
 use probestack::wire::ethernet::EthernetAddress;
+use probestack::wire::ipv4::Ipv4Options;
+use probestack::wire::source_route::SourceRoute;
 use probestack::wire::Ipv4Address;
 
 /// The gateway on the way, on the hosts' subnet.
@@ -237,4 +240,133 @@ fn a_route_too_long_is_refused() {
     p.run_for(Duration::from_millis(1));
     let (_, _, addresses) = route_of(&datagrams(&sent_a)[0]).unwrap();
     assert_eq!(addresses, [&[GW; 8][..], &[ADDR_B]].concat());
+}
+
+/// A record route option (RFC 791 §3.1, type 7, not copied into fragments) with room
+/// for one address, padded to a word.
+const RECORD_ROUTE: [u8; 8] = [7, 7, 4, 0, 0, 0, 0, 0];
+
+/// A UDP socket on A bound to port 7, and B's on port 9.
+fn udp_pair(p: &mut Pair) -> (UdpHandle, UdpHandle) {
+    let a = p.a.udp_open();
+    p.a.udp_bind(a, Ipv4Address::UNSPECIFIED, 7).unwrap();
+    let b = p.b.udp_open();
+    p.b.udp_bind(b, Ipv4Address::UNSPECIFIED, 9).unwrap();
+    (a, b)
+}
+
+/// RFC 1122 §4.1.3.2: an application sets the options of its datagrams, and the other end's
+/// application is given those each datagram carried, in order with the datagrams.
+#[test]
+fn udp_options_go_out_and_come_up() {
+    let (mut p, sent_a, _) = routed_pair(false);
+    let (a, b) = udp_pair(&mut p);
+    p.a.udp_send_to(a, b"plain", ADDR_B, 9).unwrap();
+    p.a.udp_set_ip_options(a, &RECORD_ROUTE[..7]).unwrap();
+    p.a.udp_send_to(a, b"recorded", ADDR_B, 9).unwrap();
+    p.a.udp_set_ip_options(a, &[]).unwrap();
+    p.a.udp_send_to(a, b"plain again", ADDR_B, 9).unwrap();
+    p.run_for(Duration::from_millis(1));
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    while let Ok(r) = p.b.udp_recv_from(b, &mut buf) {
+        got.push((buf[..r.len].to_vec(), r.ip_options));
+    }
+    let recorded = Ipv4Options::new(&RECORD_ROUTE).unwrap();
+    assert_eq!(
+        got,
+        [
+            (b"plain".to_vec(), None),
+            (b"recorded".to_vec(), Some(recorded)),
+            (b"plain again".to_vec(), None),
+        ]
+    );
+    let headers: Vec<usize> = datagrams(&sent_a)
+        .iter()
+        .map(|d| usize::from(d[0] & 0x0f) * 4)
+        .collect();
+    assert_eq!(headers, [20, 28, 20]);
+}
+
+/// A datagram in fragments: the first carries every option, the later ones only those
+/// with the copied flag (record route has not, RFC 791 §3.1); the receiver reassembles
+/// it under the first one's header and passes its options up.
+#[test]
+fn later_fragments_leave_the_uncopied_options_out() {
+    let (mut p, sent_a, _) = routed_pair(false);
+    let (a, b) = udp_pair(&mut p);
+    p.a.udp_set_ip_options(a, &RECORD_ROUTE).unwrap();
+    let data: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+    p.a.udp_send_to(a, &data, ADDR_B, 9).unwrap();
+    p.run_for(Duration::from_millis(1));
+    let headers: Vec<usize> = datagrams(&sent_a)
+        .iter()
+        .map(|d| usize::from(d[0] & 0x0f) * 4)
+        .collect();
+    assert_eq!(headers, [28, 20, 20]);
+    let mut buf = vec![0u8; 5000];
+    let r = p.b.udp_recv_from(b, &mut buf).unwrap();
+    assert_eq!(&buf[..r.len], &data[..]);
+    assert_eq!(r.ip_options, Some(Ipv4Options::new(&RECORD_ROUTE).unwrap()));
+}
+
+/// A source-routed datagram's route comes up with it, complete; B answers along it
+/// reversed (`SourceRouting::back_along`), through the gateway, and A's answer arrives.
+#[test]
+fn udp_answers_along_the_route_back() {
+    let (mut p, sent_a, sent_b) = routed_pair(true);
+    let (a, b) = udp_pair(&mut p);
+    p.a.udp_set_source_route(a, Some(via(&[GW]))).unwrap();
+    p.a.udp_send_to(a, b"question", ADDR_B, 9).unwrap();
+    p.run_for(Duration::from_millis(1));
+    assert_eq!(datagrams(&sent_a)[0][16..20], GW.0);
+    let mut buf = [0u8; 64];
+    let r = p.b.udp_recv_from(b, &mut buf).unwrap();
+    assert_eq!((&buf[..r.len], r.from), (&b"question"[..], (ADDR_A, 7)));
+    let options = r.ip_options.expect("the route came up");
+    let route = SourceRoute::find(options.as_bytes()).unwrap().unwrap();
+    assert!(route.is_complete());
+    assert_eq!(route.recorded(), [GW]);
+    let back = SourceRouting::back_along(&route, ADDR_A).unwrap();
+    assert_eq!(back.gateways(), [GW]);
+    p.b.udp_set_source_route(b, Some(back)).unwrap();
+    p.b.udp_send_to(b, b"answer", ADDR_A, 7).unwrap();
+    p.run_for(Duration::from_millis(1));
+    let answer = datagrams(&sent_b).pop().unwrap();
+    assert_eq!(answer[16..20], GW.0);
+    assert_eq!(route_of(&answer), Some((LSRR, 4, vec![ADDR_A])));
+    let r = p.a.udp_recv_from(a, &mut buf).unwrap();
+    assert_eq!((&buf[..r.len], r.from), (&b"answer"[..], (ADDR_B, 9)));
+    // Back to sending directly.
+    p.b.udp_set_source_route(b, None).unwrap();
+    p.b.udp_send_to(b, b"direct", ADDR_A, 7).unwrap();
+    p.run_for(Duration::from_millis(1));
+    assert_eq!(datagrams(&sent_b).pop().unwrap()[16..20], ADDR_A.0);
+}
+
+/// Options that are malformed, hold a source route (which has its own call) or do not
+/// fit beside the socket's route are refused; a datagram too large for a header with
+/// options is refused with the smaller maximum.
+#[test]
+fn udp_options_that_cannot_go_are_refused() {
+    let (mut p, _, _) = routed_pair(false);
+    let (a, _) = udp_pair(&mut p);
+    let invalid = Err(UdpError::InvalidArgument);
+    assert_eq!(p.a.udp_set_ip_options(a, &[7, 9, 4]), invalid);
+    assert_eq!(
+        p.a.udp_set_ip_options(a, &[LSRR, 7, 4, 1, 2, 3, 4]),
+        invalid
+    );
+    assert_eq!(p.a.udp_set_ip_options(a, &[1; 41]), invalid);
+    p.a.udp_set_ip_options(a, &[1; 32]).unwrap();
+    // 32 + a route of two addresses (11 bytes, 12 padded) > 40.
+    assert_eq!(p.a.udp_set_source_route(a, Some(via(&[GW, GW]))), invalid);
+    p.a.udp_set_source_route(a, Some(via(&[GW]))).unwrap();
+    assert_eq!(p.a.udp_set_ip_options(a, &[1; 36]), invalid);
+    let big = vec![0u8; MAX_UDP_PAYLOAD];
+    let max = MAX_UDP_PAYLOAD - 40;
+    assert_eq!(
+        p.a.udp_send_to(a, &big, ADDR_B, 9),
+        Err(UdpError::MessageTooBig { max })
+    );
 }

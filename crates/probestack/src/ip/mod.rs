@@ -527,7 +527,6 @@ impl Stack {
     /// [`ip_output`](Self::ip_output) with options, a source route among them (then the
     /// header's destination is the route's first hop, and the route is looked up for it;
     /// `dst`, the final destination, is the route option's last address).
-    #[inline]
     pub(crate) fn ip_output_with(
         &mut self,
         s: impl Sampling,

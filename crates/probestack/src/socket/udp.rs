@@ -11,13 +11,15 @@ use std::num::NonZeroU16;
 
 use crate::buf::{ExtBuf, PacketBuf};
 use crate::checksum;
-use crate::ip::IpFields;
+use crate::ip::{IpExtras, IpFields, SourceRouting};
 use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 use crate::stack::in_message;
 use crate::stack::{SendError, Stack};
 use crate::udp::pcb::{PcbError, PcbId};
 use crate::udp::template::HeaderTemplate;
 use crate::udp::UdpChecksum;
+use crate::wire::ipv4::Ipv4Options;
+use crate::wire::source_route::SourceRoute;
 use crate::wire::udp as udp_wire;
 use crate::wire::Ipv4Address;
 
@@ -113,6 +115,10 @@ pub struct UdpRecv {
     pub to: Ipv4Address,
     /// The buffer was too small: the rest of the datagram was discarded (MSG_TRUNC).
     pub truncated: bool,
+    /// The IP options the datagram carried, if any (RFC 1122 §4.1.3.2: UDP passes them
+    /// to the application; `IP_RECVOPTS`). A completed source route among them is the
+    /// way the datagram came: [`SourceRouting::back_along`] reverses it for an answer.
+    pub ip_options: Option<Ipv4Options>,
 }
 
 /// A datagram waiting in a socket's receive queue: its payload (the buffer's window), and
@@ -182,8 +188,39 @@ pub(crate) struct UdpSocket {
     pub ip_fields: IpFields,
     /// An error to report on the next call (ICMP port unreachable on a connected socket).
     pub error: Option<UdpError>,
+    /// The IP options its datagrams carry and the source route they take (RFC 1122
+    /// §4.1.3.2; `IP_OPTIONS`): none for almost every socket, so behind a pointer.
+    pub ip_out: Option<Box<IpExtrasOut>>,
+    /// The options of queued datagrams that carried some, each with its place in the
+    /// queue's order (`rx_in` when it was queued), and how many datagrams were ever
+    /// queued and taken: a datagram's options are found by its place, so that the queue
+    /// entries of the many datagrams without options stay as small as they are.
+    pub rx_options: VecDeque<(u64, Ipv4Options)>,
+    pub rx_in: u64,
+    pub rx_out: u64,
     /// The headers of the last destination sent to (`Tuning::udp_header_template`).
     pub template: Option<HeaderTemplate>,
+}
+
+/// What a socket's datagrams carry beyond a plain IP header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct IpExtrasOut {
+    /// Options other than a source route, as on the wire.
+    pub options: Ipv4Options,
+    pub route: Option<SourceRouting>,
+}
+
+impl UdpSocket {
+    /// What a datagram to `dst` carries beyond a plain header; `Err` when it does not
+    /// fit in one (checked when the options were set, so not expected).
+    #[inline]
+    pub fn ip_extras(&self, dst: Ipv4Address) -> Result<IpExtras, UdpError> {
+        match &self.ip_out {
+            None => Ok(IpExtras::NONE),
+            Some(out) => IpExtras::new(&out.options, out.route.as_ref(), dst)
+                .map_err(|()| UdpError::InvalidArgument),
+        }
+    }
 }
 
 /// The default receive buffer limit (bytes of payload queued).
@@ -243,6 +280,10 @@ impl UdpSockets {
             reserved: 0,
             no_checksum: false,
             ip_fields: IpFields::default(),
+            ip_out: None,
+            rx_options: VecDeque::new(),
+            rx_in: 0,
+            rx_out: 0,
             template: None,
             error: None,
         };
@@ -435,6 +476,57 @@ impl Stack {
         let sock = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
         sock.ip_fields = fields;
         // Its headers are built again with them.
+        sock.template = None;
+        Ok(())
+    }
+
+    /// Sets the IP options of the socket's datagrams, as their bytes on the wire (RFC 791
+    /// §3.1; RFC 1122 §4.1.3.2: an application MUST be able to; `IP_OPTIONS`); empty for
+    /// none. A source route goes by [`udp_set_source_route`](Self::udp_set_source_route).
+    /// [`UdpError::InvalidArgument`] for options that are malformed, hold a source route,
+    /// or do not fit in a header beside the socket's route.
+    pub fn udp_set_ip_options(&mut self, h: UdpHandle, options: &[u8]) -> Result<(), UdpError> {
+        let options = Ipv4Options::new(options).map_err(|_| UdpError::InvalidArgument)?;
+        if !matches!(SourceRoute::find(options.as_bytes()), Ok(None)) {
+            return Err(UdpError::InvalidArgument);
+        }
+        let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
+        let route = sock.ip_out.as_ref().and_then(|o| o.route);
+        self.udp_set_ip_out(h, IpExtrasOut { options, route })
+    }
+
+    /// Sends the socket's datagrams along a source route through `via`'s gateways, or
+    /// (`None`) directly (RFC 1122 §3.2.1.8 (c): a host MUST be able to originate one;
+    /// to answer a datagram that came by one, [`SourceRouting::back_along`] its route).
+    /// [`UdpError::InvalidArgument`] when the route does not fit in a header beside the
+    /// socket's other options.
+    pub fn udp_set_source_route(
+        &mut self,
+        h: UdpHandle,
+        via: Option<SourceRouting>,
+    ) -> Result<(), UdpError> {
+        let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
+        let options = sock
+            .ip_out
+            .as_ref()
+            .map_or(Ipv4Options::NONE, |o| o.options);
+        self.udp_set_ip_out(
+            h,
+            IpExtrasOut {
+                options,
+                route: via,
+            },
+        )
+    }
+
+    /// Keeps `out` for the socket's datagrams if it fits in a header.
+    fn udp_set_ip_out(&mut self, h: UdpHandle, out: IpExtrasOut) -> Result<(), UdpError> {
+        // The destination does not change the size.
+        IpExtras::new(&out.options, out.route.as_ref(), Ipv4Address::UNSPECIFIED)
+            .map_err(|()| UdpError::InvalidArgument)?;
+        let sock = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
+        sock.ip_out = (out != IpExtrasOut::default()).then(|| Box::new(out));
+        // Templated datagrams carry no options: its datagrams go through the layers.
         sock.template = None;
         Ok(())
     }
@@ -729,8 +821,15 @@ impl Stack {
                     return Err(UdpError::WouldBlock);
                 };
                 s.rx_bytes -= q.payload.len();
-                q
+                let place = s.rx_out;
+                s.rx_out += 1;
+                let ip_options = match s.rx_options.front() {
+                    Some(&(at, _)) if at == place => s.rx_options.pop_front().map(|(_, o)| o),
+                    _ => None,
+                };
+                (q, ip_options)
             };
+            let (q, ip_options) = q;
             let data = q.payload.data();
             let datagram_len = data.len();
             let (copied, ok) = {
@@ -768,6 +867,7 @@ impl Stack {
                 from,
                 to,
                 truncated: copied < datagram_len,
+                ip_options,
             });
         }
     }

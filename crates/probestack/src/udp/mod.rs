@@ -239,6 +239,11 @@ impl Stack {
         }
         sock.rx_bytes += payload_len;
         datagram.set_rx_dst(dst);
+        if let Some(r) = repr.filter(|r| !r.options.is_empty()) {
+            // Passed up with the datagram (RFC 1122 §4.1.3.2).
+            sock.rx_options.push_back((sock.rx_in, r.options));
+        }
+        sock.rx_in += 1;
         sock.rx
             .push_back(Queued::new((src, udp.src_port), datagram, verify_on_copy));
     }
@@ -263,6 +268,13 @@ impl Stack {
             return Err(UdpError::BadHandle);
         };
         let fields = sock.ip_fields;
+        let extras = match sock.ip_extras(dst.0) {
+            Ok(e) => e,
+            Err(e) => {
+                self.free(s, Layer::Udp, Side::Send, buf);
+                return Err(e);
+            }
+        };
         // 4.3BSD's sendto connected the PCB for the one datagram and disconnected it after
         // (paper 002 §6.2); `sendto_without_connect` sends to the address given.
         let pseudo_connect = !connected && !self.tuning.sendto_without_connect;
@@ -275,7 +287,8 @@ impl Stack {
             }
         }
         let src = if local.0.is_unspecified() {
-            self.source_address_for(dst.0)
+            // The interface the first hop is reached by (a source route's first gateway).
+            self.source_address_for(extras.first_hop.unwrap_or(dst.0))
         } else {
             Some(local.0)
         };
@@ -344,7 +357,7 @@ impl Stack {
                         fields,
                         ..SendAs::default()
                     };
-                    self.ip_output(s, dst.0, IpProtocol::Udp, buf, send)
+                    self.ip_output_with(s, dst.0, IpProtocol::Udp, buf, send, &extras)
                         .map_err(UdpError::from)
                 }
             }

@@ -54,6 +54,10 @@ impl Stack {
         if let Some(t) = sock.template.filter(holds) {
             return Some(t);
         }
+        if sock.ip_out.is_some() {
+            // IP options: through the layers, which write them.
+            return None;
+        }
         let t = self.udp_build_template(s, local, dst, no_checksum, fields)?;
         self.ledger.counters().inc(Counter::UdpTemplateBuilt);
         if let Some(sock) = self.udp_sockets.get_mut(h) {
