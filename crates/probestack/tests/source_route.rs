@@ -277,7 +277,7 @@ fn udp_options_go_out_and_come_up() {
         got,
         [
             (b"plain".to_vec(), None),
-            (b"recorded".to_vec(), Some(recorded)),
+            (b"recorded".to_vec(), Some(Box::new(recorded))),
             (b"plain again".to_vec(), None),
         ]
     );
@@ -307,7 +307,10 @@ fn later_fragments_leave_the_uncopied_options_out() {
     let mut buf = vec![0u8; 5000];
     let r = p.b.udp_recv_from(b, &mut buf).unwrap();
     assert_eq!(&buf[..r.len], &data[..]);
-    assert_eq!(r.ip_options, Some(Ipv4Options::new(&RECORD_ROUTE).unwrap()));
+    assert_eq!(
+        r.ip_options,
+        Some(Box::new(Ipv4Options::new(&RECORD_ROUTE).unwrap()))
+    );
 }
 
 /// A source-routed datagram's route comes up with it, complete; B answers along it

@@ -323,9 +323,10 @@ mod tests {
             let mut buf = [0u8; 2048];
             loop {
                 let r = h.stack.udp_recv_from(s, &mut buf);
-                let bytes = r.map_or(Vec::new(), |r| buf[..r.len].to_vec());
+                let bytes = r.as_ref().map_or(Vec::new(), |r| buf[..r.len].to_vec());
+                let done = r.is_err();
                 deliveries.push((i, r, bytes));
-                if r.is_err() {
+                if done {
                     break;
                 }
             }

@@ -40,11 +40,12 @@ impl Stack {
                     Ok(f) => match EthernetRepr::parse(&f) {
                         Ok(r) => {
                             let destination = f.destination();
-                            let broadcast = destination.is_broadcast();
-                            if destination != self.ifaces[iface].mac && !broadcast {
-                                Err(Counter::LinkDropNotForUs)
+                            if destination == self.ifaces[iface].mac {
+                                Ok((r.ethertype, false))
+                            } else if destination.is_broadcast() {
+                                Ok((r.ethertype, true))
                             } else {
-                                Ok((r.ethertype, broadcast))
+                                Err(Counter::LinkDropNotForUs)
                             }
                         }
                         Err(_) => Err(Counter::LinkDropMalformed),

@@ -102,7 +102,7 @@ impl std::error::Error for UdpError {}
 pub const MAX_UDP_PAYLOAD: usize = 65_507;
 
 /// A datagram received.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpRecv {
     /// Bytes copied into the buffer.
     pub len: usize,
@@ -118,7 +118,8 @@ pub struct UdpRecv {
     /// The IP options the datagram carried, if any (RFC 1122 §4.1.3.2: UDP passes them
     /// to the application; `IP_RECVOPTS`). A completed source route among them is the
     /// way the datagram came: [`SourceRouting::back_along`] reverses it for an answer.
-    pub ip_options: Option<Ipv4Options>,
+    /// Boxed: almost every datagram has none, and a receive returns one word for them.
+    pub ip_options: Option<Box<Ipv4Options>>,
 }
 
 /// A datagram waiting in a socket's receive queue: its payload (the buffer's window), and
@@ -188,16 +189,9 @@ pub(crate) struct UdpSocket {
     pub ip_fields: IpFields,
     /// An error to report on the next call (ICMP port unreachable on a connected socket).
     pub error: Option<UdpError>,
-    /// The IP options its datagrams carry and the source route they take (RFC 1122
-    /// §4.1.3.2; `IP_OPTIONS`): none for almost every socket, so behind a pointer.
-    pub ip_out: Option<Box<IpExtrasOut>>,
-    /// The options of queued datagrams that carried some, each with its place in the
-    /// queue's order (`rx_in` when it was queued), and how many datagrams were ever
-    /// queued and taken: a datagram's options are found by its place, so that the queue
-    /// entries of the many datagrams without options stay as small as they are.
-    pub rx_options: VecDeque<(u64, Ipv4Options)>,
-    pub rx_in: u64,
-    pub rx_out: u64,
+    /// IP options both ways (RFC 1122 §4.1.3.2): what its datagrams carry, and those
+    /// queued datagrams came with. None for almost every socket, so behind a pointer.
+    pub ip_options: Option<Box<SocketIpOptions>>,
     /// The headers of the last destination sent to (`Tuning::udp_header_template`).
     pub template: Option<HeaderTemplate>,
 }
@@ -210,16 +204,77 @@ pub(crate) struct IpExtrasOut {
     pub route: Option<SourceRouting>,
 }
 
+/// A socket's IP options, both ways.
+#[derive(Debug, Default)]
+pub(crate) struct SocketIpOptions {
+    /// What its datagrams carry (`IP_OPTIONS`; a source route).
+    pub out: IpExtrasOut,
+    /// The options of queued datagrams that carried some, in queue order, each with the
+    /// number of datagrams without options queued between it and the one before it (or
+    /// the queue's head): found by place, so that the queue entries of the many
+    /// datagrams without options stay as small as they are.
+    rx: VecDeque<(usize, Ipv4Options)>,
+    /// One past the queue position of the last datagram in `rx` (0 when empty).
+    rx_end: usize,
+}
+
 impl UdpSocket {
+    /// Notes the options of the datagram about to be queued.
+    #[cold]
+    pub fn keep_rx_options(&mut self, options: &Ipv4Options) {
+        let at = self.rx.len();
+        let o = self.ip_options.get_or_insert_with(Box::default);
+        o.rx.push_back((at - o.rx_end, *options));
+        o.rx_end = at + 1;
+    }
+
+    /// The options of the datagram just taken off the queue, if it had some.
+    #[inline]
+    fn take_rx_options(&mut self) -> Option<Box<Ipv4Options>> {
+        match self.ip_options.as_deref_mut() {
+            Some(o) if !o.rx.is_empty() => o.take_rx(),
+            _ => None,
+        }
+    }
+
     /// What a datagram to `dst` carries beyond a plain header; `Err` when it does not
     /// fit in one (checked when the options were set, so not expected).
     #[inline]
     pub fn ip_extras(&self, dst: Ipv4Address) -> Result<IpExtras, UdpError> {
-        match &self.ip_out {
-            None => Ok(IpExtras::NONE),
-            Some(out) => IpExtras::new(&out.options, out.route.as_ref(), dst)
-                .map_err(|()| UdpError::InvalidArgument),
+        match self.ip_options.as_deref() {
+            Some(SocketIpOptions { out, .. }) if *out != IpExtrasOut::default() => {
+                IpExtras::new(&out.options, out.route.as_ref(), dst)
+                    .map_err(|()| UdpError::InvalidArgument)
+            }
+            _ => Ok(IpExtras::NONE),
         }
+    }
+
+    /// Whether its datagrams carry options.
+    pub fn sends_ip_options(&self) -> bool {
+        self.ip_options
+            .as_deref()
+            .is_some_and(|o| o.out != IpExtrasOut::default())
+    }
+
+    /// What its datagrams carry now.
+    fn ip_out(&self) -> IpExtrasOut {
+        self.ip_options
+            .as_deref()
+            .map_or_else(IpExtrasOut::default, |o| o.out)
+    }
+}
+
+impl SocketIpOptions {
+    #[cold]
+    fn take_rx(&mut self) -> Option<Box<Ipv4Options>> {
+        self.rx_end -= 1;
+        let (before, _) = self.rx.front_mut()?;
+        if *before > 0 {
+            *before -= 1;
+            return None;
+        }
+        self.rx.pop_front().map(|(_, o)| Box::new(o))
     }
 }
 
@@ -280,10 +335,7 @@ impl UdpSockets {
             reserved: 0,
             no_checksum: false,
             ip_fields: IpFields::default(),
-            ip_out: None,
-            rx_options: VecDeque::new(),
-            rx_in: 0,
-            rx_out: 0,
+            ip_options: None,
             template: None,
             error: None,
         };
@@ -491,7 +543,7 @@ impl Stack {
             return Err(UdpError::InvalidArgument);
         }
         let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
-        let route = sock.ip_out.as_ref().and_then(|o| o.route);
+        let route = sock.ip_out().route;
         self.udp_set_ip_out(h, IpExtrasOut { options, route })
     }
 
@@ -506,10 +558,7 @@ impl Stack {
         via: Option<SourceRouting>,
     ) -> Result<(), UdpError> {
         let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
-        let options = sock
-            .ip_out
-            .as_ref()
-            .map_or(Ipv4Options::NONE, |o| o.options);
+        let options = sock.ip_out().options;
         self.udp_set_ip_out(
             h,
             IpExtrasOut {
@@ -525,7 +574,7 @@ impl Stack {
         IpExtras::new(&out.options, out.route.as_ref(), Ipv4Address::UNSPECIFIED)
             .map_err(|()| UdpError::InvalidArgument)?;
         let sock = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
-        sock.ip_out = (out != IpExtrasOut::default()).then(|| Box::new(out));
+        sock.ip_options.get_or_insert_with(Box::default).out = out;
         // Templated datagrams carry no options: its datagrams go through the layers.
         sock.template = None;
         Ok(())
@@ -821,12 +870,7 @@ impl Stack {
                     return Err(UdpError::WouldBlock);
                 };
                 s.rx_bytes -= q.payload.len();
-                let place = s.rx_out;
-                s.rx_out += 1;
-                let ip_options = match s.rx_options.front() {
-                    Some(&(at, _)) if at == place => s.rx_options.pop_front().map(|(_, o)| o),
-                    _ => None,
-                };
+                let ip_options = s.take_rx_options();
                 (q, ip_options)
             };
             let (q, ip_options) = q;

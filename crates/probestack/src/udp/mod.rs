@@ -241,9 +241,8 @@ impl Stack {
         datagram.set_rx_dst(dst);
         if let Some(r) = repr.filter(|r| !r.options.is_empty()) {
             // Passed up with the datagram (RFC 1122 §4.1.3.2).
-            sock.rx_options.push_back((sock.rx_in, r.options));
+            sock.keep_rx_options(&r.options);
         }
-        sock.rx_in += 1;
         sock.rx
             .push_back(Queued::new((src, udp.src_port), datagram, verify_on_copy));
     }

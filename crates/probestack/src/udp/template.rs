@@ -54,7 +54,7 @@ impl Stack {
         if let Some(t) = sock.template.filter(holds) {
             return Some(t);
         }
-        if sock.ip_out.is_some() {
+        if sock.sends_ip_options() {
             // IP options: through the layers, which write them.
             return None;
         }
