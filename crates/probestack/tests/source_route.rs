@@ -322,7 +322,10 @@ fn udp_answers_along_the_route_back() {
     p.a.udp_set_source_route(a, Some(via(&[GW]))).unwrap();
     p.a.udp_send_to(a, b"question", ADDR_B, 9).unwrap();
     p.run_for(Duration::from_millis(1));
-    assert_eq!(datagrams(&sent_a)[0][16..20], GW.0);
+    let question = &datagrams(&sent_a)[0];
+    assert_eq!(question[16..20], GW.0);
+    // Not one hop: no checksum elision on this CRC link (papers 000, 003).
+    assert_ne!(udp_checksum(question), 0);
     let mut buf = [0u8; 64];
     let r = p.b.udp_recv_from(b, &mut buf).unwrap();
     assert_eq!((&buf[..r.len], r.from), (&b"question"[..], (ADDR_A, 7)));
@@ -344,7 +347,15 @@ fn udp_answers_along_the_route_back() {
     p.b.udp_set_source_route(b, None).unwrap();
     p.b.udp_send_to(b, b"direct", ADDR_A, 7).unwrap();
     p.run_for(Duration::from_millis(1));
-    assert_eq!(datagrams(&sent_b).pop().unwrap()[16..20], ADDR_A.0);
+    let direct = datagrams(&sent_b).pop().unwrap();
+    assert_eq!(direct[16..20], ADDR_A.0);
+    assert_eq!(udp_checksum(&direct), 0, "one hop on a CRC link: elided");
+}
+
+/// The UDP checksum field of the datagram `ip`.
+fn udp_checksum(ip: &[u8]) -> u16 {
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    u16::from_be_bytes([ip[ihl + 6], ip[ihl + 7]])
 }
 
 /// Options that are malformed, hold a source route (which has its own call) or do not

@@ -250,6 +250,13 @@ impl UdpSocket {
         }
     }
 
+    /// Whether its datagrams take a source route.
+    pub fn sends_source_route(&self) -> bool {
+        self.ip_options
+            .as_deref()
+            .is_some_and(|o| o.out.route.is_some())
+    }
+
     /// Whether its datagrams carry options.
     pub fn sends_ip_options(&self) -> bool {
         self.ip_options
@@ -677,7 +684,7 @@ impl Stack {
         }
         buf.push_frag(data.clone());
         let (elide, offload) =
-            self.udp_checksum_choice(s, dst.0, no_checksum, udp_wire::HEADER_LEN + len);
+            self.udp_checksum_choice(s, h, dst.0, no_checksum, udp_wire::HEADER_LEN + len);
         let plan = if elide {
             UdpChecksum::Elided
         } else if offload {
@@ -703,12 +710,19 @@ impl Stack {
     fn udp_checksum_choice(
         &self,
         s: impl Sampling,
+        h: UdpHandle,
         dst: Ipv4Address,
         no_checksum: bool,
         len: usize,
     ) -> (bool, bool) {
         let _p = self.ledger.probe(s, Layer::Udp, Side::Send, Op::UdpProto);
-        let elide = no_checksum || self.checksum_elidable(dst);
+        // A source-routed datagram passes its gateways, whatever the way to `dst` is.
+        let routed = || {
+            self.udp_sockets
+                .get(h)
+                .is_some_and(UdpSocket::sends_source_route)
+        };
+        let elide = no_checksum || (self.checksum_elidable(dst) && !routed());
         (elide, !elide && self.udp_checksum_offloadable(dst, len))
     }
 
@@ -775,7 +789,7 @@ impl Stack {
         ) else {
             return Err(UdpError::NoBuffer);
         };
-        let (elide, offload) = self.udp_checksum_choice(s, dst.0, no_checksum, buf.len());
+        let (elide, offload) = self.udp_checksum_choice(s, h, dst.0, no_checksum, buf.len());
         let fused = self.tuning.udp_fast_path && !elide && !offload;
         let plan = match self.udp_copy_in(s, &mut buf, parts, fused) {
             _ if elide => UdpChecksum::Elided,
