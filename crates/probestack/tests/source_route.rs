@@ -12,9 +12,11 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::router::{Hop, Routed};
+use common::transfer::{accepted_on_b, transfer};
 use probestack::buf::PacketBuf;
 use probestack::ip::SourceRouting;
 use probestack::probe::Counter;
@@ -38,9 +40,12 @@ const SSRR: u8 = 0x89;
 /// The frames a host sent, as it sent them (before the gateway touched them).
 type Sent = Arc<Mutex<Vec<Vec<u8>>>>;
 
-/// The gateway's part of the path behind one host's NIC.
+/// The gateway's part of the path behind one host's NIC. With `strict` set, it makes
+/// the loose routes it forwards strict (another route, as far as the destination can
+/// tell).
 struct Gateway {
     sent: Sent,
+    strict: Arc<AtomicBool>,
 }
 
 /// Where a header's source route option starts, if it has one (the options walked as
@@ -94,6 +99,9 @@ impl Hop for Gateway {
         let next: [u8; 4] = ip[at..at + 4].try_into().unwrap();
         ip[at..at + 4].copy_from_slice(&GW.0);
         ip[o + 2] += 4;
+        if self.strict.load(Ordering::Relaxed) {
+            ip[o] = SSRR;
+        }
         ip[16..20].copy_from_slice(&next);
         fill_header_checksum(ip);
         let mac = if next == ADDR_A.0 { MAC_A } else { MAC_B };
@@ -105,6 +113,11 @@ impl Hop for Gateway {
 /// A and B with the gateway between them (each knows its MAC), B taking source routes
 /// when `b_accepts`, A always; and what each sent.
 fn routed_pair(b_accepts: bool) -> (Pair, Sent, Sent) {
+    routed_pair_with(b_accepts, Arc::default())
+}
+
+/// [`routed_pair`] with the switch that makes the gateway turn A's loose routes strict.
+fn routed_pair_with(b_accepts: bool, strict_for_a: Arc<AtomicBool>) -> (Pair, Sent, Sent) {
     let (sent_a, sent_b) = (Sent::default(), Sent::default());
     let mut a = HostConfig::with_mtu(1500);
     a.stack.accept_source_route = true;
@@ -113,9 +126,11 @@ fn routed_pair(b_accepts: bool) -> (Pair, Sent, Sent) {
     let (ga, gb) = (
         Gateway {
             sent: sent_a.clone(),
+            strict: strict_for_a,
         },
         Gateway {
             sent: sent_b.clone(),
+            strict: Arc::default(),
         },
     );
     let mut p = Pair::with_devices(
@@ -383,4 +398,112 @@ fn udp_options_that_cannot_go_are_refused() {
         p.a.udp_send_to(a, &big, ADDR_B, 9),
         Err(UdpError::MessageTooBig { max })
     );
+}
+
+/// The TCP segments among `datagrams` (IP headers kept).
+fn tcp_segments(sent: &Sent) -> Vec<Vec<u8>> {
+    datagrams(sent).into_iter().filter(|d| d[9] == 6).collect()
+}
+
+/// The kinds of the TCP options of segment `ip`.
+fn tcp_option_kinds(ip: &[u8]) -> Vec<u8> {
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let tcp = &ip[ihl..];
+    let end = usize::from(tcp[12] >> 4) * 4;
+    let (mut at, mut kinds) = (20, Vec::new());
+    while at < end {
+        kinds.push(tcp[at]);
+        at += match tcp[at] {
+            0 => break,
+            1 => 1,
+            _ => usize::from(tcp[at + 1]),
+        };
+    }
+    kinds
+}
+
+/// RFC 9293 MUST-51 and MUST-53: A opens a connection along a route it names; B, whose
+/// listener took the SYN that came by it, answers along the route reversed from its
+/// SYN-ACK on. Every segment either way carries the route, and a full segment still
+/// fits the MTU (the option's bytes come out of its data, §3.7.1); A asks for no
+/// elided checksum (RFC 1146) on a path that passes a gateway.
+#[test]
+fn tcp_goes_along_a_named_route_and_is_answered_along_it() {
+    let (mut p, sent_a, sent_b) = routed_pair(true);
+    let listener = p.b.tcp_listen((ADDR_B, 80), 1).unwrap();
+    let config = p.a.tcp_default_config();
+    let a =
+        p.a.tcp_connect_via((ADDR_B, 80), via(&[GW]), config)
+            .unwrap();
+    let b = accepted_on_b(&mut p, listener, a);
+    transfer(&mut p, a, b, 1 << 20, Duration::from_secs(10));
+    p.b.tcp_send(b, b"back along the route").unwrap();
+    p.run_for(Duration::from_millis(10));
+    let mut buf = [0u8; 64];
+    let n = p.a.tcp_recv(a, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"back along the route");
+    let (from_a, from_b) = (tcp_segments(&sent_a), tcp_segments(&sent_b));
+    assert!(from_a.len() > 700 && from_b.len() > 10);
+    for s in &from_a {
+        assert_eq!(
+            (s[16..20].to_vec(), route_of(s)),
+            (GW.0.to_vec(), Some((LSRR, 4, vec![ADDR_B])))
+        );
+    }
+    for s in &from_b {
+        assert_eq!(
+            (s[16..20].to_vec(), route_of(s)),
+            (GW.0.to_vec(), Some((LSRR, 4, vec![ADDR_A])))
+        );
+    }
+    let largest = from_a.iter().map(Vec::len).max().unwrap();
+    assert_eq!(largest, 1500);
+    assert!(
+        !tcp_option_kinds(&from_a[0]).contains(&14),
+        "alternate checksum asked"
+    );
+}
+
+/// RFC 9293 SHLD-24 and MUST-52: when A's segments start to come by another route (the
+/// gateway makes A's loose route strict), B's answers take the new one, reversed; A's
+/// own segments keep the route its application named, though B's now come by the
+/// strict one.
+#[test]
+fn a_later_route_replaces_a_learned_one_but_not_a_named_one() {
+    let strict = Arc::new(AtomicBool::new(false));
+    let (mut p, sent_a, sent_b) = routed_pair_with(true, strict.clone());
+    let listener = p.b.tcp_listen((ADDR_B, 80), 1).unwrap();
+    let config = p.a.tcp_default_config();
+    let a =
+        p.a.tcp_connect_via((ADDR_B, 80), via(&[GW]), config)
+            .unwrap();
+    let b = accepted_on_b(&mut p, listener, a);
+    transfer(&mut p, a, b, 64 << 10, Duration::from_secs(10));
+    let kind = |s: &Vec<u8>| route_of(s).map(|(k, _, _)| k);
+    assert_eq!(kind(tcp_segments(&sent_b).last().unwrap()), Some(LSRR));
+    strict.store(true, Ordering::Relaxed);
+    let before = (tcp_segments(&sent_a).len(), tcp_segments(&sent_b).len());
+    transfer(&mut p, a, b, 64 << 10, Duration::from_secs(10));
+    p.b.tcp_send(b, b"strictly").unwrap();
+    p.run_for(Duration::from_millis(10));
+    let from_b = &tcp_segments(&sent_b)[before.1..];
+    let from_a = &tcp_segments(&sent_a)[before.0..];
+    assert!(!from_b.is_empty() && !from_a.is_empty());
+    // B's first answers may have left before A's first strict segment came.
+    let kinds: Vec<_> = from_b.iter().map(kind).collect();
+    let first_strict = kinds
+        .iter()
+        .position(|&k| k == Some(SSRR))
+        .expect("B took it");
+    assert!(
+        kinds[first_strict..].iter().all(|&k| k == Some(SSRR)),
+        "B follows the new route: {kinds:?}"
+    );
+    assert!(
+        from_a.iter().all(|s| kind(s) == Some(LSRR)),
+        "A keeps its named route"
+    );
+    let mut buf = [0u8; 16];
+    let n = p.a.tcp_recv(a, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"strictly");
 }

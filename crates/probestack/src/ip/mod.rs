@@ -174,6 +174,30 @@ impl SourceRouting {
     }
 }
 
+/// A source route to one destination and the options it makes (a TCP connection's: its
+/// peer never changes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RouteTo {
+    pub via: SourceRouting,
+    pub extras: IpExtras,
+    /// The application named it (RFC 9293 MUST-52: then it takes precedence over one a
+    /// datagram brings), rather than a received datagram's route reversed.
+    pub named: bool,
+}
+
+impl RouteTo {
+    /// Through `via`'s gateways to `dst`; `None` if it does not fit in a header.
+    pub fn new(via: SourceRouting, dst: Ipv4Address, named: bool) -> Option<RouteTo> {
+        let extras = IpExtras::new(&Ipv4Options::NONE, Some(&via), dst).ok()?;
+        Some(RouteTo { via, extras, named })
+    }
+
+    /// The first gateway: the way out of this host.
+    pub fn first_hop(&self) -> Ipv4Address {
+        self.via.gateways()[0]
+    }
+}
+
 /// The ECN field's codepoints (RFC 3168 §5).
 pub(crate) const ECN_ECT0: u8 = 0b10;
 pub(crate) const ECN_CE: u8 = 0b11;

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use crate::buf::ExtBuf;
-use crate::ip::IpFields;
+use crate::ip::{IpFields, RouteTo, SourceRouting};
 use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
 use crate::socket::blocking::block_on;
 use crate::stack::Stack;
@@ -568,6 +568,37 @@ impl Stack {
         config: TcpConfig,
         no_checksum: bool,
     ) -> Result<TcpHandle, TcpError> {
+        self.tcp_open(remote, local, config, no_checksum, None)
+    }
+
+    /// [`tcp_connect_with`](Self::tcp_connect_with) along a source route through `via`'s
+    /// gateways (RFC 9293 MUST-51: an application MUST be able to name one on an active
+    /// open; it takes precedence over any route the peer's segments bring, MUST-52).
+    /// Every segment carries it, and so has that many bytes less data (RFC 9293 §3.7.1).
+    pub fn tcp_connect_via(
+        &mut self,
+        remote: (Ipv4Address, u16),
+        via: SourceRouting,
+        config: TcpConfig,
+    ) -> Result<TcpHandle, TcpError> {
+        self.tcp_open(
+            remote,
+            (Ipv4Address::UNSPECIFIED, 0),
+            config,
+            false,
+            Some(via),
+        )
+    }
+
+    /// The active open behind the connect calls.
+    fn tcp_open(
+        &mut self,
+        remote: (Ipv4Address, u16),
+        local: (Ipv4Address, u16),
+        config: TcpConfig,
+        no_checksum: bool,
+        via: Option<SourceRouting>,
+    ) -> Result<TcpHandle, TcpError> {
         let now = self.now;
         // Connecting is rare: its probes test the ledger's flag where they stand.
         let s = TESTED;
@@ -577,7 +608,13 @@ impl Stack {
         if remote.1 == 0 || !self.is_unicast_peer(remote.0) {
             return Err(TcpError::InvalidAddress);
         }
-        let route_addr = self.source_address_for(remote.0).ok_or(TcpError::NoRoute)?;
+        let route = match via {
+            Some(v) => Some(RouteTo::new(v, remote.0, true).ok_or(TcpError::InvalidArgument)?),
+            None => None,
+        };
+        // The way out: to the first gateway of a source route.
+        let hop = route.map_or(remote.0, |r| r.first_hop());
+        let route_addr = self.source_address_for(hop).ok_or(TcpError::NoRoute)?;
         let local_addr = match local.0 {
             a if a.is_unspecified() => route_addr,
             a if self.is_own_address(a) => a,
@@ -623,9 +660,11 @@ impl Stack {
         };
         let local = (local_addr, port);
         let iss = self.tcp.isn.isn(local, remote, now);
-        let ask = no_checksum || self.checksum_elidable(remote.0);
-        let mut conn = Connection::new(local, remote, config, iss, self.tcp_mss_for(remote.0), ask);
-        conn.send_copy = self.tcp_send_copy_for(remote.0);
+        // A routed segment passes gateways: elision's one hop does not hold.
+        let ask = no_checksum || (route.is_none() && self.checksum_elidable(remote.0));
+        let mut conn = Connection::new(local, remote, config, iss, self.tcp_mss_for(hop), ask);
+        conn.send_copy = self.tcp_send_copy_for(hop);
+        conn.set_source_route(route);
         conn.connect();
         if let Some(sock) = self.tcp.get_mut(h) {
             sock.kind = Kind::Stream(Box::new(conn));

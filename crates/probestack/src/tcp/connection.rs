@@ -620,6 +620,12 @@ pub struct Connection {
     /// (`Tuning::tcp_header_template`; [`super::template`]): kept here because a
     /// connection's remote address is fixed, never read by the state machine.
     pub(crate) link_template: Option<crate::link::template::LinkTemplate>,
+    /// The source route its segments take (RFC 9293 MUST-51, MUST-53), behind a pointer
+    /// as almost no connection has one; its segments then go through the layers.
+    pub(crate) source_route: Option<Box<crate::ip::RouteTo>>,
+    /// Bytes of IP options its segments carry: they come out of each segment's data
+    /// (RFC 9293 §3.7.1, Eff.snd.MSS).
+    ip_option_bytes: usize,
 }
 
 /// Challenge ACKs per second (RFC 5961 §7 suggests a limit; Linux uses 1000 per host).
@@ -741,6 +747,8 @@ impl Connection {
             error: None,
             stats: ConnStats::default(),
             link_template: None,
+            source_route: None,
+            ip_option_bytes: 0,
             config,
         }
     }
@@ -894,7 +902,7 @@ impl Connection {
     /// The most data one segment carries: the MSS less the options it will carry
     /// (RFC 9293 §3.7.1: the MSS counts data only, so options come out of it).
     pub(crate) fn segment_data_max(&self) -> usize {
-        let mut options = 0;
+        let mut options = self.ip_option_bytes;
         if self.ts_enabled {
             options += 12;
         }
@@ -903,6 +911,14 @@ impl Connection {
             options += 4 + 8 * self.ooo.range_count().min(max_blocks);
         }
         self.snd_mss.saturating_sub(options).max(1)
+    }
+
+    /// Sends its segments along `route` (or directly), with the route's option bytes out
+    /// of each segment's data.
+    pub(crate) fn set_source_route(&mut self, route: Option<crate::ip::RouteTo>) {
+        self.ip_option_bytes = route.map_or(0, |r| r.extras.options.len());
+        self.source_route = route.map(Box::new);
+        self.link_template = None;
     }
 
     /// Whether our FIN has been acknowledged.

@@ -60,7 +60,7 @@ pub use syn_cookie::SynCookies;
 use crate::buf::{ExtBuf, PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
-use crate::ip::{IcmpError, SendAs, ECN_CE};
+use crate::ip::{IcmpError, IpExtras, RouteTo, SendAs, ECN_CE};
 use crate::probe::ledger::cold_path;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
@@ -546,6 +546,9 @@ impl Stack {
             }
             return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
+        if !ip.options.is_empty() {
+            self.tcp_route_update(index, ip);
+        }
         let reply = match self.tcp.at_mut(index) {
             Some(TcpSocket {
                 kind: Kind::Stream(c),
@@ -705,10 +708,15 @@ impl Stack {
             return;
         }
         let iss = self.tcp.isn.isn(local, remote, now);
-        let ask = ask || self.checksum_elidable(remote.0);
-        let mss = self.tcp_mss_for(remote.0);
+        // A SYN that came by a source route is answered along it reversed, and so is
+        // every segment of the connection (RFC 9293 MUST-53).
+        let route = Self::tcp_route_back(ip);
+        let hop = route.map_or(remote.0, |r| r.first_hop());
+        let ask = ask || (route.is_none() && self.checksum_elidable(remote.0));
+        let mss = self.tcp_mss_for(hop);
         let mut conn = Connection::new(local, remote, config, iss, mss, ask);
-        conn.send_copy = self.tcp_send_copy_for(remote.0);
+        conn.send_copy = self.tcp_send_copy_for(hop);
+        conn.set_source_route(route);
         conn.accept_syn(syn, now);
         let Some(h) = self.tcp_insert_child(s, index, local, remote, conn, reserved) else {
             return;
@@ -721,6 +729,30 @@ impl Stack {
             l.embryonic += 1;
         }
         self.tcp_output(s, h);
+    }
+
+    /// The way back along the source route `ip`'s datagram came by, if it came by one.
+    fn tcp_route_back(ip: &Ipv4Repr) -> Option<RouteTo> {
+        if ip.options.is_empty() {
+            return None;
+        }
+        Self::source_routing_back(ip).and_then(|via| RouteTo::new(via, ip.src, false))
+    }
+
+    /// A segment of connection `index` came with IP options: a source route other than
+    /// the one the connection keeps replaces it, unless the application named that one
+    /// (RFC 9293 SHLD-24, MUST-52).
+    #[cold]
+    fn tcp_route_update(&mut self, index: usize, ip: &Ipv4Repr) {
+        let Some(route) = Self::tcp_route_back(ip) else {
+            return;
+        };
+        if let Some(c) = self.tcp.conn_mut(index) {
+            let kept = c.source_route.as_deref();
+            if kept.is_none_or(|k| !k.named && k.via != route.via) {
+                c.set_source_route(Some(route));
+            }
+        }
     }
 
     /// Puts a passively opened connection (holding `reserved` bytes of socket memory) in
@@ -850,9 +882,13 @@ impl Stack {
             return true;
         }
         let iss = ack - 1;
-        let mss = self.tcp_mss_for(remote.0);
+        // The ACK's route reversed, as a SYN's would be (RFC 9293 MUST-53).
+        let route = Self::tcp_route_back(ip);
+        let hop = route.map_or(remote.0, |r| r.first_hop());
+        let mss = self.tcp_mss_for(hop);
         let mut conn = Connection::new(local, remote, config, iss, mss, false);
-        conn.send_copy = self.tcp_send_copy_for(remote.0);
+        conn.send_copy = self.tcp_send_copy_for(hop);
+        conn.set_source_route(route);
         conn.accept_cookie_ack(seg, iss, peer_mss, now);
         let Some(child) = self.tcp_insert_child(s, index, local, remote, conn, reserved) else {
             return true;
@@ -1268,7 +1304,12 @@ impl Stack {
             fields,
             ect: out.ect,
         };
-        self.ip_output(s, dst, IpProtocol::Tcp, buf, send)
+        let route = self
+            .tcp
+            .conn_mut(index)
+            .and_then(|c| c.source_route.as_deref());
+        let extras = route.map_or(IpExtras::NONE, |r| r.extras);
+        self.ip_output_with(s, dst, IpProtocol::Tcp, buf, send, &extras)
             .map_err(|_| ())
     }
 

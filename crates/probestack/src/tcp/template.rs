@@ -38,6 +38,14 @@ impl Stack {
         if let Some(t) = held.filter(|t| self.link_template_holds(t)) {
             return Some(*t);
         }
+        // A source-routed connection's segments carry options: through the layers.
+        if self
+            .tcp
+            .conn_mut(index)
+            .is_some_and(|c| c.source_route.is_some())
+        {
+            return None;
+        }
         let t = {
             let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::TcpProto);
             // From the connection's address (RFC 9293 MUST-45); TCP sizes its segments
