@@ -77,6 +77,7 @@ use crate::wire::arp::{self as arp_wire, ArpOperation, ArpRepr};
 use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetRepr};
 use crate::wire::icmpv4::{self, DstUnreachable, Icmpv4Repr, ParamProblem, TimeExceeded};
 use crate::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
+use crate::wire::source_route::SourceRoute;
 use crate::wire::tcp::{self as tcp_wire, Control, SeqNumber, TcpOption, TcpRepr, TcpTimestamp};
 use crate::wire::udp::{self as udp_wire, UdpRepr};
 use crate::wire::{Checksum, Ipv4Address};
@@ -198,6 +199,7 @@ pub fn ipv4(data: &[u8]) {
         return;
     };
     assert!(checked.is_err() || checked == Ok(repr));
+    ipv4_options(&repr);
     let mut out = vec![0u8; repr.buffer_len()];
     let mut view = ipv4::Packet::new_unchecked(&mut out[..]);
     repr.emit(&mut view, Checksum::Check)
@@ -207,6 +209,22 @@ pub fn ipv4(data: &[u8]) {
     let again = Ipv4Repr::parse(&view, Checksum::Check).expect("an emitted datagram parses");
     assert_eq!(again, repr);
     assert_eq!(view.payload(), packet.payload());
+}
+
+/// What the stack does with a header's options: a later fragment's copied ones are a
+/// part of them; a source route found reparses from its bytes, and its way back ends at
+/// the source, no longer than the route recorded.
+fn ipv4_options(repr: &Ipv4Repr) {
+    let copied = repr.options.copied();
+    assert!(copied.len() <= repr.options.len());
+    if let Ok(Some(route)) = SourceRoute::find(repr.options.as_bytes()) {
+        assert_eq!(SourceRoute::parse(&route.to_bytes()), Ok(route));
+        assert_eq!(SourceRoute::find(copied.as_bytes()), Ok(Some(route)));
+        if let Some((_, back)) = route.reversed(repr.src) {
+            assert_eq!(back.addresses().last(), Some(&repr.src));
+            assert!(back.addresses().len() <= route.recorded().len());
+        }
+    }
 }
 
 /// An ICMPv4 message: parse → emit → parse, and the constructors of error messages over
@@ -697,6 +715,8 @@ impl Fixture {
                 buffer_limit_bytes: 2 << 20,
                 echo_reply_queue: 16,
                 tcp,
+                // Routed datagrams taken, so that their handling is reached too.
+                accept_source_route: true,
                 ..StackConfig::default()
             },
             nic: NicConfig::default(),
@@ -1261,6 +1281,9 @@ fn frames_to_b() -> Vec<Vec<u8>> {
     vec![
         udp_frame(true, UDP_PORT_B, &data, &[]),
         udp_frame(true, UDP_PORT_B, &data[..10], &[0x94, 0x04, 0x00, 0x00]),
+        // Source routes through 198.18.0.99: complete (taken), then still going on.
+        udp_frame(true, UDP_PORT_B, &data[..12], &[0x83, 7, 8, 198, 18, 0, 99, 1]),
+        udp_frame(true, UDP_PORT_B, &data[..12], &[0x89, 7, 4, 198, 18, 0, 99, 0]),
         udp_frame(true, 9, &data[..30], &[]),
         tcp_frame(true, &full_tcp_repr(&[], Control::Syn)),
         tcp_frame(true, &full_tcp_repr(&data[..100], Control::None)),
