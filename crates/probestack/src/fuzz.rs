@@ -1282,8 +1282,18 @@ fn frames_to_b() -> Vec<Vec<u8>> {
         udp_frame(true, UDP_PORT_B, &data, &[]),
         udp_frame(true, UDP_PORT_B, &data[..10], &[0x94, 0x04, 0x00, 0x00]),
         // Source routes through 198.18.0.99: complete (taken), then still going on.
-        udp_frame(true, UDP_PORT_B, &data[..12], &[0x83, 7, 8, 198, 18, 0, 99, 1]),
-        udp_frame(true, UDP_PORT_B, &data[..12], &[0x89, 7, 4, 198, 18, 0, 99, 0]),
+        udp_frame(
+            true,
+            UDP_PORT_B,
+            &data[..12],
+            &[0x83, 7, 8, 198, 18, 0, 99, 1],
+        ),
+        udp_frame(
+            true,
+            UDP_PORT_B,
+            &data[..12],
+            &[0x89, 7, 4, 198, 18, 0, 99, 0],
+        ),
         udp_frame(true, 9, &data[..30], &[]),
         tcp_frame(true, &full_tcp_repr(&[], Control::Syn)),
         tcp_frame(true, &full_tcp_repr(&data[..100], Control::None)),

@@ -21,6 +21,7 @@ use probestack::buf::PacketBuf;
 use probestack::ip::SourceRouting;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
+use probestack::socket::tcp::TcpHandle;
 use probestack::socket::udp::{UdpError, UdpHandle, MAX_UDP_PAYLOAD};
 use probestack::time::{Duration, Instant};
 use probestack::wire::ethernet::EthernetAddress;
@@ -422,6 +423,16 @@ fn tcp_option_kinds(ip: &[u8]) -> Vec<u8> {
     kinds
 }
 
+/// A connection from A to B's port 80 along a route A names through the gateway; (A's
+/// end, B's end).
+fn connected_via_gw(p: &mut Pair) -> (TcpHandle, TcpHandle) {
+    let listener = p.b.tcp_listen((ADDR_B, 80), 1).unwrap();
+    let config = p.a.tcp_default_config();
+    let a = p.a.tcp_connect_via((ADDR_B, 80), via(&[GW]), config);
+    let a = a.unwrap();
+    (a, accepted_on_b(p, listener, a))
+}
+
 /// RFC 9293 MUST-51 and MUST-53: A opens a connection along a route it names; B, whose
 /// listener took the SYN that came by it, answers along the route reversed from its
 /// SYN-ACK on. Every segment either way carries the route, and a full segment still
@@ -430,12 +441,7 @@ fn tcp_option_kinds(ip: &[u8]) -> Vec<u8> {
 #[test]
 fn tcp_goes_along_a_named_route_and_is_answered_along_it() {
     let (mut p, sent_a, sent_b) = routed_pair(true);
-    let listener = p.b.tcp_listen((ADDR_B, 80), 1).unwrap();
-    let config = p.a.tcp_default_config();
-    let a =
-        p.a.tcp_connect_via((ADDR_B, 80), via(&[GW]), config)
-            .unwrap();
-    let b = accepted_on_b(&mut p, listener, a);
+    let (a, b) = connected_via_gw(&mut p);
     transfer(&mut p, a, b, 1 << 20, Duration::from_secs(10));
     p.b.tcp_send(b, b"back along the route").unwrap();
     p.run_for(Duration::from_millis(10));
@@ -472,12 +478,7 @@ fn tcp_goes_along_a_named_route_and_is_answered_along_it() {
 fn a_later_route_replaces_a_learned_one_but_not_a_named_one() {
     let strict = Arc::new(AtomicBool::new(false));
     let (mut p, sent_a, sent_b) = routed_pair_with(true, strict.clone());
-    let listener = p.b.tcp_listen((ADDR_B, 80), 1).unwrap();
-    let config = p.a.tcp_default_config();
-    let a =
-        p.a.tcp_connect_via((ADDR_B, 80), via(&[GW]), config)
-            .unwrap();
-    let b = accepted_on_b(&mut p, listener, a);
+    let (a, b) = connected_via_gw(&mut p);
     transfer(&mut p, a, b, 64 << 10, Duration::from_secs(10));
     let kind = |s: &Vec<u8>| route_of(s).map(|(k, _, _)| k);
     assert_eq!(kind(tcp_segments(&sent_b).last().unwrap()), Some(LSRR));

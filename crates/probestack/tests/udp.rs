@@ -693,6 +693,28 @@ impl Spoofer {
     }
 }
 
+/// A (with `tuning`) with `spoofer` behind its NIC and a socket on port 7, after one
+/// datagram to B for each answer the spoofer has, each given a millisecond.
+fn answered_by(spoofer: Spoofer, tuning: Tuning) -> (Pair, UdpHandle) {
+    let answers = spoofer.0.len();
+    let mut host = HostConfig::with_mtu(1500);
+    host.stack.tuning = tuning;
+    let mut p = Pair::with_devices(
+        host.clone(),
+        host,
+        move |nic| Box::new(Routed::new(nic, spoofer)),
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    let a = p.a.udp_open();
+    p.a.udp_bind(a, Ipv4Address::UNSPECIFIED, 7).unwrap();
+    for _ in 0..answers {
+        p.a.udp_send_to(a, b"draw an answer", ADDR_B, 9).unwrap();
+        p.run_for(Duration::from_millis(1));
+    }
+    (p, a)
+}
+
 impl Hop for Spoofer {
     fn forward(&mut self, _frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
         let Some((src, dst, mac)) = self.0.pop() else {
@@ -737,22 +759,7 @@ fn datagrams_from_invalid_sources_are_dropped() {
         ];
         let good = [Ipv4Address::new(198, 18, 0, 77), Ipv4Address::UNSPECIFIED];
         let sources = [&good[..], &bad[..]].concat();
-        let spoofer = Spoofer::from(&sources);
-        let mut host = HostConfig::with_mtu(1500);
-        host.stack.tuning = tuning;
-        let mut p = Pair::with_devices(
-            host.clone(),
-            host,
-            move |nic| Box::new(Routed::new(nic, spoofer)),
-            |nic| Box::new(nic),
-        )
-        .unwrap();
-        let a = p.a.udp_open();
-        p.a.udp_bind(a, Ipv4Address::UNSPECIFIED, 7).unwrap();
-        for _ in &sources {
-            p.a.udp_send_to(a, b"draw an answer", ADDR_B, 9).unwrap();
-            p.run_for(Duration::from_millis(1));
-        }
+        let (mut p, a) = answered_by(Spoofer::from(&sources), tuning);
         let mut buf = [0u8; 16];
         let mut from = Vec::new();
         while let Ok(r) = p.a.udp_recv_from(a, &mut buf) {
@@ -781,20 +788,7 @@ fn unicast_datagrams_in_link_broadcast_frames_are_dropped() {
     ];
     // Popped from the end: the first answers first.
     let spoofer = Spoofer(answers.iter().rev().copied().collect());
-    let host = HostConfig::with_mtu(1500);
-    let mut p = Pair::with_devices(
-        host.clone(),
-        host,
-        move |nic| Box::new(Routed::new(nic, spoofer)),
-        |nic| Box::new(nic),
-    )
-    .unwrap();
-    let a = p.a.udp_open();
-    p.a.udp_bind(a, Ipv4Address::UNSPECIFIED, 7).unwrap();
-    for _ in &answers {
-        p.a.udp_send_to(a, b"draw an answer", ADDR_B, 9).unwrap();
-        p.run_for(Duration::from_millis(1));
-    }
+    let (mut p, a) = answered_by(spoofer, Tuning::fast());
     let mut buf = [0u8; 16];
     let mut to = Vec::new();
     while let Ok(r) = p.a.udp_recv_from(a, &mut buf) {
