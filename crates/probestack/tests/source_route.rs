@@ -508,3 +508,26 @@ fn a_later_route_replaces_a_learned_one_but_not_a_named_one() {
     let n = p.a.tcp_recv(a, &mut buf).unwrap();
     assert_eq!(&buf[..n], b"strictly");
 }
+
+/// A socket's options and its source route go in one header, the route after the
+/// options' own bytes (not after their padding, whose zero would end the list), and
+/// both come up at the other end, the route complete.
+#[test]
+fn options_and_a_route_go_together() {
+    let (mut p, sent_a, _) = routed_pair(true);
+    let (a, b) = udp_pair(&mut p);
+    p.a.udp_set_ip_options(a, &RECORD_ROUTE[..7]).unwrap();
+    p.a.udp_set_source_route(a, Some(via(&[GW]))).unwrap();
+    p.a.udp_send_to(a, b"both", ADDR_B, 9).unwrap();
+    p.run_for(Duration::from_millis(1));
+    assert_eq!(
+        route_of(&datagrams(&sent_a)[0]),
+        Some((LSRR, 4, vec![ADDR_B]))
+    );
+    let mut buf = [0u8; 16];
+    let r = p.b.udp_recv_from(b, &mut buf).unwrap();
+    let options = r.ip_options.expect("options came up");
+    assert_eq!(options.as_bytes()[..3], RECORD_ROUTE[..3]);
+    let route = SourceRoute::find(options.as_bytes()).unwrap().unwrap();
+    assert!(route.is_complete());
+}

@@ -137,9 +137,11 @@ impl Stack {
         };
         self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(buf) = reply_buf {
-            // Back along the request's source route, reversed (RFC 1122 §3.2.2.6).
-            let back = self.ip_route_back(repr);
-            let _ = self.ip_output_with(s, to, IpProtocol::Icmp, buf, send, &back);
+            let from = send
+                .src
+                .unwrap_or_else(|| self.source_address_for(to).unwrap_or(repr.dst));
+            let options = self.ip_echo_reply_options(repr, from);
+            let _ = self.ip_output_with(s, to, IpProtocol::Icmp, buf, send, &options);
         }
     }
 

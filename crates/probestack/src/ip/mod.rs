@@ -114,7 +114,8 @@ impl IpExtras {
         let mut list = rest.to_vec();
         list.push(dst);
         let route = SourceRoute::new(via.strict, &list).map_err(|_| ())?;
-        let bytes = [options.as_bytes(), &route.to_bytes()].concat();
+        // After the options' own bytes, not their padding: a zero there ends the list.
+        let bytes = [options.listed(), &route.to_bytes()].concat();
         Ok(IpExtras {
             options: Ipv4Options::new(&bytes).map_err(|_| ())?,
             first_hop: Some(*first_hop),
@@ -378,14 +379,32 @@ impl Stack {
         }
     }
 
-    /// The options an answer to the datagram `repr` heads carries: the way back along
-    /// its completed source route, reversed (RFC 1122 §3.2.1.8 (c)), or none.
-    pub(crate) fn ip_route_back(&self, repr: &Ipv4Repr) -> IpExtras {
+    /// The options of the echo reply from `from` to the request `repr` heads (RFC 1122
+    /// §3.2.2.6): its record route, with `from` recorded if there is room, so that the
+    /// route recorded is the whole round trip's (the timestamp option, a SHOULD too, is
+    /// not kept); and the way back along its completed source route, reversed (a MUST).
+    pub(crate) fn ip_echo_reply_options(&self, repr: &Ipv4Repr, from: Ipv4Address) -> IpExtras {
         if repr.options.is_empty() {
             return IpExtras::NONE;
         }
-        Self::source_routing_back(repr)
-            .and_then(|via| IpExtras::new(&Ipv4Options::NONE, Some(&via), repr.src).ok())
+        let mut kept = Vec::new();
+        for option in ipv4::each_option(repr.options.as_bytes()) {
+            if option[0] != ipv4::OPTION_RECORD_ROUTE || option.len() < 3 {
+                continue;
+            }
+            let mut record = option.to_vec();
+            let pointer = usize::from(record[2]);
+            if pointer >= 4 && pointer + 3 <= record.len() {
+                record[pointer - 1..pointer + 3].copy_from_slice(&from.0);
+                record[2] += 4;
+            }
+            kept.extend_from_slice(&record);
+        }
+        let record = Ipv4Options::new(&kept).unwrap_or(Ipv4Options::NONE);
+        let via = Self::source_routing_back(repr);
+        // Both if they fit; the route back alone if not.
+        IpExtras::new(&record, via.as_ref(), repr.src)
+            .or_else(|()| IpExtras::new(&Ipv4Options::NONE, via.as_ref(), repr.src))
             .unwrap_or(IpExtras::NONE)
     }
 
@@ -859,6 +878,39 @@ mod tests {
             assert_eq!(st.udp_queued(rx), usize::from(delivered), "{reported:#x}");
         }
         assert_eq!(c(&st, Counter::UdpDropBadChecksum), 1);
+    }
+
+    /// RFC 1122 §3.2.2.6: an echo reply's options are the request's record route with the
+    /// replying host's address recorded (when there is room; a full one goes back as it
+    /// came) and its source route reversed; other options stay behind.
+    #[test]
+    fn an_echo_reply_records_its_host_and_follows_the_route_back() {
+        let st = host_b(StackConfig::default());
+        let gw = Ipv4Address::new(198, 18, 0, 99);
+        let request = |options: &[u8]| Ipv4Repr {
+            options: Ipv4Options::new(options).unwrap(),
+            ..ipv4_header(ADDR_A, ADDR_B, IpProtocol::Icmp, 8)
+        };
+        // A recorded itself as it sent the request.
+        let record = [7, 11, 8, 198, 18, 0, 1, 0, 0, 0, 0];
+        let reply = st.ip_echo_reply_options(&request(&record), ADDR_B);
+        let recorded = [7, 11, 12, 198, 18, 0, 1, 198, 18, 0, 2];
+        assert_eq!(reply.options, Ipv4Options::new(&recorded).unwrap());
+        assert_eq!(reply.first_hop, None);
+        let full = st.ip_echo_reply_options(&request(&recorded), ADDR_B);
+        assert_eq!(full.options, Ipv4Options::new(&recorded).unwrap());
+        // A completed loose route through the gateway, a timestamp option, the record.
+        let mut options = vec![0x83, 7, 8, 198, 18, 0, 99, 0x44, 4, 5, 0];
+        options.extend_from_slice(&record);
+        let both = st.ip_echo_reply_options(&request(&options), ADDR_B);
+        let mut expected = recorded.to_vec();
+        expected.extend_from_slice(&[0x83, 7, 4, 198, 18, 0, 1]);
+        assert_eq!(both.options, Ipv4Options::new(&expected).unwrap());
+        assert_eq!(both.first_hop, Some(gw));
+        assert_eq!(
+            st.ip_echo_reply_options(&request(&[]), ADDR_B),
+            IpExtras::NONE
+        );
     }
 
     /// First fragments of more datagrams than the reassembly memory cap holds: each is

@@ -150,6 +150,30 @@ pub fn check_options(options: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Record Route (RFC 791 §3.1, type 7): a pointer and room for the addresses of the
+/// hosts and gateways a datagram passes, each recording its own.
+pub const OPTION_RECORD_ROUTE: u8 = 7;
+
+/// Each option of a header's `options` bytes but the no-operations, as its bytes (type
+/// first), up to the End of Option List (RFC 791 §3.1). An option whose length byte is
+/// impossible ends the walk with what is left ([`check_options`] refuses such options).
+pub fn each_option(options: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut at = 0;
+    std::iter::from_fn(move || loop {
+        match *options.get(at)? {
+            OPTION_END => return None,
+            OPTION_NOP => at += 1,
+            _ => {
+                let len = options.get(at + 1).map_or(2, |&l| usize::from(l).max(2));
+                let end = (at + len).min(options.len());
+                let option = &options[at..end];
+                at = end;
+                return Some(option);
+            }
+        }
+    })
+}
+
 /// The options of a header, kept as bytes: up to 40 of them, a multiple of 4, checked by
 /// [`check_options`]. Fixed-size so that [`Ipv4Repr`] stays `Copy`. The length is a
 /// word, so that the whole is six words with no padding, built and moved a word at a
@@ -207,26 +231,31 @@ impl Ipv4Options {
         self.len == 0
     }
 
+    /// The option bytes before the End of Option List: without the padding, so that
+    /// other options can follow them (after an End of Option List a parser reads none).
+    pub fn listed(&self) -> &[u8] {
+        let bytes = self.as_bytes();
+        let mut at = 0;
+        while let Some(&kind) = bytes.get(at) {
+            at += match kind {
+                OPTION_END => break,
+                OPTION_NOP => 1,
+                // Checked when the options were made: at least 2, within the bytes.
+                _ => usize::from(bytes[at + 1]),
+            };
+        }
+        &bytes[..at]
+    }
+
     /// The options a fragment after the first carries: those whose type has the copied
     /// flag (its high bit) set, such as a source route (RFC 791 §3.1 "copied flag", §3.2
     /// fragmentation); no-operations and padding are left out, and the rest padded again.
     pub fn copied(&self) -> Ipv4Options {
         let mut kept = [0u8; MAX_OPTIONS_LEN];
         let mut n = 0;
-        let mut at = 0;
-        let options = self.as_bytes();
-        while let Some(&kind) = options.get(at) {
-            let len = match kind {
-                OPTION_END => break,
-                OPTION_NOP => 1,
-                // Checked when the options were made: at least 2, within the bytes.
-                _ => usize::from(options[at + 1]),
-            };
-            if kind & 0x80 != 0 {
-                kept[n..n + len].copy_from_slice(&options[at..at + len]);
-                n += len;
-            }
-            at += len;
+        for option in each_option(self.as_bytes()).filter(|o| o[0] & 0x80 != 0) {
+            kept[n..n + option.len()].copy_from_slice(option);
+            n += option.len();
         }
         Ipv4Options::new(&kept[..n]).unwrap_or(Ipv4Options::NONE)
     }
@@ -1152,6 +1181,8 @@ mod tests {
         let kept = [&lsrr[..], &alert].concat();
         assert_eq!(o.copied(), Ipv4Options::new(&kept).unwrap());
         assert_eq!(o.copied().len(), 12);
+        assert_eq!(o.listed(), &all[..]);
+        assert_eq!(Ipv4Options::new(&lsrr).unwrap().listed(), &lsrr[..]);
         assert!(Ipv4Options::new(&record).unwrap().copied().is_empty());
         assert!(Ipv4Options::NONE.copied().is_empty());
     }

@@ -102,16 +102,8 @@ impl SourceRoute {
     /// malformed one or a second one (RFC 791 allows a source route once per header).
     pub fn find(options: &[u8]) -> Result<Option<SourceRoute>> {
         let mut found = None;
-        let mut at = 0;
-        // The walk `ipv4::check_options` validated: End of Option List stops it, No
-        // Operation is one byte, every other option is as long as its length byte says.
-        while let Some(&kind) = options.get(at) {
-            let len = match kind {
-                0 => break,
-                1 => 1,
-                _ => usize::from(options.get(at + 1).copied().unwrap_or(0)).max(2),
-            };
-            let option = options.get(at..at + len).unwrap_or(&options[at..]);
+        for option in super::ipv4::each_option(options) {
+            let kind = option[0];
             if kind == LSRR || kind == SSRR {
                 if found.is_some() {
                     return Err(Error::BadOption {
@@ -122,7 +114,6 @@ impl SourceRoute {
                 }
                 found = Some(SourceRoute::parse(option)?);
             }
-            at += len;
         }
         Ok(found)
     }
