@@ -1,7 +1,8 @@
 //! The TAP device against the real Linux kernel: ping (with fragments), UDP both ways, a
 //! 4 MiB TCP transfer from a kernel socket with checksum and segmentation offload on, TCP
 //! both ways at once through a TAP that loses segments (loss recovery against Linux's),
-//! TCP urgent data both ways (Linux's `MSG_OOB`), and `ping -R`'s record route.
+//! TCP urgent data both ways (Linux's `MSG_OOB`), and `ping -R`'s record route and `ping
+//! -T`'s timestamps.
 //!
 //! Each test makes its own network namespace (`psk-tap-<pid>-<n>`), moves its thread into
 //! it, opens the TAP there and gives the Linux side 198.18.0.1/15; the stack is
@@ -110,8 +111,9 @@ fn linux_pings_the_stack() {
     assert_eq!(st.rx_malformed + st.rx_too_long + st.rx_errors, 0);
 }
 
-/// `ping -R`: Linux's echo request carries a record route; the reply carries it back
-/// with the stack's address recorded (RFC 1122 §3.2.2.6), which ping prints.
+/// `ping -R` and `ping -T tsandaddr`: Linux's echo request carries a record route, or a
+/// timestamp option asking for addresses; the reply carries it back with the stack's
+/// address recorded (RFC 1122 §3.2.2.6), which ping prints.
 #[test]
 fn linux_pings_with_record_route() {
     skip_unless_able!("/dev/net/tun", "ping");
@@ -125,18 +127,32 @@ fn linux_pings_with_record_route() {
             let clock = RealClock::new();
             runner::run(&mut stack, &clock, &stop, |_, _| {}).expect("runner");
         });
-        ns.exec(&["ping", "-R", "-c", "1", "-W", "2", "198.18.0.2"])
+        let record = ns.exec(&["ping", "-R", "-c", "1", "-W", "2", "198.18.0.2"]);
+        let stamps = ns.exec(&[
+            "ping",
+            "-T",
+            "tsandaddr",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            "198.18.0.2",
+        ]);
+        [record, stamps]
     });
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "ping -R failed:\n{text}");
-    let recorded = text
-        .split("RR:")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no route:\n{text}"));
-    assert!(
-        recorded.contains("198.18.0.2"),
-        "the stack not recorded:\n{text}"
-    );
+    for (out, section) in out.iter().zip(["RR:", "TS:"]) {
+        let text = String::from_utf8_lossy(&out.stdout);
+        eprintln!("{text}");
+        assert!(out.status.success(), "ping failed:\n{text}");
+        let recorded = text
+            .split(section)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {section}:\n{text}"));
+        assert!(
+            recorded.contains("198.18.0.2"),
+            "the stack not recorded:\n{text}"
+        );
+    }
 }
 
 #[test]

@@ -199,6 +199,52 @@ impl RouteTo {
     }
 }
 
+/// Records `addr` in a record route option (RFC 791 §3.1, type 7) at its pointer, if an
+/// address fits there; a full one stays as it is.
+fn record_route_hop(option: &mut [u8], addr: Ipv4Address) {
+    let Some(&pointer) = option.get(2) else {
+        return;
+    };
+    let at = usize::from(pointer);
+    if at >= 4 && at + 3 <= option.len() {
+        option[at - 1..at + 3].copy_from_slice(&addr.0);
+        option[2] += 4;
+    }
+}
+
+/// Records `stamp` in a timestamp option (RFC 791 §3.1, type 68) as its flag asks:
+/// timestamps only (0), each after `addr` (1), or only where the next prespecified address
+/// is `addr` (3). Without room, the overflow count (the high four bits of the fourth
+/// byte) goes up by one, to at most 15.
+fn timestamp_hop(option: &mut [u8], addr: Ipv4Address, stamp: u32) {
+    let (Some(&pointer), Some(&flags)) = (option.get(2), option.get(3)) else {
+        return;
+    };
+    let at = usize::from(pointer);
+    let entry = match flags & 0x0F {
+        0 => 4,
+        1 | 3 => 8,
+        _ => return,
+    };
+    if at < 5 || at + entry - 1 > option.len() {
+        let overflow = (flags >> 4).saturating_add(1).min(15);
+        option[3] = (overflow << 4) | (flags & 0x0F);
+        return;
+    }
+    let slot = &mut option[at - 1..at - 1 + entry];
+    match flags & 0x0F {
+        0 => slot.copy_from_slice(&stamp.to_be_bytes()),
+        1 => {
+            slot[..4].copy_from_slice(&addr.0);
+            slot[4..].copy_from_slice(&stamp.to_be_bytes());
+        }
+        // Prespecified: ours only if this slot names us.
+        _ if slot[..4] != addr.0 => return,
+        _ => slot[4..].copy_from_slice(&stamp.to_be_bytes()),
+    }
+    option[2] += entry as u8;
+}
+
 /// The ECN field's codepoints (RFC 3168 §5).
 pub(crate) const ECN_ECT0: u8 = 0b10;
 pub(crate) const ECN_CE: u8 = 0b11;
@@ -380,30 +426,30 @@ impl Stack {
     }
 
     /// The options of the echo reply from `from` to the request `repr` heads (RFC 1122
-    /// §3.2.2.6): its record route, with `from` recorded if there is room, so that the
-    /// route recorded is the whole round trip's (the timestamp option, a SHOULD too, is
-    /// not kept); and the way back along its completed source route, reversed (a MUST).
+    /// §3.2.2.6): its record route and timestamp options, with this host recorded in each
+    /// where there is room, so that they cover the whole round trip (SHOULD); and the way
+    /// back along its completed source route, reversed (MUST).
     pub(crate) fn ip_echo_reply_options(&self, repr: &Ipv4Repr, from: Ipv4Address) -> IpExtras {
         if repr.options.is_empty() {
             return IpExtras::NONE;
         }
+        // RFC 791 §3.1: milliseconds since midnight UT, or (this host keeps no time of
+        // day) any time with the high-order bit set.
+        let stamp = ((self.now.as_micros() / 1000) as u32 & 0x7FFF_FFFF) | 0x8000_0000;
         let mut kept = Vec::new();
         for option in ipv4::each_option(repr.options.as_bytes()) {
-            if option[0] != ipv4::OPTION_RECORD_ROUTE || option.len() < 3 {
-                continue;
+            let mut option = option.to_vec();
+            match option[0] {
+                ipv4::OPTION_RECORD_ROUTE => record_route_hop(&mut option, from),
+                ipv4::OPTION_TIMESTAMP => timestamp_hop(&mut option, from, stamp),
+                _ => continue,
             }
-            let mut record = option.to_vec();
-            let pointer = usize::from(record[2]);
-            if pointer >= 4 && pointer + 3 <= record.len() {
-                record[pointer - 1..pointer + 3].copy_from_slice(&from.0);
-                record[2] += 4;
-            }
-            kept.extend_from_slice(&record);
+            kept.extend_from_slice(&option);
         }
-        let record = Ipv4Options::new(&kept).unwrap_or(Ipv4Options::NONE);
+        let recorded = Ipv4Options::new(&kept).unwrap_or(Ipv4Options::NONE);
         let via = Self::source_routing_back(repr);
         // Both if they fit; the route back alone if not.
-        IpExtras::new(&record, via.as_ref(), repr.src)
+        IpExtras::new(&recorded, via.as_ref(), repr.src)
             .or_else(|()| IpExtras::new(&Ipv4Options::NONE, via.as_ref(), repr.src))
             .unwrap_or(IpExtras::NONE)
     }
@@ -899,11 +945,13 @@ mod tests {
         assert_eq!(reply.first_hop, None);
         let full = st.ip_echo_reply_options(&request(&recorded), ADDR_B);
         assert_eq!(full.options, Ipv4Options::new(&recorded).unwrap());
-        // A completed loose route through the gateway, a timestamp option, the record.
-        let mut options = vec![0x83, 7, 8, 198, 18, 0, 99, 0x44, 4, 5, 0];
+        // A completed loose route through the gateway, a full timestamp option (its
+        // overflow counted), a router alert (left behind), the record.
+        let mut options = vec![0x83, 7, 8, 198, 18, 0, 99, 0x44, 4, 5, 0, 0x94, 4, 0, 0];
         options.extend_from_slice(&record);
         let both = st.ip_echo_reply_options(&request(&options), ADDR_B);
-        let mut expected = recorded.to_vec();
+        let mut expected = vec![0x44, 4, 5, 0x10];
+        expected.extend_from_slice(&recorded);
         expected.extend_from_slice(&[0x83, 7, 4, 198, 18, 0, 1]);
         assert_eq!(both.options, Ipv4Options::new(&expected).unwrap());
         assert_eq!(both.first_hop, Some(gw));
@@ -911,6 +959,39 @@ mod tests {
             st.ip_echo_reply_options(&request(&[]), ADDR_B),
             IpExtras::NONE
         );
+    }
+
+    /// RFC 791's timestamp option, each flag: a timestamp alone, an address and a
+    /// timestamp, a timestamp only where the next prespecified address is ours; and the
+    /// overflow count when there is no room, which stops at 15.
+    #[test]
+    fn a_timestamp_option_records_as_its_flag_asks() {
+        let (us, them, t) = (ADDR_B, ADDR_A, 0x8000_1234u32);
+        let stamp = t.to_be_bytes();
+        let mut only = vec![0x44, 12, 5, 0x00, 0, 0, 0, 0, 0, 0, 0, 0];
+        timestamp_hop(&mut only, us, t);
+        assert_eq!(only, [&[0x44, 12, 9, 0x00][..], &stamp, &[0; 4]].concat());
+        let mut paired = vec![0x44, 12, 5, 0x01, 0, 0, 0, 0, 0, 0, 0, 0];
+        timestamp_hop(&mut paired, us, t);
+        assert_eq!(paired, [&[0x44, 12, 13, 0x01][..], &us.0, &stamp].concat());
+        let named = |first: Ipv4Address| {
+            let mut o = vec![0x44, 12, 5, 0x03];
+            o.extend_from_slice(&first.0);
+            o.extend_from_slice(&[0; 4]);
+            o
+        };
+        let mut ours = named(us);
+        timestamp_hop(&mut ours, us, t);
+        assert_eq!(ours, [&[0x44, 12, 13, 0x03][..], &us.0, &stamp].concat());
+        let mut theirs = named(them);
+        timestamp_hop(&mut theirs, us, t);
+        assert_eq!(theirs, named(them));
+        let mut full = vec![0x44, 8, 9, 0xF0, 0, 0, 0, 1];
+        timestamp_hop(&mut full, us, t);
+        assert_eq!(full, [0x44, 8, 9, 0xF0, 0, 0, 0, 1]);
+        let mut record = vec![7, 7, 8, 1, 2, 3, 4];
+        record_route_hop(&mut record, us);
+        assert_eq!(record, [7, 7, 8, 1, 2, 3, 4], "a full record route stays");
     }
 
     /// First fragments of more datagrams than the reassembly memory cap holds: each is

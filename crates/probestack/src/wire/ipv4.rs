@@ -154,6 +154,10 @@ pub fn check_options(options: &[u8]) -> Result<()> {
 /// hosts and gateways a datagram passes, each recording its own.
 pub const OPTION_RECORD_ROUTE: u8 = 7;
 
+/// Internet Timestamp (RFC 791 §3.1, type 68): a pointer, an overflow count and a flag,
+/// and room for timestamps, alone or each after an address.
+pub const OPTION_TIMESTAMP: u8 = 0x44;
+
 /// Each option of a header's `options` bytes but the no-operations, as its bytes (type
 /// first), up to the End of Option List (RFC 791 §3.1). An option whose length byte is
 /// impossible ends the walk with what is left ([`check_options`] refuses such options).
