@@ -345,8 +345,15 @@ fn socat(ns: &Netns, address: &str, input: &[u8]) -> Vec<u8> {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
+    // Written from a thread while the output is read: written first, an input larger
+    // than the pipes and sockets between hold deadlocked (the echo filled socat's stdout
+    // pipe, socat stopped reading the socket, the windows closed, and this write waited
+    // for ever; seen once in the twenty-sixth session with 200 kB).
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
     let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
     assert!(out.status.success(), "socat {address} failed");
     out.stdout
 }
