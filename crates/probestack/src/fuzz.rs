@@ -212,17 +212,22 @@ pub fn ipv4(data: &[u8]) {
 }
 
 /// What the stack does with a header's options: a later fragment's copied ones are a
-/// part of them; a source route found reparses from its bytes, and its way back ends at
-/// the source, no longer than the route recorded.
+/// part of them; a source route found reparses from its bytes, and its way back is no
+/// longer than the route recorded and ends at the source.
 fn ipv4_options(repr: &Ipv4Repr) {
     let copied = repr.options.copied();
     assert!(copied.len() <= repr.options.len());
     if let Ok(Some(route)) = SourceRoute::find(repr.options.as_bytes()) {
         assert_eq!(SourceRoute::parse(&route.to_bytes()), Ok(route));
         assert_eq!(SourceRoute::find(copied.as_bytes()), Ok(Some(route)));
-        if let Some((_, back)) = route.reversed(repr.src) {
-            assert_eq!(back.addresses().last(), Some(&repr.src));
-            assert!(back.addresses().len() <= route.recorded().len());
+        if let Some(back) = crate::ip::SourceRouting::back_along(&route, repr.src) {
+            assert!(back.gateways().len() <= route.recorded().len());
+            let extras = crate::ip::IpExtras::new(&Ipv4Options::NONE, Some(&back), repr.src)
+                .expect("a way back fits where the route came");
+            let option = SourceRoute::find(extras.options.as_bytes())
+                .unwrap()
+                .unwrap();
+            assert_eq!(option.addresses().last(), Some(&repr.src));
         }
     }
 }

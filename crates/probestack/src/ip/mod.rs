@@ -159,13 +159,16 @@ impl SourceRouting {
     }
 
     /// The way back along a completed `route` a datagram from `source` arrived by
-    /// (RFC 1122 §3.2.1.8 (c)): its recorded gateways reversed. `None` when it recorded
-    /// none.
+    /// (RFC 1122 §3.2.1.8 (c)): its recorded gateways in reverse order, the one recorded
+    /// last first. `None` when it recorded none (the source is a neighbour). A first
+    /// address that is the source's own is left out, a route that lists its sender (RFC
+    /// 1812 §5.2.4.1 has routers correct it; Linux's `ip_options_echo` does the same).
     pub fn back_along(route: &SourceRoute, source: Ipv4Address) -> Option<SourceRouting> {
-        let (first_hop, back) = route.reversed(source)?;
-        let addresses = back.addresses();
-        // The reversed route ends with `source` itself: the gateways are the rest.
-        let gateways = [&[first_hop][..], &addresses[..addresses.len() - 1]].concat();
+        let mut recorded = route.recorded();
+        if recorded.first() == Some(&source) {
+            recorded = &recorded[1..];
+        }
+        let gateways: Vec<Ipv4Address> = recorded.iter().rev().copied().collect();
         SourceRouting::new(&gateways, route.strict)
     }
 
@@ -924,6 +927,37 @@ mod tests {
             assert_eq!(st.udp_queued(rx), usize::from(delivered), "{reported:#x}");
         }
         assert_eq!(c(&st, Counter::UdpDropBadChecksum), 1);
+    }
+
+    /// RFC 1122 §3.2.1.8 (c): the way back goes to the gateway recorded last first, then
+    /// the others in reverse order; its option lists them and, last, the source.
+    #[test]
+    fn a_recorded_route_reverses() {
+        let (s, r1, r2, r3) = (
+            ADDR_A,
+            Ipv4Address::new(198, 18, 1, 1),
+            Ipv4Address::new(198, 18, 2, 1),
+            Ipv4Address::new(198, 18, 3, 1),
+        );
+        let route = |kind: u8, pointer: u8, addresses: &[Ipv4Address]| {
+            let mut o = vec![kind, (3 + 4 * addresses.len()) as u8, pointer];
+            addresses.iter().for_each(|a| o.extend_from_slice(&a.0));
+            SourceRoute::parse(&o).unwrap()
+        };
+        let back = SourceRouting::back_along(&route(0x83, 16, &[r1, r2, r3]), s).unwrap();
+        assert_eq!((back.gateways(), back.strict), (&[r3, r2, r1][..], false));
+        let extras = IpExtras::new(&Ipv4Options::NONE, Some(&back), s).unwrap();
+        let option = [&[0x83, 15, 4][..], &r2.0, &r1.0, &s.0].concat();
+        assert_eq!(extras.options, Ipv4Options::new(&option).unwrap());
+        assert_eq!(extras.first_hop, Some(r3));
+        // One strict gateway: straight back through it.
+        let back = SourceRouting::back_along(&route(0x89, 8, &[r1]), s).unwrap();
+        assert_eq!((back.gateways(), back.strict), (&[r1][..], true));
+        // A route that lists its own source: left out. Nothing else recorded: no way
+        // back needed.
+        let listed = SourceRouting::back_along(&route(0x83, 12, &[s, r1]), s).unwrap();
+        assert_eq!(listed.gateways(), [r1]);
+        assert_eq!(SourceRouting::back_along(&route(0x83, 8, &[s]), s), None);
     }
 
     /// RFC 1122 §3.2.2.6: an echo reply's options are the request's record route with the

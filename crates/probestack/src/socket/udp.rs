@@ -196,19 +196,13 @@ pub(crate) struct UdpSocket {
     pub template: Option<HeaderTemplate>,
 }
 
-/// What a socket's datagrams carry beyond a plain IP header.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct IpExtrasOut {
-    /// Options other than a source route, as on the wire.
-    pub options: Ipv4Options,
-    pub route: Option<SourceRouting>,
-}
-
 /// A socket's IP options, both ways.
 #[derive(Debug, Default)]
 pub(crate) struct SocketIpOptions {
-    /// What its datagrams carry (`IP_OPTIONS`; a source route).
-    pub out: IpExtrasOut,
+    /// The options its datagrams carry, a source route aside (`IP_OPTIONS`).
+    options: Ipv4Options,
+    /// The source route they take.
+    route: Option<SourceRouting>,
     /// The options of queued datagrams that carried some, in queue order, each with the
     /// number of datagrams without options queued between it and the one before it (or
     /// the queue's head): found by place, so that the queue entries of the many
@@ -242,8 +236,8 @@ impl UdpSocket {
     #[inline]
     pub fn ip_extras(&self, dst: Ipv4Address) -> Result<IpExtras, UdpError> {
         match self.ip_options.as_deref() {
-            Some(SocketIpOptions { out, .. }) if *out != IpExtrasOut::default() => {
-                IpExtras::new(&out.options, out.route.as_ref(), dst)
+            Some(o) if !o.options.is_empty() || o.route.is_some() => {
+                IpExtras::new(&o.options, o.route.as_ref(), dst)
                     .map_err(|()| UdpError::InvalidArgument)
             }
             _ => Ok(IpExtras::NONE),
@@ -254,21 +248,14 @@ impl UdpSocket {
     pub fn sends_source_route(&self) -> bool {
         self.ip_options
             .as_deref()
-            .is_some_and(|o| o.out.route.is_some())
+            .is_some_and(|o| o.route.is_some())
     }
 
     /// Whether its datagrams carry options.
     pub fn sends_ip_options(&self) -> bool {
         self.ip_options
             .as_deref()
-            .is_some_and(|o| o.out != IpExtrasOut::default())
-    }
-
-    /// What its datagrams carry now.
-    fn ip_out(&self) -> IpExtrasOut {
-        self.ip_options
-            .as_deref()
-            .map_or_else(IpExtrasOut::default, |o| o.out)
+            .is_some_and(|o| !o.options.is_empty() || o.route.is_some())
     }
 }
 
@@ -549,9 +536,7 @@ impl Stack {
         if !matches!(SourceRoute::find(options.as_bytes()), Ok(None)) {
             return Err(UdpError::InvalidArgument);
         }
-        let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
-        let route = sock.ip_out().route;
-        self.udp_set_ip_out(h, IpExtrasOut { options, route })
+        self.udp_set_ip_out(h, |o| o.options = options)
     }
 
     /// Sends the socket's datagrams along a source route through `via`'s gateways, or
@@ -564,24 +549,25 @@ impl Stack {
         h: UdpHandle,
         via: Option<SourceRouting>,
     ) -> Result<(), UdpError> {
-        let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
-        let options = sock.ip_out().options;
-        self.udp_set_ip_out(
-            h,
-            IpExtrasOut {
-                options,
-                route: via,
-            },
-        )
+        self.udp_set_ip_out(h, |o| o.route = via)
     }
 
-    /// Keeps `out` for the socket's datagrams if it fits in a header.
-    fn udp_set_ip_out(&mut self, h: UdpHandle, out: IpExtrasOut) -> Result<(), UdpError> {
-        // The destination does not change the size.
-        IpExtras::new(&out.options, out.route.as_ref(), Ipv4Address::UNSPECIFIED)
-            .map_err(|()| UdpError::InvalidArgument)?;
+    /// Changes what the socket's datagrams carry with `change`, if the result fits in a
+    /// header; otherwise nothing changes.
+    fn udp_set_ip_out(
+        &mut self,
+        h: UdpHandle,
+        change: impl FnOnce(&mut SocketIpOptions),
+    ) -> Result<(), UdpError> {
         let sock = self.udp_sockets.get_mut(h).ok_or(UdpError::BadHandle)?;
-        sock.ip_options.get_or_insert_with(Box::default).out = out;
+        let o = sock.ip_options.get_or_insert_with(Box::default);
+        let (options, route) = (o.options, o.route);
+        change(o);
+        // The destination does not change the size.
+        if IpExtras::new(&o.options, o.route.as_ref(), Ipv4Address::UNSPECIFIED).is_err() {
+            (o.options, o.route) = (options, route);
+            return Err(UdpError::InvalidArgument);
+        }
         // Templated datagrams carry no options: its datagrams go through the layers.
         sock.template = None;
         Ok(())

@@ -12,7 +12,8 @@
 //! header's destination names replaces that destination with it, records its own address
 //! in its place and moves the pointer on. Once the pointer passes the length the route is
 //! complete: the datagram is at its final destination, and the list holds the route it
-//! took, which the destination reverses to answer along it (RFC 1122 §3.2.1.8 (c)).
+//! took, which the destination reverses to answer along it (RFC 1122 §3.2.1.8 (c);
+//! `ip::SourceRouting::back_along`).
 
 use super::{Error, Ipv4Address, Proto, Result};
 
@@ -133,27 +134,6 @@ impl SourceRoute {
         self.next == self.len
     }
 
-    /// The way back to `source` along the route recorded so far (RFC 1122 §3.2.1.8 (c)):
-    /// the first hop (the gateway recorded last) and the route from there, the gateways
-    /// in reverse order and `source` last. `None` when no gateway was recorded (the
-    /// source is a neighbour). A first address that is the source's own is left out, a
-    /// route that lists its sender (RFC 1812 §5.2.4.1 has routers correct it; Linux's
-    /// `ip_options_echo` does the same).
-    pub fn reversed(&self, source: Ipv4Address) -> Option<(Ipv4Address, SourceRoute)> {
-        let mut recorded = self.recorded();
-        if recorded.first() == Some(&source) {
-            recorded = &recorded[1..];
-        }
-        let (&first_hop, rest) = recorded.split_last()?;
-        let mut back = [Ipv4Address::UNSPECIFIED; MAX_ADDRESSES];
-        for (to, from) in back.iter_mut().zip(rest.iter().rev()) {
-            *to = *from;
-        }
-        back[rest.len()] = source;
-        let route = SourceRoute::new(self.strict, &back[..=rest.len()]).ok()?;
-        Some((first_hop, route))
-    }
-
     /// Bytes the option takes.
     pub fn buffer_len(&self) -> usize {
         3 + 4 * usize::from(self.len)
@@ -176,7 +156,6 @@ impl SourceRoute {
 mod tests {
     use super::*;
 
-    const S: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
     const R1: Ipv4Address = Ipv4Address::new(198, 18, 1, 1);
     const R2: Ipv4Address = Ipv4Address::new(198, 18, 2, 1);
     const R3: Ipv4Address = Ipv4Address::new(198, 18, 3, 1);
@@ -217,28 +196,6 @@ mod tests {
         ] {
             assert!(SourceRoute::parse(&o).is_err(), "{what}");
         }
-    }
-
-    /// RFC 1122 §3.2.1.8 (c): the route back goes to the last gateway first, then the
-    /// others in reverse order, then the source.
-    #[test]
-    fn reverses_a_recorded_route() {
-        let done = SourceRoute::parse(&option(LSRR, 16, &[R1, R2, R3])).unwrap();
-        let (first, back) = done.reversed(S).unwrap();
-        assert_eq!(first, R3);
-        assert_eq!(back.addresses(), [R2, R1, S]);
-        assert_eq!(back.recorded(), []);
-        assert_eq!(back.to_bytes(), option(LSRR, 4, &[R2, R1, S]));
-        // One gateway: straight back through it.
-        let one = SourceRoute::parse(&option(SSRR, 8, &[R1])).unwrap();
-        let (first, back) = one.reversed(S).unwrap();
-        assert_eq!((first, back.addresses(), back.strict), (R1, &[S][..], true));
-        // A route that lists its own source: left out. Nothing recorded: no way back
-        // needed.
-        let listed = SourceRoute::parse(&option(LSRR, 12, &[S, R1])).unwrap();
-        assert_eq!(listed.reversed(S).unwrap().1.addresses(), [S]);
-        let none = SourceRoute::parse(&option(LSRR, 8, &[S])).unwrap();
-        assert_eq!(none.reversed(S), None);
     }
 
     #[test]
