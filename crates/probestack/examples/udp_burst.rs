@@ -1,13 +1,16 @@
 //! A profiling harness: the peers experiment's UDP one-way loop (bursts of 32 datagrams
 //! from A to B over the memory link, both stacks on this thread), for callgrind or perf.
 //!
-//! `cargo run --release -p probestack --example udp_burst -- [SIZE] [BURSTS] [bsd|fast|queue] [SAMPLE]`
+//! `cargo run --release -p probestack --example udp_burst -- [SIZE] [BURSTS] [bsd|fast|queue] [SAMPLE] [batch]`
 //!
 //! `queue` runs `Tuning::fast()` on a frame queue instead of the memory link (no NIC model:
 //! `lab peers`' "probestack fast, frame queue").
 //!
 //! `SAMPLE` sets both ledgers' sampling (probe one message in SAMPLE; 0 never, 1 every;
 //! default the ledger's own).
+//!
+//! `batch` sends each burst with one `udp_send_batch` (sendmmsg) instead of a send per
+//! datagram (`lab peers`' "probestack fast, frame queue, batched sends" with `queue`).
 
 mod harness;
 
@@ -27,13 +30,20 @@ fn main() {
     let a = pair.a.udp_open();
     let clock = RealClock::new();
     let data = vec![0xA5u8; size];
+    let batch = harness::word(5).as_deref() == Some("batch");
+    let datagrams = vec![&data[..]; 32];
     let mut buf = vec![0u8; 2048];
     let (mut sent, mut got) = (0u64, 0u64);
     let start = std::time::Instant::now();
     for _ in 0..bursts {
-        for _ in 0..32 {
-            if pair.a.udp_send_to(a, &data, ADDR_B, 9).is_ok() {
-                sent += 1;
+        if batch {
+            let n = pair.a.udp_send_batch(a, &datagrams, Some((ADDR_B, 9)));
+            sent += n.unwrap_or(0) as u64;
+        } else {
+            for _ in 0..32 {
+                if pair.a.udp_send_to(a, &data, ADDR_B, 9).is_ok() {
+                    sent += 1;
+                }
             }
         }
         let now = clock.now();

@@ -798,3 +798,154 @@ fn unicast_datagrams_in_link_broadcast_frames_are_dropped() {
     let dropped = p.a.ledger().counters().get(Counter::IpDropLinkBroadcast);
     assert_eq!(dropped, 1);
 }
+
+// ---------------------------------------------------------------------------------------
+// Batched sends (`udp_send_batch`, sendmmsg).
+
+/// The batches of [`batch_run`]: small datagrams, then sizes the link's MTU leaves whole
+/// and fragments in one batch, then a full burst.
+fn batches() -> Vec<Vec<usize>> {
+    vec![
+        vec![64; 5],
+        vec![0, 1, 1472, 1473, 4000, 64, MAX_UDP_PAYLOAD, 17],
+        vec![512; 32],
+    ]
+}
+
+/// Sends [`batches`] from A to B, each batch with one `udp_send_batch` or (`batched`
+/// false) datagram by datagram; `connected` sends to the connected peer rather than with
+/// sendto. Returns A's frames, B's datagrams and both stacks' counters.
+fn batch_run(t: Tuning, batched: bool, connected: bool) -> BatchRun {
+    let (mut p, out) = captured_pair(t);
+    let rx = p.b.udp_open();
+    p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+    p.b.udp_set_recv_buffer(rx, 8 << 20).unwrap();
+    let tx = p.a.udp_open();
+    let to = if connected {
+        p.a.udp_connect(tx, ADDR_B, 9).unwrap();
+        None
+    } else {
+        Some((ADDR_B, 9))
+    };
+    let mut seq = 0;
+    for sizes in batches() {
+        let datagrams: Vec<Vec<u8>> = sizes
+            .iter()
+            .map(|&len| {
+                seq += 1;
+                payload(seq, len)
+            })
+            .collect();
+        let parts: Vec<&[u8]> = datagrams.iter().map(|d| &d[..]).collect();
+        if batched {
+            assert_eq!(p.a.udp_send_batch(tx, &parts, to), Ok(parts.len()));
+        } else {
+            for d in &parts {
+                p.a.udp_send_msg(tx, &[d], to).unwrap();
+            }
+        }
+        p.run_for(Duration::from_millis(2));
+    }
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 70_000];
+    while let Ok(r) = p.b.udp_recv_from(rx, &mut buf) {
+        got.push(buf[..r.len].to_vec());
+    }
+    BatchRun {
+        frames: captured_frames(&out),
+        got,
+        counters: [p.a.ledger(), p.b.ledger()].map(|l| l.counters().snapshot()),
+    }
+}
+
+struct BatchRun {
+    frames: Vec<Vec<u8>>,
+    got: Vec<Vec<u8>>,
+    counters: [Vec<(&'static str, u64)>; 2],
+}
+
+/// A batch puts the frames on the link that the same datagrams sent one at a time do, byte
+/// for byte and in order, and both stacks count the same: with the header template (the
+/// batch's own path) and without, with the checksum elided and computed, connected and
+/// with sendto (BSD's sendto connects the PCB for each datagram), sizes the template
+/// takes and fragmented ones among them.
+#[test]
+fn a_batch_sends_what_single_sends_send() {
+    let mut tunings = template_tunings().to_vec();
+    tunings.push(Tuning {
+        udp_header_template: false,
+        ..Tuning::fast()
+    });
+    tunings.push(Tuning::bsd());
+    for t in tunings {
+        for connected in [true, false] {
+            let what = format!(
+                "template {}, elision {}, connected {connected}",
+                t.udp_header_template, t.checksum_elision
+            );
+            let batched = batch_run(t, true, connected);
+            let single = batch_run(t, false, connected);
+            assert_same_frames(&batched.frames, &single.frames, &what);
+            assert_eq!(batched.got, single.got, "{what}");
+            let want = batches().iter().map(Vec::len).sum::<usize>();
+            assert_eq!(batched.got.len(), want, "{what}");
+            assert!(batched.got.iter().all(|d| intact(d)), "{what}");
+            // The batch's own path, where the template is on; the rest counted alike.
+            let [mut a, b] = batched.counters;
+            let at = a
+                .iter()
+                .position(|(name, _)| *name == "udp.batch.sent")
+                .unwrap();
+            let (_, by_batch) = a.remove(at);
+            // All but each batch's first, the first batch's (ARP is not answered yet, so
+            // there is no template) and the three the MTU makes IP fragment.
+            let template = t.udp_header_template && (connected || t.sendto_without_connect);
+            assert_eq!(by_batch, if template { 35 } else { 0 }, "{what}");
+            let [mut a1, b1] = single.counters;
+            assert_eq!(a1.remove(at), ("udp.batch.sent", 0));
+            assert_eq!([a, b], [a1, b1], "{what}");
+        }
+    }
+}
+
+/// sendmmsg's answer: the number sent, up to the first datagram refused (the rest are not
+/// sent); that datagram's error when it is the first; nothing for an empty batch.
+#[test]
+fn a_batch_stops_at_the_first_refusal() {
+    let (mut p, _out) = captured_pair(Tuning::fast());
+    let rx = p.b.udp_open();
+    p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+    let tx = p.a.udp_open();
+    let small = payload(1, 64);
+    let huge = vec![0u8; MAX_UDP_PAYLOAD + 1];
+    let to = Some((ADDR_B, 9));
+    assert_eq!(p.a.udp_send_batch(tx, &[], to), Ok(0));
+    assert_eq!(
+        p.a.udp_send_batch(tx, &[&huge, &small], to),
+        Err(UdpError::MessageTooBig {
+            max: MAX_UDP_PAYLOAD
+        })
+    );
+    assert_eq!(
+        p.a.udp_send_batch(tx, &[&small], None),
+        Err(UdpError::NotConnected)
+    );
+    // The template is built by now (ARP answered): the refusal comes on its path.
+    assert_eq!(p.a.udp_send_batch(tx, &[&small], to), Ok(1));
+    p.run_for(Duration::from_millis(2));
+    let sent = p.a.ledger().counters().get(Counter::UdpTemplateSent);
+    assert_eq!(
+        p.a.udp_send_batch(tx, &[&small, &small, &huge, &small], to),
+        Ok(2)
+    );
+    assert_eq!(
+        p.a.ledger().counters().get(Counter::UdpTemplateSent),
+        sent + 2
+    );
+    p.run_for(Duration::from_millis(2));
+    assert_eq!(
+        p.b.udp_queued(rx),
+        3,
+        "one, then two of the last batch's four"
+    );
+}

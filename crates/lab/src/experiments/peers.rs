@@ -106,6 +106,10 @@ pub enum System {
     /// `Tuning::fast()`; the queue has no offloads, so the stacks compute and verify
     /// every checksum themselves, as smoltcp does on the same device.
     ProbestackZeroCopyQueue,
+    /// UDP one way only: [`System::ProbestackQueue`] with each burst sent by one batched
+    /// send (`Stack::udp_send_batch`, sendmmsg), which makes the socket's checks and
+    /// looks its template up once a burst rather than once a datagram.
+    ProbestackBatchQueue,
     Smoltcp,
     /// smoltcp on probestack's memory NICs, configured as probestack's hosts have them
     /// ([`memlink::NicWire`]): the same CRC-32 and frame moves below both stacks.
@@ -119,11 +123,27 @@ pub enum System {
 /// figure outside TCP bulk.
 const BULK_ONLY: &str = "zero-copy sockets are measured on TCP bulk only";
 
+/// Why [`System::ProbestackBatchQueue`] has no figure outside UDP one way.
+const ONE_WAY_ONLY: &str = "batched sends are measured on UDP one way only";
+
 /// The systems of every workload.
 pub const SYSTEMS: [System; 7] = [
     System::ProbestackFast,
     System::ProbestackBsd,
     System::ProbestackQueue,
+    System::Smoltcp,
+    System::SmoltcpMemlink,
+    System::LinuxLoopback,
+    System::LinuxVeth,
+];
+
+/// The systems of UDP one way: every one, and probestack's batched sends on a frame
+/// queue.
+pub const ONE_WAY_SYSTEMS: [System; 8] = [
+    System::ProbestackFast,
+    System::ProbestackBsd,
+    System::ProbestackQueue,
+    System::ProbestackBatchQueue,
     System::Smoltcp,
     System::SmoltcpMemlink,
     System::LinuxLoopback,
@@ -153,6 +173,7 @@ impl System {
             System::ProbestackZeroCopy => "probestack_zero_copy",
             System::ProbestackQueue => "probestack_fast_queue",
             System::ProbestackZeroCopyQueue => "probestack_zero_copy_queue",
+            System::ProbestackBatchQueue => "probestack_fast_batch_queue",
             System::Smoltcp => "smoltcp",
             System::SmoltcpMemlink => "smoltcp_memlink",
             System::LinuxLoopback => "linux_loopback",
@@ -168,6 +189,7 @@ impl System {
             System::ProbestackZeroCopy => "probestack zero-copy + offload",
             System::ProbestackQueue => "probestack fast, frame queue",
             System::ProbestackZeroCopyQueue => "probestack zero-copy, frame queue",
+            System::ProbestackBatchQueue => "probestack fast, frame queue, batched sends",
             System::Smoltcp => "smoltcp 0.14",
             System::SmoltcpMemlink => "smoltcp 0.14, memory NIC",
             System::LinuxLoopback => "Linux loopback",
@@ -208,6 +230,15 @@ impl Settings {
 trait Peers {
     /// A sends `data` to B; false when the system has no room for it now.
     fn send_a(&mut self, data: &[u8]) -> Result<bool, String>;
+    /// Whether A sends a burst with one batched send ([`send_batch_a`](Self::send_batch_a))
+    /// rather than a send per datagram.
+    fn batches(&self) -> bool {
+        false
+    }
+    /// A sends each of `datagrams` to B with one call: how many the system took.
+    fn send_batch_a(&mut self, _datagrams: &[&[u8]]) -> Result<u64, String> {
+        Err("this system has no batched send".into())
+    }
     /// Lets A's stack do its work (receive frames, transmit queued ones).
     fn poll_a(&mut self, now: Instant);
     fn poll_b(&mut self, now: Instant);
@@ -247,6 +278,8 @@ struct StackPeers {
     pair: Pair,
     a: UdpHandle,
     b: UdpHandle,
+    /// A sends bursts with `udp_send_batch`.
+    batch: bool,
 }
 
 impl StackPeers {
@@ -259,7 +292,19 @@ impl StackPeers {
             .udp_bind(b, probestack::wire::Ipv4Address::UNSPECIFIED, PORT_B)
             .map_err(|e| format!("probestack bind: {e}"))?;
         let a = pair.a.udp_open();
-        Ok(StackPeers { pair, a, b })
+        Ok(StackPeers {
+            pair,
+            a,
+            b,
+            batch: false,
+        })
+    }
+
+    /// [`StackPeers::new`] with A sending each burst in one batch.
+    fn batched(tuning: Tuning, device: StackDevice) -> Result<StackPeers, String> {
+        let mut p = StackPeers::new(tuning, device)?;
+        p.batch = true;
+        Ok(p)
     }
 }
 
@@ -280,6 +325,18 @@ impl Peers for StackPeers {
             .a
             .udp_send_to(self.a, data, ADDR_B, PORT_B)
             .map(|_| true)
+            .map_err(|e| format!("probestack send: {e}"))
+    }
+
+    fn batches(&self) -> bool {
+        self.batch
+    }
+
+    fn send_batch_a(&mut self, datagrams: &[&[u8]]) -> Result<u64, String> {
+        self.pair
+            .a
+            .udp_send_batch(self.a, datagrams, Some((ADDR_B, PORT_B)))
+            .map(|n| n as u64)
             .map_err(|e| format!("probestack send: {e}"))
     }
 
@@ -635,26 +692,39 @@ fn stamp(data: &mut [u8], seq: u64) {
 }
 
 /// One burst: A sends [`BURST`] datagrams, both ends are polled, B takes everything
-/// queued. Returns (sent, intact).
+/// queued. Returns (sent, intact). `data` holds one datagram, stamped and sent [`BURST`]
+/// times, or for a system that [`batches`](Peers::batches) [`BURST`] of them, each
+/// stamped, then sent together.
 fn burst<P: Peers>(
     p: &mut P,
     clock: &RealClock,
-    data: &mut [u8],
+    data: &mut [Vec<u8>],
     seq: &mut u64,
     buf: &mut [u8],
 ) -> Result<(u64, u64), String> {
     let mut sent = 0;
-    for _ in 0..BURST {
-        *seq += 1;
-        stamp(data, *seq);
-        if p.send_a(data)? {
-            sent += 1;
+    if p.batches() {
+        for d in data.iter_mut() {
+            *seq += 1;
+            stamp(d, *seq);
+        }
+        let datagrams: [&[u8]; BURST] = std::array::from_fn(|i| &data[i][..]);
+        sent = p.send_batch_a(&datagrams)?;
+    } else {
+        let data = &mut data[0];
+        for _ in 0..BURST {
+            *seq += 1;
+            stamp(data, *seq);
+            if p.send_a(data)? {
+                sent += 1;
+            }
         }
     }
     let now = clock.now();
     p.poll_a(now);
     p.poll_b(now);
     let mut intact = 0;
+    let data = &data[0];
     let head = data.len().min(8);
     while let Some(n) = p.recv_b(buf)? {
         if n == data.len() && buf[head..n] == data[head..] {
@@ -666,7 +736,7 @@ fn burst<P: Peers>(
 
 fn one_way_on<P: Peers>(p: &mut P, size: usize, millis: u64) -> Result<OneWayRun, String> {
     let clock = RealClock::new();
-    let mut data = template(size);
+    let mut data = vec![template(size); if p.batches() { BURST } else { 1 }];
     let mut buf = vec![0u8; 2048];
     let mut seq = 0;
     // Warm up (ARP, caches, pools), then drain what is still on its way.
@@ -784,6 +854,11 @@ pub fn one_way(
         System::ProbestackQueue => {
             one_way_on(&mut StackPeers::new(Tuning::fast(), QUEUE)?, size, millis)
         }
+        System::ProbestackBatchQueue => one_way_on(
+            &mut StackPeers::batched(Tuning::fast(), QUEUE)?,
+            size,
+            millis,
+        ),
         System::Smoltcp => one_way_on(&mut smol_peers(Link::new(1500))?, size, millis),
         System::SmoltcpMemlink => one_way_on(&mut smol_peers(NicWire::new(1500)?)?, size, millis),
         System::LinuxLoopback => {
@@ -820,6 +895,7 @@ pub fn request_response(
             millis,
         ),
         System::ProbestackZeroCopy | System::ProbestackZeroCopyQueue => Err(BULK_ONLY.into()),
+        System::ProbestackBatchQueue => Err(ONE_WAY_ONLY.into()),
     }
 }
 
@@ -1460,6 +1536,7 @@ fn tcp_bulk_checked(
         System::SmoltcpMemlink => run!(SmolStreams::connect(NicWire::new(mtu)?, false, &clock)),
         System::LinuxLoopback => run!(KernelStreams::connect(KernelPath::Loopback, false)),
         System::LinuxVeth => run!(KernelStreams::connect(kernel::veth_path(veth)?, false)),
+        System::ProbestackBatchQueue => Err(ONE_WAY_ONLY.into()),
     }
 }
 
@@ -1497,6 +1574,7 @@ pub fn tcp_request_response(
         System::LinuxLoopback => run!(KernelStreams::connect(KernelPath::Loopback, true)),
         System::LinuxVeth => run!(KernelStreams::connect(kernel::veth_path(veth)?, true)),
         System::ProbestackZeroCopy | System::ProbestackZeroCopyQueue => Err(BULK_ONLY.into()),
+        System::ProbestackBatchQueue => Err(ONE_WAY_ONLY.into()),
     }
 }
 
@@ -1783,7 +1861,7 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
     for size in ONE_WAY_SIZES {
         let name = format!("udp_one_way_{size}");
         let mut series = rounds(
-            &SYSTEMS,
+            &ONE_WAY_SYSTEMS,
             runs,
             measure_all,
             |system| one_way(system, size, millis, veth_ok),
@@ -1797,15 +1875,15 @@ pub fn run(settings: Settings, mut progress: impl FnMut(&str)) -> Result<Results
         for (i, s) in series.iter_mut().enumerate() {
             if s.error.is_none() && s.values.iter().any(|v| *v <= 0.0) {
                 let e = "a run delivered no datagram intact".to_string();
-                if SYSTEMS[i].is_kernel() {
+                if ONE_WAY_SYSTEMS[i].is_kernel() {
                     s.error = Some(e);
                 } else {
-                    return Err(format!("{name}, {}: {e}", SYSTEMS[i].name()));
+                    return Err(format!("{name}, {}: {e}", ONE_WAY_SYSTEMS[i].name()));
                 }
             }
         }
         emit(
-            &SYSTEMS,
+            &ONE_WAY_SYSTEMS,
             &mut rows,
             &mut skipped,
             name,
@@ -1970,15 +2048,14 @@ pub struct OneRun {
 /// divides the difference of two runs' instructions by the difference of their units.
 /// The kernel over veth needs the namespaces the full run makes, so is not offered.
 pub fn run_one(workload: &str, system: &str, millis: u64) -> Result<OneRun, String> {
-    let Some(&system) = BULK_SYSTEMS
-        .iter()
-        .find(|s| s.name() == system && **s != System::LinuxVeth)
-    else {
-        let names: Vec<&str> = BULK_SYSTEMS
+    let offered = || {
+        BULK_SYSTEMS
             .iter()
+            .chain(&[System::ProbestackBatchQueue])
             .filter(|s| **s != System::LinuxVeth)
-            .map(|s| s.name())
-            .collect();
+    };
+    let Some(&system) = offered().find(|s| s.name() == system) else {
+        let names: Vec<&str> = offered().map(|s| s.name()).collect();
         return Err(format!(
             "unknown system {system:?} (one of {})",
             names.join(", ")
@@ -2062,6 +2139,23 @@ fn same_device_note(t: &mut Table, r: &Results, workload: &str) {
     ));
 }
 
+/// Batched sends against smoltcp on the same kind of device.
+fn batch_note(t: &mut Table, r: &Results, workload: &str) {
+    let (Some(b), Some(s)) = (
+        find(r, workload, System::ProbestackBatchQueue),
+        find(r, workload, System::Smoltcp),
+    ) else {
+        return;
+    };
+    t.note(format!(
+        "batched sends: each burst in one udp_send_batch call (sendmmsg), the socket's checks \
+         and template made once a burst; smoltcp has no batched send (each send copies into \
+         the socket's ring, its poll sends them all). On a frame queue, probestack fast with \
+         batched sends / smoltcp {:.2}",
+        b.value / s.value
+    ));
+}
+
 fn skip_notes(t: &mut Table, r: &Results, workloads: &[&str]) {
     let mut said: Vec<String> = Vec::new();
     for (i, s) in r.skipped.iter().enumerate() {
@@ -2103,7 +2197,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
                 "fast / system",
             ],
         );
-        for system in SYSTEMS {
+        for system in ONE_WAY_SYSTEMS {
             if let Some(x) = find(r, &w, system) {
                 t.row(vec![
                     system.label().to_string(),
@@ -2118,6 +2212,7 @@ pub fn tables(r: &Results) -> Vec<Table> {
         t.note(rounds_note.clone());
         skip_notes(&mut t, r, &[w.as_str()]);
         same_device_note(&mut t, r, &w);
+        batch_note(&mut t, r, &w);
         out.push(t);
     }
     if !r.devices.is_empty() {
@@ -2375,6 +2470,8 @@ mod tests {
         for w in workload_names() {
             let systems = if w.starts_with("tcp_bulk") {
                 &BULK_SYSTEMS[..]
+            } else if w.starts_with("udp_one_way") {
+                &ONE_WAY_SYSTEMS[..]
             } else {
                 &SYSTEMS[..]
             };
@@ -2511,6 +2608,17 @@ mod tests {
             .collect()
     }
 
+    /// Every datagram a batch sends arrives whole, in both sizes (each stamped with its
+    /// own sequence number, compared past it).
+    #[test]
+    fn peers_batched_bursts_arrive_intact() {
+        for size in ONE_WAY_SIZES {
+            let r = one_way(System::ProbestackBatchQueue, size, 3, None).unwrap();
+            assert!(r.sent > 0, "{size}");
+            assert_eq!(r.intact, r.sent, "{size}");
+        }
+    }
+
     #[test]
     fn peers_one_run_counts_its_units_and_names_what_it_does_not_know() {
         for (workload, unit) in [
@@ -2528,6 +2636,10 @@ mod tests {
                 );
             }
         }
+        let r = run_one("udp_one_way_64", "probestack_fast_batch_queue", 3).unwrap();
+        assert!(r.units > 0, "{r:?}");
+        let e = run_one("udp_rr_64", "probestack_fast_batch_queue", 3).unwrap_err();
+        assert_eq!(e, ONE_WAY_ONLY);
         let e = run_one("udp_one_way_65", "smoltcp", 3).unwrap_err();
         assert!(e.contains("unknown workload"), "{e}");
         let e = run_one("tcp_rr_64", "linux_veth", 3).unwrap_err();

@@ -159,6 +159,10 @@ counters! {
     /// and templates built (a first datagram to a destination, or a stale template).
     UdpTemplateSent = "udp.template.sent";
     UdpTemplateBuilt = "udp.template.built";
+    /// UDP datagrams a batch (`Stack::udp_send_batch`) sent on the checks and template of
+    /// its first datagram (every datagram of a batch after the first, when it fits the
+    /// template).
+    UdpBatchSent = "udp.batch.sent";
     /// TCP segments sent under the connection's link template (`Tuning::
     /// tcp_header_template`), and templates built (a connection's first segment with its
     /// next hop resolved, or a stale template).

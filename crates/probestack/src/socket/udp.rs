@@ -12,7 +12,7 @@ use std::num::NonZeroU16;
 use crate::buf::{ExtBuf, PacketBuf};
 use crate::checksum;
 use crate::ip::{IpExtras, IpFields, SourceRouting};
-use crate::probe::{Counter, Layer, Op, Sampling, Side, TESTED};
+use crate::probe::{Counter, Layer, Op, Sampling, Side, Unsampled, TESTED};
 use crate::stack::in_message;
 use crate::stack::{SendError, Stack};
 use crate::udp::pcb::{PcbError, PcbId};
@@ -245,6 +245,18 @@ impl UdpSocket {
     }
 
     /// Whether its datagrams take a source route.
+    /// Where a datagram sent with `to` goes: `to`, or the connected peer (then `true`).
+    fn destination(
+        &self,
+        to: Option<(Ipv4Address, u16)>,
+    ) -> Result<((Ipv4Address, u16), bool), UdpError> {
+        match (to, self.remote) {
+            (Some(d), _) => Ok((d, false)),
+            (None, Some(r)) => Ok((r, true)),
+            (None, None) => Err(UdpError::NotConnected),
+        }
+    }
+
     pub fn sends_source_route(&self) -> bool {
         self.ip_options
             .as_deref()
@@ -633,6 +645,73 @@ impl Stack {
         in_message!(self, len, s => self.udp_sosend(s, h, parts, len, to))
     }
 
+    /// Sends each of `datagrams` as a datagram of its own, in order, to `to` or the
+    /// connected peer: sendmmsg(2) with one destination. Returns how many were sent: all
+    /// of them, or those before the first that failed; when the first fails, its error.
+    ///
+    /// Nothing runs between the datagrams of a batch (no input, no timer), so the socket,
+    /// its binding, its route and its header template stay as the first send left them,
+    /// and what every send checks and looks up (the socket, a pending error, the
+    /// destination, the local port, the template's validity) is done once: each further
+    /// datagram is allocated, copied and summed, given its headers and handed to the
+    /// device. Each datagram is a message of the ledger's own.
+    pub fn udp_send_batch(
+        &mut self,
+        h: UdpHandle,
+        datagrams: &[&[u8]],
+        to: Option<(Ipv4Address, u16)>,
+    ) -> Result<usize, UdpError> {
+        let Some((first, rest)) = datagrams.split_first() else {
+            return Ok(0);
+        };
+        self.udp_send_msg(h, &[first], to)?;
+        let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
+        let ((dst, connected), no_checksum) = (sock.destination(to)?, sock.no_checksum);
+        // The first send built the template if it could, so no probe is reached here.
+        let template = |stack: &mut Stack| {
+            stack
+                .udp_template_path(connected)
+                .then(|| stack.udp_template_and_pcb(Unsampled, h, dst, no_checksum))
+                .flatten()
+        };
+        let mut templated = template(self);
+        for (sent, data) in rest.iter().enumerate() {
+            let parts = [*data];
+            let r = match &templated {
+                Some((t, pcb)) if t.fits(data.len()) => {
+                    let r = in_message!(self, data.len(), s => {
+                        self.udp_send_on_template(s, t, *pcb, &parts, data.len())
+                    });
+                    if r.is_ok() {
+                        self.ledger.counters().inc(Counter::UdpBatchSent);
+                    }
+                    r
+                }
+                // No template, or a datagram IP fragments: through the layers, after
+                // which the template is looked at again (the layers may have refreshed
+                // what it was built on).
+                _ => {
+                    let r = self.udp_send_msg(h, &parts, to);
+                    if templated.is_some() {
+                        templated = template(self);
+                    }
+                    r
+                }
+            };
+            if r.is_err() {
+                return Ok(1 + sent);
+            }
+        }
+        Ok(datagrams.len())
+    }
+
+    /// Whether a datagram goes by the socket's header template (if it has one) rather than
+    /// through the layers: 4.3BSD's sendto, which connects the PCB for each datagram, is
+    /// left to the layers.
+    fn udp_template_path(&self, connected: bool) -> bool {
+        self.tuning.udp_header_template && (connected || self.tuning.sendto_without_connect)
+    }
+
     /// Zero-copy send (paper 004 §3.1): one datagram of the loaned `data`, to `to` or the
     /// connected peer, without copying it. The frame carries slices of the loan to the
     /// device, which holds them until it has transmitted the datagram: the loan completes
@@ -736,12 +815,8 @@ impl Stack {
             if let Some(e) = s.error.take() {
                 return Err(e);
             }
-            let no_checksum = s.no_checksum;
-            match (to, s.remote) {
-                (Some(d), _) => (d, false, no_checksum),
-                (None, Some(r)) => (r, true, no_checksum),
-                (None, None) => return Err(UdpError::NotConnected),
-            }
+            let (dst, connected) = s.destination(to)?;
+            (dst, connected, s.no_checksum)
         };
         if dst.0.is_unspecified() || dst.1 == 0 {
             return Err(UdpError::NotConnected);
@@ -762,7 +837,7 @@ impl Stack {
         to: Option<(Ipv4Address, u16)>,
     ) -> Result<usize, UdpError> {
         let (dst, connected, no_checksum) = self.udp_send_target(s, h, len, to)?;
-        if self.tuning.udp_header_template && (connected || self.tuning.sendto_without_connect) {
+        if self.udp_template_path(connected) {
             if let Some(r) = self.udp_send_templated(s, h, parts, len, dst, no_checksum) {
                 return r;
             }
