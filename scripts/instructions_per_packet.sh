@@ -27,6 +27,8 @@ segments() { "$@" | sed -n 's/.*, \([0-9]*\) segments.*/\1/p'; }
 
 a=$(ir $bin/udp_burst 64 5000 $device); b=$(ir $bin/udp_burst 64 2500 $device)
 echo "udp_burst, 64-byte datagrams one way: $(( (a - b) / (2500 * 32) )) per datagram"
+a=$(ir $bin/udp_burst 64 5000 $device "" batch); b=$(ir $bin/udp_burst 64 2500 $device "" batch)
+echo "udp_burst, the same, batched sends:    $(( (a - b) / (2500 * 32) )) per datagram"
 a=$(ir $bin/udp_rr 64 20000 $device); b=$(ir $bin/udp_rr 64 10000 $device)
 echo "udp_rr, 64-byte request/response:      $(( (a - b) / 10000 )) per round trip"
 a=$(ir $bin/tcp_rr 20000 64 $device); b=$(ir $bin/tcp_rr 10000 64 $device)
