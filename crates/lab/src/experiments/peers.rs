@@ -2119,41 +2119,41 @@ fn find_row<'r>(rows: &'r [Row], workload: &str, system: System) -> Option<&'r R
         .find(|x| x.workload == workload && x.system == system.name())
 }
 
+/// `system` against smoltcp on its frame queue in `workload`, oriented so that above 1
+/// means `system` is better; `None` when either was not measured.
+fn against_smoltcp(r: &Results, workload: &str, system: System) -> Option<f64> {
+    let (x, s) = (
+        find(r, workload, system)?,
+        find(r, workload, System::Smoltcp)?,
+    );
+    Some(if x.higher_is_better {
+        x.value / s.value
+    } else {
+        s.value / x.value
+    })
+}
+
 /// probestack fast on a frame queue against smoltcp on its own: the same kind of device
 /// under both stacks, so the ratio is the stacks'.
 fn same_device_note(t: &mut Table, r: &Results, workload: &str) {
-    let (Some(q), Some(s)) = (
-        find(r, workload, System::ProbestackQueue),
-        find(r, workload, System::Smoltcp),
-    ) else {
-        return;
-    };
-    let ratio = if q.higher_is_better {
-        q.value / s.value
-    } else {
-        s.value / q.value
-    };
-    t.note(format!(
-        "on the same kind of device (a frame queue, no NIC model, checksums computed by both): \
-         probestack fast / smoltcp {ratio:.2} (above 1, probestack is better)"
-    ));
+    if let Some(ratio) = against_smoltcp(r, workload, System::ProbestackQueue) {
+        t.note(format!(
+            "on the same kind of device (a frame queue, no NIC model, checksums computed by \
+             both): probestack fast / smoltcp {ratio:.2} (above 1, probestack is better)"
+        ));
+    }
 }
 
 /// Batched sends against smoltcp on the same kind of device.
 fn batch_note(t: &mut Table, r: &Results, workload: &str) {
-    let (Some(b), Some(s)) = (
-        find(r, workload, System::ProbestackBatchQueue),
-        find(r, workload, System::Smoltcp),
-    ) else {
-        return;
-    };
-    t.note(format!(
-        "batched sends: each burst in one udp_send_batch call (sendmmsg), the socket's checks \
-         and template made once a burst; smoltcp has no batched send (each send copies into \
-         the socket's ring, its poll sends them all). On a frame queue, probestack fast with \
-         batched sends / smoltcp {:.2}",
-        b.value / s.value
-    ));
+    if let Some(ratio) = against_smoltcp(r, workload, System::ProbestackBatchQueue) {
+        t.note(format!(
+            "batched sends: each burst in one udp_send_batch call (sendmmsg), the socket's \
+             checks and template made once a burst; smoltcp has no batched send (each send \
+             copies into the socket's ring, its poll sends them all). On a frame queue, \
+             probestack fast with batched sends / smoltcp {ratio:.2}"
+        ));
+    }
 }
 
 fn skip_notes(t: &mut Table, r: &Results, workloads: &[&str]) {

@@ -244,7 +244,6 @@ impl UdpSocket {
         }
     }
 
-    /// Whether its datagrams take a source route.
     /// Where a datagram sent with `to` goes: `to`, or the connected peer (then `true`).
     fn destination(
         &self,
@@ -257,6 +256,7 @@ impl UdpSocket {
         }
     }
 
+    /// Whether its datagrams take a source route.
     pub fn sends_source_route(&self) -> bool {
         self.ip_options
             .as_deref()
