@@ -21,7 +21,7 @@ use probestack::buf::PacketBuf;
 use probestack::ip::SourceRouting;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
-use probestack::socket::tcp::TcpHandle;
+use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::socket::udp::{UdpError, UdpHandle, MAX_UDP_PAYLOAD};
 use probestack::time::{Duration, Instant};
 use probestack::wire::ethernet::EthernetAddress;
@@ -530,4 +530,98 @@ fn options_and_a_route_go_together() {
     assert_eq!(options.as_bytes()[..3], RECORD_ROUTE[..3]);
     let route = SourceRoute::find(options.as_bytes()).unwrap().unwrap();
     assert!(route.is_complete());
+}
+
+/// Whether TCP segment `ip` has RST set.
+fn is_rst(ip: &[u8]) -> bool {
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    ip[ihl + 13] & 0x04 != 0
+}
+
+/// Whether TCP segment `ip` is a SYN-ACK.
+fn is_syn_ack(ip: &[u8]) -> bool {
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    ip[ihl + 13] & 0x12 == 0x12
+}
+
+/// RFC 9293 MUST-53 for the segments a connection sends outside its output: the RST
+/// that ends a routed connection goes along its route, the named one from A, the one
+/// learned and reversed from B; the other end is reset by it.
+#[test]
+fn a_routed_connections_reset_goes_along_its_route() {
+    for b_aborts in [false, true] {
+        let (mut p, sent_a, sent_b) = routed_pair(true);
+        let (a, b) = connected_via_gw(&mut p);
+        let (sent, back_to) = if b_aborts {
+            (&sent_b, ADDR_A)
+        } else {
+            (&sent_a, ADDR_B)
+        };
+        let before = tcp_segments(sent).len();
+        if b_aborts {
+            p.b.tcp_abort(b).unwrap();
+        } else {
+            p.a.tcp_abort(a).unwrap();
+        }
+        p.run_for(Duration::from_millis(10));
+        let rsts: Vec<_> = tcp_segments(sent)[before..]
+            .iter()
+            .filter(|s| is_rst(s))
+            .cloned()
+            .collect();
+        assert_eq!(rsts.len(), 1, "b aborts: {b_aborts}");
+        assert_eq!(
+            (rsts[0][16..20].to_vec(), route_of(&rsts[0])),
+            (GW.0.to_vec(), Some((LSRR, 4, vec![back_to]))),
+            "b aborts: {b_aborts}"
+        );
+        let error = if b_aborts {
+            p.a.tcp_error(a)
+        } else {
+            p.b.tcp_error(b)
+        };
+        assert_eq!(error, Ok(Some(TcpError::ConnectionReset)));
+    }
+}
+
+/// What a host answers outside any connection to a segment that came by a source route
+/// goes back along the route reversed (as Linux answers): the RST for a port nobody
+/// listens on, and the SYN-ACK of a SYN cookie (the connection it may become takes the
+/// route, so its SYN-ACK does too).
+#[test]
+fn answers_outside_a_connection_go_back_along_the_route() {
+    let (mut p, _, sent_b) = routed_pair(true);
+    let config = p.a.tcp_default_config();
+    let refused = p.a.tcp_connect_via((ADDR_B, 81), via(&[GW]), config);
+    let refused = refused.unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(
+        p.a.tcp_error(refused),
+        Ok(Some(TcpError::ConnectionRefused))
+    );
+    let back = (GW.0.to_vec(), Some((LSRR, 4, vec![ADDR_A])));
+    let rsts: Vec<_> = tcp_segments(&sent_b)
+        .into_iter()
+        .filter(|s| is_rst(s))
+        .collect();
+    assert_eq!(rsts.len(), 1);
+    assert_eq!((rsts[0][16..20].to_vec(), route_of(&rsts[0])), back);
+    // Two SYNs in one poll for a backlog of one: the second is answered with a cookie.
+    let _listener = p.b.tcp_listen((ADDR_B, 80), 1).unwrap();
+    let before = tcp_segments(&sent_b).len();
+    for _ in 0..2 {
+        p.a.tcp_connect_via((ADDR_B, 80), via(&[GW]), config)
+            .unwrap();
+    }
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(count(&p.b, Counter::TcpSynCookiesSent), 1);
+    let syn_acks: Vec<_> = tcp_segments(&sent_b)[before..]
+        .iter()
+        .filter(|s| is_syn_ack(s))
+        .cloned()
+        .collect();
+    assert_eq!(syn_acks.len(), 2);
+    for s in &syn_acks {
+        assert_eq!((s[16..20].to_vec(), route_of(s)), back);
+    }
 }

@@ -998,8 +998,8 @@ impl Stack {
             Kind::Stream(c) => {
                 let rst = c.release();
                 if let Some(rst) = rst {
-                    let (local, remote) = (c.local, c.remote);
-                    self.tcp_send_rst(s, local, remote, rst);
+                    let (local, remote, extras) = (c.local, c.remote, c.ip_extras());
+                    self.tcp_send_rst(s, local, remote, rst, &extras);
                 }
                 self.tcp_output(s, h.index);
                 self.tcp_reap(h.index);
@@ -1021,9 +1021,9 @@ impl Stack {
                     if let Some(c) = self.tcp.conn_mut(i) {
                         c.released = true;
                         let rst = c.abort();
-                        let (local, remote) = (c.local, c.remote);
+                        let (local, remote, extras) = (c.local, c.remote, c.ip_extras());
                         if let Some(rst) = rst {
-                            self.tcp_send_rst(s, local, remote, rst);
+                            self.tcp_send_rst(s, local, remote, rst, &extras);
                         }
                     }
                     self.tcp_reap(i);
@@ -1038,9 +1038,9 @@ impl Stack {
         let c = self.tcp_conn_mut(h)?;
         c.released = true;
         let rst = c.abort();
-        let (local, remote) = (c.local, c.remote);
+        let (local, remote, extras) = (c.local, c.remote, c.ip_extras());
         if let Some(rst) = rst {
-            self.tcp_send_rst(TESTED, local, remote, rst);
+            self.tcp_send_rst(TESTED, local, remote, rst, &extras);
         }
         self.tcp_reap(h.index);
         Ok(())

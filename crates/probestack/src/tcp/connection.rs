@@ -921,6 +921,14 @@ impl Connection {
         self.link_template = None;
     }
 
+    /// What its datagrams carry beyond a plain header: its source route's option, if it
+    /// has one.
+    pub(crate) fn ip_extras(&self) -> crate::ip::IpExtras {
+        self.source_route
+            .as_deref()
+            .map_or(crate::ip::IpExtras::NONE, |r| r.extras)
+    }
+
     /// Whether our FIN has been acknowledged.
     fn fin_acked(&self) -> bool {
         self.fin_seq_out().is_some_and(|f| self.snd_una.gt(f))

@@ -542,7 +542,8 @@ impl Stack {
             }
             self.ledger.counters().inc(Counter::TcpDropNoSocket);
             if let Some(rst) = RstReply::for_segment(seg) {
-                self.tcp_send_rst(s, (ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
+                let (local, remote) = ((ip.dst, seg.dst_port), (ip.src, seg.src_port));
+                self.tcp_send_rst(s, local, remote, rst, &Self::tcp_extras_back(ip));
             }
             return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
@@ -565,6 +566,7 @@ impl Stack {
                 let is = c.state();
                 let endpoints = (c.local, c.remote);
                 let parent = *parent;
+                let reply = reply.map(|rst| (rst, c.ip_extras()));
                 Some((reply, endpoints, was, is, parent, c.take_ack_at_once()))
             }
             Some(TcpSocket {
@@ -585,7 +587,8 @@ impl Stack {
                     // RFC 9293 §3.10.7.2: an ACK to a listener draws a RST; a RST is
                     // ignored; anything else is dropped.
                     if seg.ack_number.is_some() {
-                        self.tcp_send_rst(s, (ip.dst, seg.dst_port), (ip.src, seg.src_port), rst);
+                        let (local, remote) = ((ip.dst, seg.dst_port), (ip.src, seg.src_port));
+                        self.tcp_send_rst(s, local, remote, rst, &Self::tcp_extras_back(ip));
                     }
                 }
                 None
@@ -596,8 +599,8 @@ impl Stack {
         let Some((reply, (local, remote), was, is, parent, at_once)) = reply else {
             return;
         };
-        if let Some(rst) = reply {
-            self.tcp_send_rst(s, local, remote, rst);
+        if let Some((rst, extras)) = reply {
+            self.tcp_send_rst(s, local, remote, rst, &extras);
         }
         if was == State::SynReceived && is != State::SynReceived {
             self.tcp_handshake_done(s, index, parent, is);
@@ -697,7 +700,7 @@ impl Stack {
         if l.embryonic + l.accept_queue.len() >= l.backlog {
             if config.syn_cookies {
                 l.cookie_sent_at = Some(now);
-                self.tcp_send_syn_cookie(s, local, remote, syn, &config, now);
+                self.tcp_send_syn_cookie(s, ip, syn, &config, now);
             } else {
                 self.ledger.counters().inc(Counter::TcpDropListenOverflow);
             }
@@ -737,6 +740,12 @@ impl Stack {
             return None;
         }
         Self::source_routing_back(ip).and_then(|via| RouteTo::new(via, ip.src, false))
+    }
+
+    /// What an answer to `ip`'s segment outside any connection carries: the way back
+    /// along its source route, if it came by one.
+    fn tcp_extras_back(ip: &Ipv4Repr) -> IpExtras {
+        Self::tcp_route_back(ip).map_or(IpExtras::NONE, |r| r.extras)
     }
 
     /// A segment of connection `index` came with IP options: a source route other than
@@ -793,23 +802,26 @@ impl Stack {
         }
     }
 
-    /// Answers `syn` with a SYN-ACK whose ISN is a SYN cookie (RFC 4987 §3.6), keeping
-    /// nothing. It offers only what the cookie can carry back: our MSS, and an unscaled
-    /// window; no window scaling, timestamps or SACK.
+    /// Answers `syn` (which came in `ip`) with a SYN-ACK whose ISN is a SYN cookie (RFC
+    /// 4987 §3.6), keeping nothing. It offers only what the cookie can carry back: our
+    /// MSS, and an unscaled window; no window scaling, timestamps or SACK. A SYN that came
+    /// by a source route is answered along it reversed, as the connection will be.
     fn tcp_send_syn_cookie(
         &mut self,
         s: impl Sampling,
-        local: (Ipv4Address, u16),
-        remote: (Ipv4Address, u16),
+        ip: &Ipv4Repr,
         syn: &TcpRepr,
         config: &TcpConfig,
         now: Instant,
     ) {
+        let (local, remote) = ((ip.dst, syn.dst_port), (ip.src, syn.src_port));
         let (cookie, _) =
             self.tcp
                 .cookies
                 .make(local, remote, syn.seq_number, syn.max_seg_size, now);
-        let mss = self.tcp_mss_for(remote.0).min(usize::from(u16::MAX)) as u16;
+        let route = Self::tcp_route_back(ip);
+        let hop = route.map_or(remote.0, |r| r.first_hop());
+        let mss = self.tcp_mss_for(hop).min(usize::from(u16::MAX)) as u16;
         let repr = TcpRepr {
             src_port: local.1,
             dst_port: remote.1,
@@ -820,7 +832,8 @@ impl Stack {
             max_seg_size: Some(mss),
             ..TcpRepr::default()
         };
-        if self.tcp_send_bare(s, local, remote, &repr) {
+        let extras = route.map_or(IpExtras::NONE, |r| r.extras);
+        if self.tcp_send_bare(s, local, remote, &repr, &extras) {
             self.ledger.counters().inc(Counter::TcpSynCookiesSent);
         }
     }
@@ -905,11 +918,13 @@ impl Stack {
         // The ACK itself, for its data and FIN, through the connection's normal input.
         let hp = self.tuning.header_prediction;
         let reply = match self.tcp.conn_mut(child) {
-            Some(c) => c.input(s, seg, false, hp, &self.ledger, now),
+            Some(c) => c
+                .input(s, seg, false, hp, &self.ledger, now)
+                .map(|rst| (rst, c.ip_extras())),
             None => None,
         };
-        if let Some(rst) = reply {
-            self.tcp_send_rst(s, local, remote, rst);
+        if let Some((rst, extras)) = reply {
+            self.tcp_send_rst(s, local, remote, rst, &extras);
         }
         self.tcp_output(s, child);
         self.tcp_reap(child);
@@ -947,9 +962,9 @@ impl Stack {
         }
         self.ledger.counters().inc(Counter::TcpDropListenOverflow);
         if let Some(c) = self.tcp.conn_mut(index) {
-            let (local, remote) = (c.local, c.remote);
+            let (local, remote, extras) = (c.local, c.remote, c.ip_extras());
             if let Some(rst) = c.abort() {
-                self.tcp_send_rst(s, local, remote, rst);
+                self.tcp_send_rst(s, local, remote, rst, &extras);
             }
         }
     }
@@ -1304,22 +1319,24 @@ impl Stack {
             fields,
             ect: out.ect,
         };
-        let route = self
+        let extras = self
             .tcp
             .conn_mut(index)
-            .and_then(|c| c.source_route.as_deref());
-        let extras = route.map_or(IpExtras::NONE, |r| r.extras);
+            .map_or(IpExtras::NONE, |c| c.ip_extras());
         self.ip_output_with(s, dst, IpProtocol::Tcp, buf, send, &extras)
             .map_err(|_| ())
     }
 
-    /// Sends a RST from `local` to `remote` outside any connection (RFC 9293 §3.10.7.1).
+    /// Sends a RST from `local` to `remote` (RFC 9293 §3.10.7.1), with `extras`: the
+    /// connection's source route (MUST-53: every segment of a connection takes it), or
+    /// the route the segment it answers came by, reversed (as Linux answers).
     pub(crate) fn tcp_send_rst(
         &mut self,
         s: impl Sampling,
         local: (Ipv4Address, u16),
         remote: (Ipv4Address, u16),
         rst: RstReply,
+        extras: &IpExtras,
     ) {
         let repr = TcpRepr {
             src_port: local.1,
@@ -1329,19 +1346,21 @@ impl Stack {
             ack_number: rst.ack,
             ..TcpRepr::default()
         };
-        if self.tcp_send_bare(s, local, remote, &repr) {
+        if self.tcp_send_bare(s, local, remote, &repr, extras) {
             self.ledger.counters().inc(Counter::TcpResetsOut);
         }
     }
 
-    /// Sends a segment of no connection (a RST, a SYN cookie's SYN-ACK), with its
-    /// checksum and no data; whether it went down to IP.
+    /// Sends a segment outside a connection's output (a RST, a SYN cookie's SYN-ACK),
+    /// with its checksum, no data and `extras` (a source route); whether it went down to
+    /// IP.
     fn tcp_send_bare(
         &mut self,
         s: impl Sampling,
         local: (Ipv4Address, u16),
         remote: (Ipv4Address, u16),
         repr: &TcpRepr,
+        extras: &IpExtras,
     ) -> bool {
         if remote.0.is_broadcast() || remote.0.is_unspecified() {
             return false;
@@ -1364,7 +1383,7 @@ impl Stack {
             dont_frag: true,
             ..SendAs::default()
         };
-        let _ = self.ip_output(s, remote.0, IpProtocol::Tcp, buf, send);
+        let _ = self.ip_output_with(s, remote.0, IpProtocol::Tcp, buf, send, extras);
         true
     }
 
@@ -1500,11 +1519,12 @@ impl Stack {
                 c.on_timers(now, &self.ledger)
             };
             let (local, remote, advice) = (c.local, c.remote, c.take_negative_advice());
+            let extras = c.ip_extras();
             if advice {
                 self.ip_negative_advice(remote.0);
             }
             if let Some(rst) = rst {
-                self.tcp_send_rst(s, local, remote, rst);
+                self.tcp_send_rst(s, local, remote, rst, &extras);
             }
             self.tcp_output(s, i);
             self.tcp_reap(i);
