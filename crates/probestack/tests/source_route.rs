@@ -625,3 +625,31 @@ fn answers_outside_a_connection_go_back_along_the_route() {
         assert_eq!((s[16..20].to_vec(), route_of(s)), back);
     }
 }
+
+/// An ICMP error about a datagram that came by a source route goes back along the route
+/// reversed (as Linux sends its errors): B's port unreachable for A's routed datagram to
+/// a port nobody has reaches A by the gateway, and A's connected socket learns of it.
+#[test]
+fn an_icmp_error_goes_back_along_the_route() {
+    let (mut p, _, sent_b) = routed_pair(true);
+    let a = p.a.udp_open();
+    p.a.udp_connect(a, ADDR_B, 99).unwrap();
+    p.a.udp_set_source_route(a, Some(via(&[GW]))).unwrap();
+    p.a.udp_send(a, b"anyone there?").unwrap();
+    p.run_for(Duration::from_millis(5));
+    let errors: Vec<_> = datagrams(&sent_b)
+        .into_iter()
+        .filter(|d| d[9] == 1)
+        .collect();
+    assert_eq!(errors.len(), 1);
+    let ihl = usize::from(errors[0][0] & 0x0f) * 4;
+    assert_eq!(errors[0][ihl], 3, "destination unreachable");
+    assert_eq!(
+        (errors[0][16..20].to_vec(), route_of(&errors[0])),
+        (GW.0.to_vec(), Some((LSRR, 4, vec![ADDR_A])))
+    );
+    assert_eq!(
+        p.a.udp_recv(a, &mut [0u8; 16]),
+        Err(UdpError::ConnectionRefused)
+    );
+}

@@ -271,9 +271,20 @@ impl Stack {
         };
         self.free(s, Layer::Ip, Side::Receive, datagram);
         if let Some(b) = buf {
-            self.ledger.counters().inc(Counter::IcmpErrorsOut);
-            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, SendAs::default());
+            self.icmp_error_out(s, repr, b);
         }
+    }
+
+    /// Sends the ICMP error `message` about the datagram whose header was `repr`: to its
+    /// source, back along the source route it came by if it came by one (reversed, as
+    /// Linux's `ip_options_echo` has it for the errors it sends).
+    fn icmp_error_out(&mut self, s: impl Sampling, repr: &Ipv4Repr, message: PacketBuf) {
+        self.ledger.counters().inc(Counter::IcmpErrorsOut);
+        let back = Self::source_routing_back(repr);
+        let extras =
+            IpExtras::new(&Ipv4Options::NONE, back.as_ref(), repr.src).unwrap_or(IpExtras::NONE);
+        let send = SendAs::default();
+        let _ = self.ip_output_with(s, repr.src, IpProtocol::Icmp, message, send, &extras);
     }
 
     /// Sends Time Exceeded (fragment reassembly, code 1) quoting the first fragment.
@@ -294,8 +305,7 @@ impl Stack {
             return;
         };
         if let Some(b) = self.icmp_build(s, &m) {
-            self.ledger.counters().inc(Counter::IcmpErrorsOut);
-            let _ = self.ip_output(s, repr.src, IpProtocol::Icmp, b, SendAs::default());
+            self.icmp_error_out(s, &repr, b);
         }
     }
 }

@@ -604,21 +604,10 @@ impl Stack {
 
     /// Sends `payload` (a transport message in a buffer with headroom) to `dst` as
     /// `protocol`, as `send` says: from its source address, or the outgoing interface's;
-    /// with its TTL and DSCP; fragmented to the MTU unless it says not to.
-    pub(crate) fn ip_output(
-        &mut self,
-        s: impl Sampling,
-        dst: Ipv4Address,
-        protocol: IpProtocol,
-        payload: PacketBuf,
-        send: SendAs,
-    ) -> Result<(), SendError> {
-        self.ip_output_with(s, dst, protocol, payload, send, &IpExtras::NONE)
-    }
-
-    /// [`ip_output`](Self::ip_output) with options, a source route among them (then the
-    /// header's destination is the route's first hop, and the route is looked up for it;
-    /// `dst`, the final destination, is the route option's last address).
+    /// with its TTL and DSCP; fragmented to the MTU unless it says not to. With `extras`'
+    /// options (`IpExtras::NONE` for none), a source route among them: then the header's
+    /// destination is the route's first hop, and the route is looked up for it; `dst`,
+    /// the final destination, is the route option's last address.
     pub(crate) fn ip_output_with(
         &mut self,
         s: impl Sampling,
