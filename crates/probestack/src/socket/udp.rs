@@ -667,20 +667,21 @@ impl Stack {
         self.udp_send_msg(h, &[first], to)?;
         let sock = self.udp_sockets.get(h).ok_or(UdpError::BadHandle)?;
         let ((dst, connected), no_checksum) = (sock.destination(to)?, sock.no_checksum);
-        // The first send built the template if it could, so no probe is reached here.
+        // The first send built the template if it could, so no probe is reached here; it
+        // also put the socket's PCB in the send cache, where the batch leaves it.
         let template = |stack: &mut Stack| {
             stack
                 .udp_template_path(connected)
-                .then(|| stack.udp_template_and_pcb(Unsampled, h, dst, no_checksum))
+                .then(|| stack.udp_template(Unsampled, h, dst, no_checksum))
                 .flatten()
         };
         let mut templated = template(self);
         for (sent, data) in rest.iter().enumerate() {
             let parts = [*data];
             let r = match &templated {
-                Some((t, pcb)) if t.fits(data.len()) => {
+                Some(t) if t.fits(data.len()) => {
                     let r = in_message!(self, data.len(), s => {
-                        self.udp_send_on_template(s, t, *pcb, &parts, data.len())
+                        self.udp_send_on_template(s, t, &parts, data.len())
                     });
                     if r.is_ok() {
                         self.ledger.counters().inc(Counter::UdpBatchSent);

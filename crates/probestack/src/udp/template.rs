@@ -18,7 +18,6 @@ use crate::link::template::{LinkTemplate, HEADERS_LEN};
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::udp::{UdpError, UdpHandle};
 use crate::stack::Stack;
-use crate::udp::pcb::PcbId;
 use crate::wire::ipv4::{self, IpProtocol};
 use crate::wire::udp::{self as udp_wire, UdpRepr};
 use crate::wire::Ipv4Address;
@@ -48,7 +47,7 @@ impl Stack {
     /// out of line it handed the template back through memory, 101 instructions a
     /// datagram in `examples/udp_burst`.
     #[inline(always)]
-    fn udp_template(
+    pub(crate) fn udp_template(
         &mut self,
         s: impl Sampling,
         h: UdpHandle,
@@ -127,30 +126,21 @@ impl Stack {
             return None;
         }
         let pcb = self.udp_sockets.get(h)?.pcb?;
-        Some(self.udp_send_on_template(s, &t, pcb, parts, len))
-    }
-
-    /// The template `h` sends to `dst` with now, and the socket's PCB; `None` when its
-    /// datagrams go through the layers.
-    pub(crate) fn udp_template_and_pcb(
-        &mut self,
-        s: impl Sampling,
-        h: UdpHandle,
-        dst: (Ipv4Address, u16),
-        no_checksum: bool,
-    ) -> Option<(HeaderTemplate, PcbId)> {
-        let t = self.udp_template(s, h, dst, no_checksum)?;
-        Some((t, self.udp_sockets.get(h)?.pcb?))
+        let sent = self.udp_send_on_template(s, &t, parts, len);
+        if sent.is_ok() {
+            self.udp_pcbs.note_sent(pcb);
+        }
+        Some(sent)
     }
 
     /// Sends one datagram of `parts` (`len` bytes in all, which [fit](HeaderTemplate::fits)
-    /// the template) with the template `t` of the socket whose PCB is `pcb`.
+    /// the template) with a socket's template `t`. The caller notes the socket's PCB in the
+    /// send cache (once for a batch: it is the same PCB every time).
     #[inline(always)]
     pub(crate) fn udp_send_on_template(
         &mut self,
         s: impl Sampling,
         t: &HeaderTemplate,
-        pcb: PcbId,
         parts: &[&[u8]],
         len: usize,
     ) -> Result<usize, UdpError> {
@@ -196,7 +186,6 @@ impl Stack {
         counters.inc(Counter::UdpTemplateSent);
         let now = self.now;
         self.device_transmit(s, t.link.iface, buf, now);
-        self.udp_pcbs.note_sent(pcb);
         Ok(len)
     }
 }
