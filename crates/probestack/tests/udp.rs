@@ -949,3 +949,42 @@ fn a_batch_stops_at_the_first_refusal() {
         "one, then two of the last batch's four"
     );
 }
+
+/// Each datagram of a batch is a message of the ledger's own, probed as a single send's
+/// would be but for the checks the batch makes once: with every message sampled, a batch
+/// of five opens five messages, each with its copy probed, and the socket layer's
+/// argument checks are probed once, in the first.
+#[test]
+fn each_datagram_of_a_batch_is_a_ledger_message() {
+    use probestack::probe::{Layer, Op, Side};
+    let (mut p, _out) = captured_pair(Tuning::fast());
+    let rx = p.b.udp_open();
+    p.b.udp_bind(rx, Ipv4Address::UNSPECIFIED, 9).unwrap();
+    let tx = p.a.udp_open();
+    let to = Some((ADDR_B, 9));
+    // ARP answered and the template built.
+    p.a.udp_send_batch(tx, &[b"first"], to).unwrap();
+    p.run_for(Duration::from_millis(2));
+    if !p.a.ledger().snapshot().probes_enabled {
+        println!("the probes are compiled out: no messages to count");
+        return;
+    }
+    p.a.ledger().set_sample_every(1);
+    p.a.ledger().clear();
+    let seen = p.a.ledger().messages_seen();
+    let d = payload(1, 100);
+    assert_eq!(p.a.udp_send_batch(tx, &[&d[..]; 5], to), Ok(5));
+    assert_eq!(p.a.ledger().messages_seen() - seen, 5);
+    let snapshot = p.a.ledger().snapshot();
+    let sampled: u64 = snapshot.buckets.iter().map(|b| b.messages).sum();
+    assert_eq!(sampled, 5);
+    let probed = |op| -> u64 {
+        let cells = snapshot.buckets.iter().flat_map(|b| &b.cells);
+        cells
+            .filter(|c| (c.layer, c.side, c.op) == (Layer::Socket, Side::Send, op))
+            .map(|c| c.count)
+            .sum()
+    };
+    assert_eq!(probed(Op::UserCopy), 5);
+    assert_eq!(probed(Op::ArgCheck), 1);
+}
