@@ -280,11 +280,9 @@ impl Stack {
     /// Linux's `ip_options_echo` has it for the errors it sends).
     fn icmp_error_out(&mut self, s: impl Sampling, repr: &Ipv4Repr, message: PacketBuf) {
         self.ledger.counters().inc(Counter::IcmpErrorsOut);
-        let back = Self::source_routing_back(repr);
-        let extras =
-            IpExtras::new(&Ipv4Options::NONE, back.as_ref(), repr.src).unwrap_or(IpExtras::NONE);
+        let back = Self::ip_route_back(repr);
         let send = SendAs::default();
-        let _ = self.ip_output_with(s, repr.src, IpProtocol::Icmp, message, send, &extras);
+        let _ = self.ip_output_with(s, repr.src, IpProtocol::Icmp, message, send, &back);
     }
 
     /// Sends Time Exceeded (fragment reassembly, code 1) quoting the first fragment.

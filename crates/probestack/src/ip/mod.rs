@@ -428,6 +428,18 @@ impl Stack {
         }
     }
 
+    /// The options an answer to the datagram `repr` heads carries to go back along the
+    /// completed source route it came by, reversed (RFC 1122 §3.2.1.8 (c)); none if it
+    /// came by none.
+    pub(crate) fn ip_route_back(repr: &Ipv4Repr) -> IpExtras {
+        if repr.options.is_empty() {
+            return IpExtras::NONE;
+        }
+        Self::source_routing_back(repr)
+            .and_then(|via| IpExtras::new(&Ipv4Options::NONE, Some(&via), repr.src).ok())
+            .unwrap_or(IpExtras::NONE)
+    }
+
     /// The options of the echo reply from `from` to the request `repr` heads (RFC 1122
     /// §3.2.2.6): its record route and timestamp options, with this host recorded in each
     /// where there is room, so that they cover the whole round trip (SHOULD); and the way

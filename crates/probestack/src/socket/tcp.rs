@@ -662,9 +662,7 @@ impl Stack {
         let iss = self.tcp.isn.isn(local, remote, now);
         // A routed segment passes gateways: elision's one hop does not hold.
         let ask = no_checksum || (route.is_none() && self.checksum_elidable(remote.0));
-        let mut conn = Connection::new(local, remote, config, iss, self.tcp_mss_for(hop), ask);
-        conn.send_copy = self.tcp_send_copy_for(hop);
-        conn.set_source_route(route);
+        let mut conn = self.tcp_new_connection((local, remote), config, iss, ask, route);
         conn.connect();
         if let Some(sock) = self.tcp.get_mut(h) {
             sock.kind = Kind::Stream(Box::new(conn));

@@ -70,7 +70,7 @@ use crate::tcp::connection::{Outgoing, RstReply, ZeroCopyRx};
 use crate::tcp::send_buffer::Piece;
 use crate::time::Instant;
 use crate::wire::ipv4::{IpProtocol, Ipv4Repr};
-use crate::wire::tcp::{self as tcp_wire, Control, TcpRepr};
+use crate::wire::tcp::{self as tcp_wire, Control, SeqNumber, TcpRepr};
 use crate::wire::{Checksum, Ipv4Address};
 
 use connection::SendCopy;
@@ -543,7 +543,7 @@ impl Stack {
             self.ledger.counters().inc(Counter::TcpDropNoSocket);
             if let Some(rst) = RstReply::for_segment(seg) {
                 let (local, remote) = ((ip.dst, seg.dst_port), (ip.src, seg.src_port));
-                self.tcp_send_rst(s, local, remote, rst, &Self::tcp_extras_back(ip));
+                self.tcp_send_rst(s, local, remote, rst, &Self::ip_route_back(ip));
             }
             return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
@@ -588,7 +588,7 @@ impl Stack {
                     // ignored; anything else is dropped.
                     if seg.ack_number.is_some() {
                         let (local, remote) = ((ip.dst, seg.dst_port), (ip.src, seg.src_port));
-                        self.tcp_send_rst(s, local, remote, rst, &Self::tcp_extras_back(ip));
+                        self.tcp_send_rst(s, local, remote, rst, &Self::ip_route_back(ip));
                     }
                 }
                 None
@@ -714,12 +714,8 @@ impl Stack {
         // A SYN that came by a source route is answered along it reversed, and so is
         // every segment of the connection (RFC 9293 MUST-53).
         let route = Self::tcp_route_back(ip);
-        let hop = route.map_or(remote.0, |r| r.first_hop());
         let ask = ask || (route.is_none() && self.checksum_elidable(remote.0));
-        let mss = self.tcp_mss_for(hop);
-        let mut conn = Connection::new(local, remote, config, iss, mss, ask);
-        conn.send_copy = self.tcp_send_copy_for(hop);
-        conn.set_source_route(route);
+        let mut conn = self.tcp_new_connection((local, remote), config, iss, ask, route);
         conn.accept_syn(syn, now);
         let Some(h) = self.tcp_insert_child(s, index, local, remote, conn, reserved) else {
             return;
@@ -742,10 +738,25 @@ impl Stack {
         Self::source_routing_back(ip).and_then(|via| RouteTo::new(via, ip.src, false))
     }
 
-    /// What an answer to `ip`'s segment outside any connection carries: the way back
-    /// along its source route, if it came by one.
-    fn tcp_extras_back(ip: &Ipv4Repr) -> IpExtras {
-        Self::tcp_route_back(ip).map_or(IpExtras::NONE, |r| r.extras)
+    /// A connection between `ends` (local, remote) that goes along `route`, or directly:
+    /// its MSS and its way of sending data are those of the way out (a route's first
+    /// gateway), its segments carry the route, and with `ask` its SYN asks for RFC
+    /// 1146's elided checksum.
+    pub(crate) fn tcp_new_connection(
+        &self,
+        ends: ((Ipv4Address, u16), (Ipv4Address, u16)),
+        config: TcpConfig,
+        iss: SeqNumber,
+        ask: bool,
+        route: Option<RouteTo>,
+    ) -> Connection {
+        let (local, remote) = ends;
+        let hop = route.map_or(remote.0, |r| r.first_hop());
+        let mss = self.tcp_mss_for(hop);
+        let mut conn = Connection::new(local, remote, config, iss, mss, ask);
+        conn.send_copy = self.tcp_send_copy_for(hop);
+        conn.set_source_route(route);
+        conn
     }
 
     /// A segment of connection `index` came with IP options: a source route other than
@@ -897,11 +908,7 @@ impl Stack {
         let iss = ack - 1;
         // The ACK's route reversed, as a SYN's would be (RFC 9293 MUST-53).
         let route = Self::tcp_route_back(ip);
-        let hop = route.map_or(remote.0, |r| r.first_hop());
-        let mss = self.tcp_mss_for(hop);
-        let mut conn = Connection::new(local, remote, config, iss, mss, false);
-        conn.send_copy = self.tcp_send_copy_for(hop);
-        conn.set_source_route(route);
+        let mut conn = self.tcp_new_connection((local, remote), config, iss, false, route);
         conn.accept_cookie_ack(seg, iss, peer_mss, now);
         let Some(child) = self.tcp_insert_child(s, index, local, remote, conn, reserved) else {
             return true;
