@@ -101,6 +101,18 @@ pub struct Tuning {
     /// Linux's loopback and veth pass an skb's page fragments so). Off: the ring, and
     /// fragments that arrive are copied.
     pub tcp_send_by_reference: bool,
+    /// TCP's receive checksum verified in the application's read (paper 002 §7.1's
+    /// receive path, for TCP; Van Jacobson's scheme as Linux's `tcp_rcv_established`
+    /// describes it: a segment left on the socket's queue and checksummed as it is copied
+    /// to the user in the reader's context). An in-order segment whose data arrived by
+    /// reference (`tcp_send_by_reference`) and that header prediction expects (pure
+    /// data, nothing acknowledged, the window unchanged) is kept unverified and
+    /// unacknowledged, RCV.NXT before it; the read sums it as it copies it, then TCP takes
+    /// it (RCV.NXT, TS.Recent, the ACK owed). A segment that fails is dropped, and those
+    /// behind it. What no read took by the delayed-ACK timeout, or before a segment input
+    /// must process in full, is verified in a pass of its own. Off: every segment is
+    /// verified at input.
+    pub tcp_verify_on_read: bool,
 }
 
 impl Tuning {
@@ -127,6 +139,7 @@ impl Tuning {
             segmentation_offload: false,
             software_segmentation: false,
             tcp_send_by_reference: false,
+            tcp_verify_on_read: false,
         }
     }
 
@@ -153,6 +166,7 @@ impl Tuning {
             segmentation_offload: true,
             software_segmentation: true,
             tcp_send_by_reference: true,
+            tcp_verify_on_read: true,
         }
     }
 }
@@ -199,6 +213,7 @@ mod tests {
         assert_ne!(b.segmentation_offload, f.segmentation_offload);
         assert_ne!(b.software_segmentation, f.software_segmentation);
         assert_ne!(b.tcp_send_by_reference, f.tcp_send_by_reference);
+        assert_ne!(b.tcp_verify_on_read, f.tcp_verify_on_read);
         assert!(f.checksum.is_available());
         assert_eq!(Tuning::default(), f);
     }

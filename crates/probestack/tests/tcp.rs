@@ -2113,3 +2113,154 @@ fn a_loss_on_an_ecn_connection_is_announced_with_cwr() {
     assert!(!cwr.is_empty(), "the reduction was not announced");
     assert!(cwr.iter().all(|s| s.2 > 0 && s.1 == 0b10), "{cwr:?}");
 }
+
+/// Flips a bit in a copy of the first fragment of every `every`-th frame that carries
+/// fragments (data by reference; the sender's block is never written), the first `limit`
+/// such frames at most.
+struct CorruptFragments {
+    every: u64,
+    limit: u64,
+    seen: u64,
+}
+
+impl Tamper for CorruptFragments {
+    fn send(&mut self, mut frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        if frame.has_frags() {
+            self.seen += 1;
+            if self.seen.is_multiple_of(self.every) && self.seen / self.every <= self.limit {
+                let mut frags = frame.take_frags();
+                let mut bad = frags[0].to_vec();
+                let middle = bad.len() / 2;
+                bad[middle] ^= 0x04;
+                frags[0] = probestack::buf::ExtBuf::new(bad);
+                for f in frags {
+                    frame.push_frag(f);
+                }
+            }
+        }
+        vec![(frame, meta)]
+    }
+}
+
+/// A pair on a frame queue at MTU 9000 (data by reference), A's frames through
+/// `CorruptFragments`, B verifying on read or not.
+fn corrupting_pair(every: u64, limit: u64, verify_on_read: bool) -> Pair {
+    let tuning = Tuning {
+        tcp_verify_on_read: verify_on_read,
+        ..Tuning::fast()
+    };
+    Pair::on_frame_queue_with(
+        host(9000, tuning),
+        host(9000, tuning),
+        move |dev| -> Box<dyn Device + Send> {
+            Box::new(Tampered {
+                dev,
+                tamper: CorruptFragments {
+                    every,
+                    limit,
+                    seen: 0,
+                },
+            })
+        },
+        |dev| Box::new(dev),
+    )
+    .unwrap()
+}
+
+/// Verifying on read (`Tuning::tcp_verify_on_read`) delivers what verifying at input
+/// delivers, corrupted segments caught either way and sent again: on, B's segments wait
+/// unverified and B's reads verify them as they copy them; off, none waits.
+#[test]
+fn verifying_on_read_delivers_what_verifying_at_input_delivers() {
+    for on in [true, false] {
+        let mut p = corrupting_pair(37, u64::MAX, on);
+        let (c, _l, s) = connect(&mut p);
+        // The transfer checks every byte by hash.
+        transfer(&mut p, c, s, 8 << 20, Duration::from_secs(60));
+        let ca = |k| p.a.ledger().counters().get(k);
+        let cb = |k| p.b.ledger().counters().get(k);
+        let (deferred, in_read, unread) = (
+            cb(Counter::TcpSegmentsDeferred),
+            cb(Counter::TcpVerifiedOnRead),
+            cb(Counter::TcpVerifiedUnread),
+        );
+        assert!(cb(Counter::TcpDropBadChecksum) > 5, "on: {on}");
+        assert!(ca(Counter::TcpRetransmittedSegments) > 5, "on: {on}");
+        if on {
+            assert!(deferred > 500, "{deferred} deferred");
+            assert!(
+                in_read > deferred / 2,
+                "{in_read} of {deferred} verified in reads"
+            );
+            assert!(deferred >= in_read + unread);
+        } else {
+            assert_eq!((deferred, in_read, unread), (0, 0, 0));
+        }
+    }
+}
+
+/// Unverified data is not acknowledged: B does not read, and A's data stays
+/// unacknowledged until B's delayed-ACK timeout, when B verifies it where it lies and
+/// acknowledges it; the read then returns it as sent.
+#[test]
+fn unread_data_is_verified_and_acknowledged_at_the_delayed_ack_timeout() {
+    let mut p = corrupting_pair(1, 0, true);
+    let (c, _l, s) = connect(&mut p);
+    let data = pattern(0, 32 * 1024);
+    assert_eq!(p.a.tcp_send(c, &data), Ok(data.len()));
+    p.run_for(Duration::from_millis(5));
+    let cb = |p: &Pair, k| p.b.ledger().counters().get(k);
+    let unacked = |p: &Pair| {
+        let conn = p.a.tcp_connection(c).unwrap();
+        conn.snd_nxt().bytes_since(conn.snd_una())
+    };
+    assert!(cb(&p, Counter::TcpSegmentsDeferred) >= 3);
+    // Everything A sent (all but the write's short end, which Nagle holds) waits at B,
+    // neither acknowledged nor readable.
+    let held = unacked(&p);
+    assert!(held > data.len() / 2, "{held} unacknowledged");
+    assert_eq!(p.b.tcp_recv_queued(s), Ok(0));
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(unacked(&p), 0);
+    assert_eq!(
+        cb(&p, Counter::TcpVerifiedUnread),
+        cb(&p, Counter::TcpSegmentsDeferred)
+    );
+    assert_eq!(p.b.tcp_recv_queued(s), Ok(data.len()));
+    let mut got = vec![0u8; data.len() + 1];
+    assert_eq!(p.b.tcp_recv(s, &mut got), Ok(data.len()));
+    assert_eq!(&got[..data.len()], &data[..]);
+    assert_eq!(cb(&p, Counter::TcpVerifiedOnRead), 0);
+}
+
+/// A read that finds only a segment that fails its checksum reports would-block, not the
+/// end of the stream, and the segment comes again.
+#[test]
+fn a_read_of_only_a_failing_segment_would_block() {
+    let mut p = corrupting_pair(1, 1, true);
+    let (c, _l, s) = connect(&mut p);
+    let data = pattern(0, 32 * 1024);
+    assert_eq!(p.a.tcp_send(c, &data), Ok(data.len()));
+    p.settle();
+    let cb = |p: &Pair, k| p.b.ledger().counters().get(k);
+    assert!(cb(&p, Counter::TcpSegmentsDeferred) >= 1);
+    // The data verified at input first (the copied start of the write), exactly.
+    let mut got = vec![0u8; data.len()];
+    let mut n = p.b.tcp_recv_queued(s).unwrap();
+    assert_eq!(p.b.tcp_recv(s, &mut got[..n]).unwrap_or(0), n);
+    // Then only unverified segments, the first of which fails.
+    assert_eq!(p.b.tcp_recv(s, &mut got[n..]), Err(TcpError::WouldBlock));
+    assert_eq!(cb(&p, Counter::TcpDropBadChecksum), 1);
+    assert_eq!(cb(&p, Counter::TcpVerifiedOnRead), 0);
+    assert!(p.run_until(Duration::from_secs(5), |p| {
+        n += p.b.tcp_recv(s, &mut got[n..]).unwrap_or(0);
+        n == data.len()
+    }));
+    assert_eq!(&got[..n], &data[..]);
+    assert!(
+        p.a.ledger()
+            .counters()
+            .get(Counter::TcpRetransmittedSegments)
+            >= 1
+    );
+}

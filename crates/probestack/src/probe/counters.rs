@@ -213,6 +213,18 @@ counters! {
     /// Segments whose data arrived by reference (fragments a sender's device passed on)
     /// and went into the receive buffer as they were, uncopied.
     TcpSegmentsInByReference = "tcp.by_reference.segments_in";
+    /// In-order segments kept by reference whose checksum input left to the application's
+    /// read (`Tuning::tcp_verify_on_read`).
+    TcpSegmentsDeferred = "tcp.verify_on_read.deferred";
+    /// Of those, segments verified as a read copied them.
+    TcpVerifiedOnRead = "tcp.verify_on_read.verified_in_read";
+    /// Of those, segments no read took before the connection's delayed-ACK timer (or a
+    /// segment TCP input processed in full, or a zero-copy read), verified in a pass of
+    /// their own.
+    TcpVerifiedUnread = "tcp.verify_on_read.verified_unread";
+    /// Unverified segments dropped because one before them failed its checksum (they
+    /// followed a hole; the sender sends them again).
+    TcpDropBehindBadChecksum = "tcp.drop.behind_bad_checksum";
     /// Datagrams sent with loaned data by reference (zero-copy send).
     UdpZeroCopyDatagrams = "udp.zero_copy.datagrams_out";
     /// Bytes the application of a zero-copy receive connection got as whole pages by

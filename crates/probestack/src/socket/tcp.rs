@@ -846,17 +846,23 @@ impl Stack {
             else {
                 return Err(TcpError::BadHandle);
             };
+            let asked_none = buf.is_empty();
+            let nothing = |c: &Connection| match nothing_to_read(c) {
+                Ok(()) => Ok(0),
+                Err(TcpError::WouldBlock) if asked_none => Ok(0),
+                Err(e) => Err(e),
+            };
             if c.rx.is_empty() {
-                return match nothing_to_read(c) {
-                    Ok(()) => Ok(0),
-                    Err(TcpError::WouldBlock) if buf.is_empty() => Ok(0),
-                    Err(e) => Err(e),
-                };
+                return nothing(c);
             }
             let _c = self
                 .ledger
                 .probe(s, Layer::Socket, Side::Receive, Op::UserCopy);
-            let n = c.recv_into(buf);
+            let n = c.recv_into(buf, self.tuning.checksum, &self.ledger, self.now);
+            if n == 0 && c.rx.is_empty() {
+                // Unverified segments were all there was, and they failed.
+                return nothing(c);
+            }
             if c.zero_copy_rx != ZeroCopyRx::Off {
                 self.ledger
                     .counters()
@@ -948,7 +954,7 @@ impl Stack {
                 Op::UserCopy
             };
             let _c = self.ledger.probe(s, Layer::Socket, Side::Receive, op);
-            c.take_chunk(max)
+            c.take_chunk(max, self.tuning.checksum, &self.ledger, self.now)
         };
         let Some(chunk) = chunk else {
             return Err(TcpError::WouldBlock);

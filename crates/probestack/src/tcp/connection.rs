@@ -33,7 +33,7 @@ use crate::checksum::Kernel;
 use crate::ip::IpFields;
 use crate::probe::{Counter, Layer, Ledger, Op, Sampling, Side};
 use crate::tcp::assembler::Assembler;
-use crate::tcp::recv_buffer::{Chunk, RecvBuffer};
+use crate::tcp::recv_buffer::{Chunk, Failed, RecvBuffer, Verified};
 use crate::tcp::rtt::{RtoConfig, RttEstimator, RttTimer};
 use crate::tcp::scoreboard::Scoreboard;
 use crate::tcp::send_buffer::SendBuffer;
@@ -855,10 +855,44 @@ impl Connection {
     /// receive buffer by reference (`Tuning::tcp_send_by_reference`): they are the next
     /// data, nothing waits out of order, and they fit. A zero-copy receive connection on
     /// a header-splitting NIC keeps its own rule (whole pages only).
+    /// Behind unverified segments (`Tuning::tcp_verify_on_read`), the next data is the
+    /// data after them, and the room is what they leave.
     pub(crate) fn stages_by_reference(&self, seq: SeqNumber, len: usize) -> bool {
+        let behind = self.rx.unverified();
         self.zero_copy_rx != ZeroCopyRx::Pages
             && self.nothing_out_of_order()
-            && self.in_order_fits(seq, len)
+            && self.in_order_fits(seq - behind, len + behind)
+    }
+
+    /// Whether `seg`, whose `len` bytes of data arrived by reference, may wait unverified
+    /// for the application's read (`Tuning::tcp_verify_on_read`): header prediction's
+    /// pure in-order data segment (see [`predicted`](Self::predicted)) in its narrowest
+    /// form, the one whose header asks nothing of the connection until the data is
+    /// taken: it acknowledges nothing new, leaves the window as it was, passes PAWS, and
+    /// follows any unverified segment before it; a copying reader; nothing out of order,
+    /// no urgent data, no ECN signal. Everything it does then (RCV.NXT, TS.Recent, the
+    /// ACK owed) waits for the checksum.
+    pub(crate) fn defers_verification(&self, seg: &TcpRepr, len: usize) -> bool {
+        let ts_ok = match (self.ts_enabled, seg.timestamp) {
+            (false, _) => true,
+            (true, Some(ts)) => (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0,
+            (true, None) => false,
+        };
+        self.state == State::Established
+            && self.zero_copy_rx == ZeroCopyRx::Off
+            && seg.control == Control::None
+            && len > 0
+            && seg.ack_number == Some(self.snd_una)
+            && usize::from(seg.window_len) << self.snd_shift == self.snd_wnd
+            && seg.urgent_pointer.is_none()
+            && !seg.ece
+            && !seg.cwr
+            && self.snd_nxt == self.snd_max
+            && self.recovery.is_none()
+            && self.dup_acks == 0
+            && !(self.sack_enabled && seg.sack_ranges[0].is_some())
+            && ts_ok
+            && self.stages_by_reference(seg.seq_number, len)
     }
 
     /// Whether no data waits out of order.
@@ -1151,10 +1185,23 @@ impl Connection {
         }
     }
 
-    /// The application reads: bytes come out of the receive buffer. Opening the window
-    /// may call for a window update.
-    pub fn recv_into(&mut self, dst: &mut [u8]) -> usize {
-        let n = self.rx.pop_into(dst);
+    /// The application reads: bytes come out of the receive buffer, and once it is empty,
+    /// unverified segments, each summed as it is copied (`kernel`) and taken by TCP if it
+    /// checks. Opening the window may call for a window update.
+    pub fn recv_into(
+        &mut self,
+        dst: &mut [u8],
+        kernel: Kernel,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> usize {
+        let mut n = self.rx.pop_into(dst);
+        while n < dst.len() && self.rx.unverified() > 0 {
+            match self.verify_next(&mut dst[n..], kernel, ledger, now) {
+                Some(copied) => n += copied,
+                None => break,
+            }
+        }
         if n > 0 {
             self.note_urgent_read();
             self.note_window_opened();
@@ -1163,9 +1210,96 @@ impl Connection {
         n
     }
 
+    /// An unverified segment was kept (`defers_verification`). Its ACK is owed once it
+    /// checks, by the delayed-ACK timeout at the latest (RFC 1122 §4.2.3.2's bound on
+    /// any ACK's delay): if no read has verified it by then, the timer does
+    /// (`Stack::tcp_timers`), as Linux's delayed-ACK timer ran a prequeue its reader
+    /// left.
+    pub(crate) fn note_deferred(&mut self, now: Instant) {
+        if self.delack_deadline.is_none() {
+            self.delack_deadline = Some(now + self.config.delayed_ack);
+        }
+    }
+
+    /// Verifies every unverified segment where it lies (no read took them): before a
+    /// segment TCP input processes in full, a zero-copy read, or when a timer of the
+    /// connection runs. Returns whether all checked.
+    pub fn verify_unread(&mut self, kernel: Kernel, ledger: &Ledger, now: Instant) -> bool {
+        let had = self.rx.unverified() > 0;
+        while self.rx.unverified() > 0 {
+            if self.verify_next(&mut [], kernel, ledger, now).is_none() {
+                return false;
+            }
+        }
+        if had {
+            // Data became readable: as after input, a read may drain it.
+            self.ack_if_drained();
+        }
+        true
+    }
+
+    /// The front unverified segment verified as [`RecvBuffer::verify_front`] does it,
+    /// then taken as the header-predicted data segment it is, or dropped with those
+    /// behind it. Returns the bytes copied, `None` if it failed.
+    fn verify_next(
+        &mut self,
+        dst: &mut [u8],
+        kernel: Kernel,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> Option<usize> {
+        let counters = ledger.counters();
+        match self.rx.verify_front(dst, kernel)? {
+            Ok(v) => {
+                let counter = if dst.is_empty() {
+                    Counter::TcpVerifiedUnread
+                } else {
+                    Counter::TcpVerifiedOnRead
+                };
+                counters.inc(counter);
+                self.take_verified(v, now);
+                counters.inc(Counter::TcpPredictionDataHits);
+                Some(v.copied)
+            }
+            Err(Failed { behind }) => {
+                counters.inc(Counter::TcpDropBadChecksum);
+                counters.add(Counter::TcpDropBehindBadChecksum, behind as u64);
+                None
+            }
+        }
+    }
+
+    /// What input does for header prediction's in-order data segment, done for an
+    /// unverified one that checked (its data is readable already).
+    fn take_verified(&mut self, v: Verified, now: Instant) {
+        self.stats.segments_in += 1;
+        if let Some(d) = self.config.keepalive {
+            self.keepalive_deadline = Some(now + d);
+            self.keepalive_sent = 0;
+        }
+        // RFC 7323 §4.3: the segment starts at RCV.NXT.
+        if let (true, Some(tsval)) = (self.ts_enabled, v.tsval) {
+            if (tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
+                self.ts_recent = tsval;
+            }
+        }
+        self.rcv_nxt += v.len;
+        self.stats.bytes_received += v.len as u64;
+        self.schedule_ack(now, v.len);
+        self.stats.hp_data_hits += 1;
+    }
+
     /// The application takes the front of the stream for a zero-copy read (pages by
-    /// reference, other bytes copied; at most `max`).
-    pub fn take_chunk(&mut self, max: usize) -> Option<Chunk> {
+    /// reference, other bytes copied; at most `max`). Unverified segments are verified
+    /// first ([`verify_unread`](Self::verify_unread)): there is no copy to sum them in.
+    pub fn take_chunk(
+        &mut self,
+        max: usize,
+        kernel: Kernel,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> Option<Chunk> {
+        self.verify_unread(kernel, ledger, now);
         let chunk = self.rx.take_chunk(max)?;
         self.note_urgent_read();
         self.note_window_opened();
@@ -3189,7 +3323,8 @@ mod tests {
     /// Reads up to `n` bytes and checks them against the pattern stream.
     fn read(c: &mut Connection, read: &mut u64, n: usize) {
         let mut buf = vec![0u8; n];
-        let got = c.recv_into(&mut buf);
+        // Never unverified data here: segments reach these connections directly.
+        let got = c.recv_into(&mut buf, Kernel::best(), &Ledger::new(), Instant::ZERO);
         for (i, b) in buf[..got].iter().enumerate() {
             assert_eq!(
                 u64::from(*b),

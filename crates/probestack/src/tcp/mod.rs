@@ -341,7 +341,7 @@ impl Stack {
         // Data in fragments (IP input passes only whole TCP segments so): the payload a
         // NIC split off its headers, page-aligned, or data a sender passed by reference
         // (moved into the receive buffer below when it is kept so).
-        let (window, frag_list) = datagram.window_and_frags_mut();
+        let (window, mut frag_list) = datagram.window_and_frags_mut();
         let bytes = &window[hl..];
         let mut parsed = {
             let _p = self
@@ -367,6 +367,47 @@ impl Stack {
                 .map(|(_, &mut index)| index)
         };
         let mut conn = found.and_then(|i| self.tcp.conn_mut(i));
+        // Verify on read (`Tuning::tcp_verify_on_read`): header prediction's pure data
+        // segment, its data by reference, waits unverified for the application's read.
+        // Any other segment for a connection holding such segments has them verified
+        // first, so that input finds the connection as if they had been taken at arrival.
+        let mut behind_bad = false;
+        if let Some(c) = conn.as_deref_mut() {
+            let defer = frag_len > 0
+                && seg.payload.is_empty()
+                && self.tuning.tcp_verify_on_read
+                && self.tuning.header_prediction
+                && self.tuning.tcp_send_by_reference
+                && rx == RxChecksum::None
+                && ip.ecn != ECN_CE
+                && ip.options.is_empty()
+                && !c.checksum_elided()
+                && c.defers_verification(seg, frag_len);
+            if let (true, Some(frags)) = (defer, frag_list.as_mut()) {
+                {
+                    let _p = self
+                        .ledger
+                        .probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
+                    let tcp_len = (header_len + frag_len) as u16;
+                    let seed =
+                        checksum::pseudo_header_v4(ip.src.0, ip.dst.0, tcp_wire::PROTOCOL, tcp_len);
+                    let mut header = Accumulator::with_seed(seed);
+                    header.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
+                    let tsval = seg.timestamp.map(|ts| ts.tsval);
+                    c.rx.defer(frags, frag_len, header, tsval);
+                    c.note_deferred(now);
+                }
+                self.ledger.set_message_size(s, frag_len);
+                let counters = self.ledger.counters();
+                counters.inc(Counter::TcpSegmentsIn);
+                counters.inc(Counter::TcpSegmentsInByReference);
+                counters.inc(Counter::TcpSegmentsDeferred);
+                return self.free(s, Layer::Tcp, Side::Receive, datagram);
+            }
+            if c.rx.unverified() > 0 {
+                behind_bad = !c.verify_unread(self.tuning.checksum, &self.ledger, now);
+            }
+        }
         // Fragments a sender passed by reference go into the receive buffer as they are
         // when they are the next data and fit (a zero-copy receive connection on a
         // header-splitting NIC keeps its own rule, whole pages only).
@@ -393,9 +434,15 @@ impl Stack {
                 seg.payload = payload.as_slice();
                 Some(payload)
             }
-            // `tcp_input` copied anything else together.
+            // `tcp_input` copied anything else together, except fragments it meant to
+            // keep by reference behind unverified segments that then failed.
             _ => {
-                self.ledger.counters().inc(Counter::TcpDropMalformed);
+                let counter = if behind_bad {
+                    Counter::TcpDropBehindBadChecksum
+                } else {
+                    Counter::TcpDropMalformed
+                };
+                self.ledger.counters().inc(counter);
                 return self.free(s, Layer::Tcp, Side::Receive, datagram);
             }
         };
@@ -1515,12 +1562,21 @@ impl Stack {
             return earliest;
         }
         let mut due = std::mem::take(&mut self.tcp.due);
+        let kernel = self.tuning.checksum;
         for &i in &due {
             // Looked up again (and so noted for the queue once more): a timer's output may
             // free its own slot, never another's.
             let Some(c) = self.tcp.conn_mut(i) else {
                 continue;
             };
+            // Segments left for a read that did not come in time: verified here, so that
+            // the ACK they owe goes now (`Connection::note_deferred`).
+            if c.rx.unverified() > 0 {
+                let _p = self
+                    .ledger
+                    .probe(s, Layer::Tcp, Side::Receive, Op::Checksum);
+                c.verify_unread(kernel, &self.ledger, now);
+            }
             let rst = {
                 let _p = self.ledger.probe(s, Layer::Tcp, Side::Send, Op::Timer);
                 c.on_timers(now, &self.ledger)

@@ -23,11 +23,20 @@
 //! Shared data counts against the window like copied bytes: the window is the ring's
 //! free space less the shared bytes, so what the application has not read bounds what
 //! the peer may send.
+//!
+//! Behind the readable stream the buffer may hold **unverified** segments
+//! (`Tuning::tcp_verify_on_read`): in-order data kept by reference whose checksum TCP
+//! input left to the application's read, which sums it as it copies it
+//! ([`verify_front`](RecvBuffer::verify_front)). They are not yet received as far as
+//! TCP is concerned (RCV.NXT stops before them, nothing acknowledges them), so they are
+//! outside [`len`](RecvBuffer::len) and inside the window [`free`](RecvBuffer::free)
+//! reports from RCV.NXT; the room after them is `free() - unverified()`.
 
 use std::collections::VecDeque;
 
 use super::ring::ByteRing;
 use crate::buf::ExtBuf;
+use crate::checksum::{self, Accumulator, Kernel};
 
 /// A readable run of the stream.
 #[derive(Debug)]
@@ -47,12 +56,45 @@ pub struct Chunk {
     pub copied: bool,
 }
 
+/// An in-order segment whose checksum is still to be verified: its data is the next
+/// `frags` fragments of [`RecvBuffer::unverified_frags`].
+#[derive(Debug)]
+struct Unverified {
+    frags: usize,
+    len: usize,
+    /// The pseudo-header's and the TCP header's sum: the data's completes it.
+    header: Accumulator,
+    /// The segment's TSval, for TS.Recent once it checks (RFC 7323 §4.3; updated from
+    /// an unverified segment, a corrupted TSval would fail every later PAWS test).
+    tsval: Option<u32>,
+}
+
+/// An unverified segment that checked: its length, how much of it the read copied (the
+/// rest is now readable in the buffer), and its TSval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verified {
+    pub len: usize,
+    pub copied: usize,
+    pub tsval: Option<u32>,
+}
+
+/// An unverified segment that did not check: it and every segment behind it were
+/// dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failed {
+    /// The segments dropped behind the one that failed.
+    pub behind: usize,
+}
+
 /// The receive buffer: copied bytes and shared data (see the module documentation).
 pub struct RecvBuffer {
     ring: ByteRing,
     runs: VecDeque<Run>,
     shared: usize,
     staged: Vec<ExtBuf>,
+    unverified: VecDeque<Unverified>,
+    unverified_frags: VecDeque<ExtBuf>,
+    unverified_len: usize,
 }
 
 impl RecvBuffer {
@@ -62,6 +104,9 @@ impl RecvBuffer {
             runs: VecDeque::new(),
             shared: 0,
             staged: Vec::new(),
+            unverified: VecDeque::new(),
+            unverified_frags: VecDeque::new(),
+            unverified_len: 0,
         }
     }
 
@@ -69,13 +114,85 @@ impl RecvBuffer {
         self.ring.capacity()
     }
 
-    /// Readable bytes.
+    /// Readable bytes (unverified segments not counted).
     pub fn len(&self) -> usize {
         self.ring.len() + self.shared
     }
 
+    /// Whether there is nothing for a read: no readable bytes and no unverified segment.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len() == 0 && self.unverified_len == 0
+    }
+
+    /// Bytes of unverified segments.
+    pub fn unverified(&self) -> usize {
+        self.unverified_len
+    }
+
+    /// Keeps an in-order segment's fragments (`len` bytes in all) unverified, behind the
+    /// readable stream and any unverified segment before it: `header` is the sum of its
+    /// pseudo-header and TCP header. The caller has checked that nothing waits out of
+    /// order and that the data fits `free() - unverified()`.
+    pub fn defer(
+        &mut self,
+        frags: &mut Vec<ExtBuf>,
+        len: usize,
+        header: Accumulator,
+        tsval: Option<u32>,
+    ) {
+        self.unverified.push_back(Unverified {
+            frags: frags.len(),
+            len,
+            header,
+            tsval,
+        });
+        self.unverified_frags.extend(frags.drain(..));
+        self.unverified_len += len;
+    }
+
+    /// Verifies the front unverified segment, copying its first bytes into `dst` (as many
+    /// as fit) and summing them on the way, the rest summed where it lies (paper 002
+    /// §7.1's receive path). If it checks, the bytes not copied join the readable stream;
+    /// if not, `dst` may have been written, and the segment and every one behind it are
+    /// dropped (they follow a hole now). `None` when there is no unverified segment.
+    pub fn verify_front(
+        &mut self,
+        dst: &mut [u8],
+        kernel: Kernel,
+    ) -> Option<Result<Verified, Failed>> {
+        let seg = self.unverified.pop_front()?;
+        self.unverified_len -= seg.len;
+        let mut acc = seg.header;
+        let mut copied = 0;
+        for f in self.unverified_frags.range(..seg.frags) {
+            let k = f.len().min(dst.len() - copied);
+            acc.copy_and_add_with(kernel, &mut dst[copied..copied + k], &f[..k]);
+            acc.add_with(kernel, &f[k..]);
+            copied += k;
+        }
+        if !checksum::verifies(acc.sum()) {
+            let behind = self.unverified.len();
+            self.unverified.clear();
+            self.unverified_frags.clear();
+            self.unverified_len = 0;
+            return Some(Err(Failed { behind }));
+        }
+        let mut skip = copied;
+        for _ in 0..seg.frags {
+            let Some(mut f) = self.unverified_frags.pop_front() else {
+                break;
+            };
+            let k = skip.min(f.len());
+            skip -= k;
+            if k < f.len() && f.trim_front(k).is_ok() {
+                self.push_shared(f);
+            }
+        }
+        Some(Ok(Verified {
+            len: seg.len,
+            copied,
+            tsval: seg.tsval,
+        }))
     }
 
     /// The receive window: room left, counting shared data held.
@@ -136,21 +253,29 @@ impl RecvBuffer {
     #[inline(never)]
     fn commit_staged(&mut self, n: usize) -> usize {
         let mut done = 0;
-        for mut p in self.staged.drain(..) {
+        // Taken out for the loop and put back, keeping its capacity.
+        let mut staged = std::mem::take(&mut self.staged);
+        for mut p in staged.drain(..) {
             let k = p.len().min(n - done);
             if k == 0 {
                 break;
             }
-            if self.runs.is_empty() && !self.ring.is_empty() {
-                self.runs.push_back(Run::Ring(self.ring.len()));
-            }
             if p.trim_back(p.len() - k).is_ok() {
-                self.runs.push_back(Run::Shared(p));
-                self.shared += k;
+                self.push_shared(p);
                 done += k;
             }
         }
+        self.staged = staged;
         done
+    }
+
+    /// Makes `p` readable at the end of the stream.
+    fn push_shared(&mut self, p: ExtBuf) {
+        if self.runs.is_empty() && !self.ring.is_empty() {
+            self.runs.push_back(Run::Ring(self.ring.len()));
+        }
+        self.shared += p.len();
+        self.runs.push_back(Run::Shared(p));
     }
 
     /// Copies readable bytes into `dst`, in stream order; returns how many.
@@ -348,5 +473,73 @@ mod tests {
         assert_eq!(&out[..50], &(0..50u8).collect::<Vec<_>>()[..]);
         assert_eq!(&out[50..52], b"xy");
         assert!(b.is_empty());
+    }
+
+    /// A segment of `data` in fragments cut at `cuts`, deferred with the sum that makes
+    /// it check (or not, with `good` false).
+    fn defer(b: &mut RecvBuffer, data: &[u8], cuts: &[usize], good: bool) {
+        let block = ExtBuf::new(data.to_vec());
+        let mut at = 0;
+        let mut frags = Vec::new();
+        for &c in cuts.iter().chain([&data.len()]) {
+            frags.push(block.slice(at..c).unwrap());
+            at = c;
+        }
+        // The "header" sum that completes the data's to all ones.
+        let field = checksum::finish(checksum::sum(data)) ^ u16::from(!good);
+        let header = Accumulator::with_seed(field);
+        b.defer(&mut frags, data.len(), header, Some(7));
+    }
+
+    #[test]
+    fn unverified_segments_are_read_summed_and_the_rest_kept_readable() {
+        let data: Vec<u8> = (0..1001u32).map(|i| (i * 7) as u8).collect();
+        for (cuts, read) in [(&[][..], 1001), (&[1, 2, 500][..], 333), (&[3, 999][..], 0)] {
+            let mut b = RecvBuffer::new(4096);
+            b.write_unreadable(0, b"ab");
+            assert_eq!(b.commit(2), 2);
+            defer(&mut b, &data, cuts, true);
+            assert_eq!((b.len(), b.unverified(), b.free()), (2, 1001, 4094));
+            assert!(!b.is_empty());
+            let mut out = vec![0u8; 2 + read];
+            assert_eq!(b.pop_into(&mut out), 2, "readable bytes first");
+            let v = b.verify_front(&mut out[2..], Kernel::best()).unwrap();
+            assert_eq!(
+                v,
+                Ok(Verified {
+                    len: 1001,
+                    copied: read,
+                    tsval: Some(7)
+                })
+            );
+            assert_eq!(&out[2..], &data[..read], "cuts {cuts:?}");
+            assert_eq!((b.len(), b.unverified()), (1001 - read, 0));
+            let mut rest = vec![0u8; 2000];
+            assert_eq!(b.pop_into(&mut rest), 1001 - read);
+            assert_eq!(&rest[..1001 - read], &data[read..]);
+            assert!(b.verify_front(&mut rest, Kernel::best()).is_none());
+        }
+    }
+
+    #[test]
+    fn a_failing_segment_drops_those_behind_it() {
+        let data = [5u8; 301];
+        let mut b = RecvBuffer::new(4096);
+        defer(&mut b, &data, &[100], true);
+        defer(&mut b, &data, &[7], false);
+        defer(&mut b, &data, &[], true);
+        defer(&mut b, &data, &[], true);
+        let mut out = [0u8; 1000];
+        assert!(matches!(
+            b.verify_front(&mut out, Kernel::best()),
+            Some(Ok(_))
+        ));
+        assert_eq!(
+            b.verify_front(&mut out, Kernel::best()),
+            Some(Err(Failed { behind: 2 }))
+        );
+        assert!(b.is_empty() && b.unverified() == 0);
+        assert!(b.verify_front(&mut out, Kernel::best()).is_none());
+        assert_eq!(b.free(), 4096);
     }
 }
