@@ -110,8 +110,9 @@ pub struct Tuning {
     /// unacknowledged, RCV.NXT before it; the read sums it as it copies it, then TCP takes
     /// it (RCV.NXT, TS.Recent, the ACK owed). A segment that fails is dropped, and those
     /// behind it. What no read took by the delayed-ACK timeout, or before a segment input
-    /// must process in full, is verified in a pass of its own. Off: every segment is
-    /// verified at input.
+    /// must process in full, is verified in a pass of its own. It is the receiving side's
+    /// copy and checksum fused, so it runs only with `fused_copy_checksum` (and
+    /// `header_prediction`). Off: every segment is verified at input.
     pub tcp_verify_on_read: bool,
 }
 

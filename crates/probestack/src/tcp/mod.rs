@@ -376,6 +376,7 @@ impl Stack {
             let defer = frag_len > 0
                 && seg.payload.is_empty()
                 && self.tuning.tcp_verify_on_read
+                && self.tuning.fused_copy_checksum
                 && self.tuning.header_prediction
                 && self.tuning.tcp_send_by_reference
                 && rx == RxChecksum::None
