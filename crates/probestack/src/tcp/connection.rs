@@ -1188,6 +1188,7 @@ impl Connection {
     /// The application reads: bytes come out of the receive buffer, and once it is empty,
     /// unverified segments, each summed as it is copied (`kernel`) and taken by TCP if it
     /// checks. Opening the window may call for a window update.
+    #[inline]
     pub fn recv_into(
         &mut self,
         dst: &mut [u8],
@@ -1196,16 +1197,34 @@ impl Connection {
         now: Instant,
     ) -> usize {
         let mut n = self.rx.pop_into(dst);
-        while n < dst.len() && self.rx.unverified() > 0 {
-            match self.verify_next(&mut dst[n..], kernel, ledger, now) {
-                Some(copied) => n += copied,
-                None => break,
-            }
+        if n < dst.len() && self.rx.unverified() > 0 {
+            n += self.recv_unverified(&mut dst[n..], kernel, ledger, now);
         }
         if n > 0 {
             self.note_urgent_read();
             self.note_window_opened();
             self.ack_if_drained();
+        }
+        n
+    }
+
+    /// The unverified segments' part of [`recv_into`](Self::recv_into), out of line (a
+    /// read of ordinary data never calls it): as many as `dst` takes, verified as they
+    /// are copied. Returns the bytes copied.
+    #[inline(never)]
+    fn recv_unverified(
+        &mut self,
+        dst: &mut [u8],
+        kernel: Kernel,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> usize {
+        let mut n = 0;
+        while n < dst.len() && self.rx.unverified() > 0 {
+            match self.verify_next(&mut dst[n..], kernel, ledger, now) {
+                Some(copied) => n += copied,
+                None => break,
+            }
         }
         n
     }
@@ -1224,6 +1243,7 @@ impl Connection {
     /// Verifies every unverified segment where it lies (no read took them): before a
     /// segment TCP input processes in full, a zero-copy read, or when a timer of the
     /// connection runs. Returns whether all checked.
+    #[inline(never)]
     pub fn verify_unread(&mut self, kernel: Kernel, ledger: &Ledger, now: Instant) -> bool {
         let had = self.rx.unverified() > 0;
         while self.rx.unverified() > 0 {

@@ -372,41 +372,23 @@ impl Stack {
         // Any other segment for a connection holding such segments has them verified
         // first, so that input finds the connection as if they had been taken at arrival.
         let mut behind_bad = false;
-        if let Some(c) = conn.as_deref_mut() {
-            let defer = frag_len > 0
-                && seg.payload.is_empty()
-                && self.tuning.tcp_verify_on_read
-                && self.tuning.fused_copy_checksum
-                && self.tuning.header_prediction
-                && self.tuning.tcp_send_by_reference
-                && rx == RxChecksum::None
-                && ip.ecn != ECN_CE
-                && ip.options.is_empty()
-                && !c.checksum_elided()
-                && c.defers_verification(seg, frag_len);
-            if let (true, Some(frags)) = (defer, frag_list.as_mut()) {
-                {
-                    let _p = self
-                        .ledger
-                        .probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
-                    let tcp_len = (header_len + frag_len) as u16;
-                    let seed =
-                        checksum::pseudo_header_v4(ip.src.0, ip.dst.0, tcp_wire::PROTOCOL, tcp_len);
-                    let mut header = Accumulator::with_seed(seed);
-                    header.add_sum(checksum::header_sum(&bytes[..header_len]), header_len);
-                    let tsval = seg.timestamp.map(|ts| ts.tsval);
-                    c.rx.defer(frags, frag_len, header, tsval);
-                    c.note_deferred(now);
-                }
-                self.ledger.set_message_size(s, frag_len);
-                let counters = self.ledger.counters();
-                counters.inc(Counter::TcpSegmentsIn);
-                counters.inc(Counter::TcpSegmentsInByReference);
-                counters.inc(Counter::TcpSegmentsDeferred);
-                return self.free(s, Layer::Tcp, Side::Receive, datagram);
-            }
-            if c.rx.unverified() > 0 {
-                behind_bad = !c.verify_unread(self.tuning.checksum, &self.ledger, now);
+        if let Some(c) = conn
+            .as_deref_mut()
+            .filter(|c| frag_len > 0 || c.rx.unverified() > 0)
+        {
+            let frags = frag_list.as_deref_mut();
+            let header = &bytes[..header_len];
+            let arrived = Arrival {
+                ip,
+                seg,
+                header,
+                frags,
+                frag_len,
+                rx,
+            };
+            match verify_on_read_input(&self.ledger, s, &self.tuning, c, arrived, now) {
+                None => return self.free(s, Layer::Tcp, Side::Receive, datagram),
+                Some(checked) => behind_bad = !checked,
             }
         }
         // Fragments a sender passed by reference go into the receive buffer as they are
@@ -1596,6 +1578,69 @@ impl Stack {
         due.clear();
         self.tcp.due = due;
         self.tcp.next_deadline()
+    }
+}
+
+/// A segment as TCP input has it before the connection sees it.
+struct Arrival<'a, 'b> {
+    ip: &'a Ipv4Repr,
+    seg: &'a TcpRepr<'b>,
+    /// The TCP header's bytes.
+    header: &'a [u8],
+    frags: Option<&'a mut Vec<ExtBuf>>,
+    frag_len: usize,
+    rx: RxChecksum,
+}
+
+/// Verify on read (`Tuning::tcp_verify_on_read`) at input, for a segment of `c` with data
+/// in fragments or a connection holding unverified segments: header prediction's pure
+/// data segment, its data by reference, is kept unverified for the application's read
+/// (`None`: the caller frees the frame). Any other segment has the unverified segments
+/// verified first, so that input finds the connection as if they had been taken at
+/// arrival (`Some`: whether all checked). Out of line, as [`stage_by_reference`].
+#[cold]
+#[inline(never)]
+fn verify_on_read_input(
+    ledger: &crate::probe::Ledger,
+    s: impl Sampling,
+    tuning: &crate::tuning::Tuning,
+    c: &mut Connection,
+    a: Arrival<'_, '_>,
+    now: Instant,
+) -> Option<bool> {
+    let defer = a.frag_len > 0
+        && a.seg.payload.is_empty()
+        && tuning.tcp_verify_on_read
+        && tuning.fused_copy_checksum
+        && tuning.header_prediction
+        && tuning.tcp_send_by_reference
+        && a.rx == RxChecksum::None
+        && a.ip.ecn != ECN_CE
+        && a.ip.options.is_empty()
+        && !c.checksum_elided()
+        && c.defers_verification(a.seg, a.frag_len);
+    match a.frags {
+        Some(frags) if defer => {
+            {
+                let _p = ledger.probe(s, Layer::Socket, Side::Receive, Op::SocketBuffer);
+                let (ip, len) = (a.ip, a.header.len() + a.frag_len);
+                let seed =
+                    checksum::pseudo_header_v4(ip.src.0, ip.dst.0, tcp_wire::PROTOCOL, len as u16);
+                let mut header = Accumulator::with_seed(seed);
+                header.add_sum(checksum::header_sum(a.header), a.header.len());
+                let tsval = a.seg.timestamp.map(|ts| ts.tsval);
+                c.rx.defer(frags, a.frag_len, header, tsval);
+                c.note_deferred(now);
+            }
+            ledger.set_message_size(s, a.frag_len);
+            let counters = ledger.counters();
+            counters.inc(Counter::TcpSegmentsIn);
+            counters.inc(Counter::TcpSegmentsInByReference);
+            counters.inc(Counter::TcpSegmentsDeferred);
+            None
+        }
+        _ if c.rx.unverified() > 0 => Some(c.verify_unread(tuning.checksum, ledger, now)),
+        _ => Some(true),
     }
 }
 
