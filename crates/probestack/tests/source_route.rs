@@ -81,7 +81,10 @@ fn fill_header_checksum(ip: &mut [u8]) {
 
 impl Hop for Gateway {
     fn forward(&mut self, frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
-        self.sent.lock().unwrap().push(frame.data().to_vec());
+        // The whole frame, data a sender passes by reference included.
+        let mut whole = vec![0; frame.total_len()];
+        frame.gather_into(&mut whole).unwrap();
+        self.sent.lock().unwrap().push(whole);
         let f = frame.data_mut();
         if f[..6] != MAC_GW.0 || f[12..14] != [0x08, 0x00] {
             return (true, None);

@@ -36,7 +36,7 @@ use crate::tcp::assembler::Assembler;
 use crate::tcp::recv_buffer::{Chunk, Failed, RecvBuffer, Verified};
 use crate::tcp::rtt::{RtoConfig, RttEstimator, RttTimer};
 use crate::tcp::scoreboard::Scoreboard;
-use crate::tcp::send_buffer::SendBuffer;
+use crate::tcp::send_buffer::{Cuts, SendBuffer};
 use crate::time::{Duration, Instant};
 use crate::wire::tcp::{AltChecksum, Control, SeqNumber, TcpRepr, TcpTimestamp, MAX_WINDOW_SHIFT};
 use crate::wire::Ipv4Address;
@@ -1084,7 +1084,12 @@ impl Connection {
             SendCopy::Shared { sum } if self.snd_mss >= super::BY_REFERENCE_MIN_SEGMENT => {
                 // No sums where the peers agreed on no checksum (RFC 1146).
                 let sum = sum.filter(|_| !self.no_checksum);
-                self.tx.push_shared(data, sum)
+                // New data goes from SND.MAX in segments of the most data one carries.
+                let cuts = Cuts {
+                    next: self.snd_max.bytes_since(self.tx_head_seq()),
+                    every: self.segment_data_max(),
+                };
+                self.tx.push_shared(data, sum, Some(cuts))
             }
             _ => self.tx.push(data),
         }

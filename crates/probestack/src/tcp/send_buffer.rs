@@ -47,9 +47,58 @@ pub const SHARED_BLOCK: usize = 64 * 1024;
 pub const SHARED_WRITE_MIN: usize = SHARED_BLOCK / 4;
 
 /// The size of the pieces whose sums a shared block keeps when its bytes are summed as
-/// they are copied in: a segment's checksum is then the sums of the whole pieces it holds
-/// plus its two ends summed (less than a piece each).
+/// they are copied in and the writer names no segment size ([`Cuts`]): a segment's
+/// checksum is then the sums of the whole pieces it holds plus its two ends summed (less
+/// than a piece each).
 pub const SUM_PIECE: usize = 2048;
+
+/// Where the writer expects its segments to be cut: at buffer offset `next` and every
+/// `every` bytes after (SND.MAX's offset and the segment's data size, for a sender whose
+/// segments are full). A block's pieces then follow those cuts, one piece a segment, so
+/// that a segment cut there is summed from its one piece's kept sum, no data read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cuts {
+    pub next: usize,
+    pub every: usize,
+}
+
+/// A block's pieces: `len` bytes each, the first one `len - offset` long (so that the
+/// boundaries fall where [`Cuts`] said segments would start), the block offset `x` in
+/// piece `(x + offset) / len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Grid {
+    len: usize,
+    offset: usize,
+}
+
+impl Grid {
+    const FIXED: Grid = Grid {
+        len: SUM_PIECE,
+        offset: 0,
+    };
+
+    /// For a block whose first byte is at buffer offset `start`.
+    fn for_block(cuts: Option<Cuts>, start: usize) -> Grid {
+        match cuts.filter(|c| c.every > 0) {
+            Some(Cuts { next, every }) => {
+                // The first cut at or after the block's start is `phase` bytes into it.
+                let phase = (next % every + every - start % every) % every;
+                Grid {
+                    len: every,
+                    offset: (every - phase) % every,
+                }
+            }
+            None => Grid::FIXED,
+        }
+    }
+
+    /// The piece holding block offset `x`, and its bounds.
+    fn piece(self, x: usize) -> (usize, usize, usize) {
+        let j = (x + self.offset) / self.len;
+        let start = (j * self.len).saturating_sub(self.offset);
+        (j, start, (j + 1) * self.len - self.offset)
+    }
+}
 
 /// A part of the stream for one segment: bytes to copy, loaned bytes, or bytes the buffer
 /// copied into a shared block (with their RFC 1071 sum when the block kept its pieces'
@@ -67,9 +116,10 @@ struct Queued {
     data: ExtBuf,
     /// A block the buffer copied into (not the application's loan).
     own: bool,
-    /// The sums of the block's [`SUM_PIECE`]-byte pieces (from the block's start), kept
-    /// while every byte copied into it was summed on the way.
+    /// The sums of the block's pieces ([`Grid`]), kept while every byte copied into it
+    /// was summed on the way.
     sums: Option<Vec<u16>>,
+    grid: Grid,
 }
 
 /// The send buffer: copied bytes, then loaned ones and shared blocks (see the module
@@ -133,9 +183,10 @@ impl SendBuffer {
     /// Copies in as much of `data` as fits, into shared blocks to be sent by reference
     /// (see the module documentation); returns how much. With `sum`, the bytes are summed
     /// as they are copied, with that kernel, and the blocks keep their pieces' sums for
-    /// the segments' checksums ([`for_each_piece`](Self::for_each_piece)).
+    /// the segments' checksums ([`for_each_piece`](Self::for_each_piece)), pieces cut
+    /// where `cuts` says segments will be (else every [`SUM_PIECE`] bytes).
     #[inline(never)]
-    pub fn push_shared(&mut self, data: &[u8], sum: Option<Kernel>) -> usize {
+    pub fn push_shared(&mut self, data: &[u8], sum: Option<Kernel>, cuts: Option<Cuts>) -> usize {
         let n = data.len().min(self.free());
         if n < SHARED_WRITE_MIN && self.queue.is_empty() {
             return self.ring.push(data);
@@ -155,8 +206,10 @@ impl SendBuffer {
                     data: ExtBuf::with_capacity(rest.len()),
                     own: true,
                     sums: Some(Vec::new()),
+                    grid: Grid::FIXED,
                 }
             };
+            block.grid = Grid::for_block(cuts, self.len());
             let k = block.append(rest, sum);
             rest = &rest[k..];
             self.queued += k;
@@ -188,6 +241,7 @@ impl SendBuffer {
             data: ExtBuf::with_capacity(SHARED_BLOCK),
             own: true,
             sums: Some(Vec::new()),
+            grid: Grid::FIXED,
         }
     }
 
@@ -197,6 +251,7 @@ impl SendBuffer {
             data,
             own: true,
             sums: None,
+            grid: Grid::FIXED,
         });
     }
 
@@ -210,6 +265,7 @@ impl SendBuffer {
                     data: part,
                     own: false,
                     sums: None,
+                    grid: Grid::FIXED,
                 });
                 self.queued += n;
                 self.loaned += n;
@@ -312,7 +368,8 @@ impl SendBuffer {
                 f(match (q.own, sum, &q.sums) {
                     (false, ..) => Piece::Loaned(s),
                     (true, Some(kernel), Some(sums)) => {
-                        let total = slice_sum(kernel, sums, &s);
+                        let written = q.data.block_offset() + q.data.len();
+                        let total = slice_sum(kernel, sums, q.grid, &s, written);
                         Piece::Shared(s, Some(total))
                     }
                     (true, ..) => Piece::Shared(s, None),
@@ -331,9 +388,12 @@ impl Queued {
     fn append(&mut self, bytes: &[u8], sum: Option<Kernel>) -> usize {
         let at = self.data.block_offset() + self.data.len();
         match (sum, self.sums.as_mut()) {
-            (Some(kernel), Some(sums)) => self
-                .data
-                .append_exclusive_with(bytes, |dst, src| copy_summing(kernel, sums, at, dst, src)),
+            (Some(kernel), Some(sums)) => {
+                let grid = self.grid;
+                self.data.append_exclusive_with(bytes, |dst, src| {
+                    copy_summing(kernel, sums, grid, at, dst, src)
+                })
+            }
             _ => {
                 let k = self.data.append_exclusive(bytes);
                 if k > 0 {
@@ -346,13 +406,20 @@ impl Queued {
 }
 
 /// Copies `src` into `dst`, the block's bytes from block offset `at` on, adding its sums
-/// to `sums`, the block's [`SUM_PIECE`]-byte pieces' (the last one perhaps partial, and
-/// completed here).
-fn copy_summing(kernel: Kernel, sums: &mut Vec<u16>, at: usize, dst: &mut [u8], src: &[u8]) {
+/// to `sums`, the block's pieces' (the last one perhaps partial, and completed here).
+fn copy_summing(
+    kernel: Kernel,
+    sums: &mut Vec<u16>,
+    grid: Grid,
+    at: usize,
+    dst: &mut [u8],
+    src: &[u8],
+) {
     let mut done = 0;
     while done < src.len() {
-        let within = (at + done) % SUM_PIECE;
-        let k = (SUM_PIECE - within).min(src.len() - done);
+        let (_, start, end) = grid.piece(at + done);
+        let within = at + done - start;
+        let k = (end - (at + done)).min(src.len() - done);
         let s = checksum::copy_and_sum_with(kernel, &mut dst[done..done + k], &src[done..done + k]);
         match sums.last_mut() {
             Some(last) if within != 0 => *last = checksum::combine_at(*last, s, within),
@@ -362,25 +429,25 @@ fn copy_summing(kernel: Kernel, sums: &mut Vec<u16>, at: usize, dst: &mut [u8], 
     }
 }
 
-/// The RFC 1071 sum of `slice`, a slice of a block whose pieces' sums are `sums`: the
-/// sums of the whole pieces it holds, and its ends summed with `kernel`.
-fn slice_sum(kernel: Kernel, sums: &[u16], slice: &ExtBuf) -> u16 {
+/// The RFC 1071 sum of `slice`, a slice of a block whose pieces' sums are `sums` and whose
+/// bytes up to block offset `written` are written: a piece it holds whole (to `written`,
+/// for the piece still being written) by its kept sum, any other part summed.
+fn slice_sum(kernel: Kernel, sums: &[u16], grid: Grid, slice: &ExtBuf, written: usize) -> u16 {
     let bytes = slice.as_slice();
     let at = slice.block_offset();
-    let head = ((SUM_PIECE - at % SUM_PIECE) % SUM_PIECE).min(bytes.len());
+    let end = at + bytes.len();
     let mut acc = Accumulator::new();
-    acc.add_with(kernel, &bytes[..head]);
-    let mut done = head;
-    let mut piece = (at + head) / SUM_PIECE;
-    while bytes.len() - done >= SUM_PIECE {
-        match sums.get(piece) {
-            Some(&s) => acc.add_sum(s, SUM_PIECE),
-            None => acc.add_with(kernel, &bytes[done..done + SUM_PIECE]),
+    let mut x = at;
+    while x < end {
+        let (j, start, stop) = grid.piece(x);
+        let to = stop.min(end);
+        let part = &bytes[x - at..to - at];
+        match sums.get(j) {
+            Some(&s) if x == start && (to == stop || to == written) => acc.add_sum(s, part.len()),
+            _ => acc.add_with(kernel, part),
         }
-        piece += 1;
-        done += SUM_PIECE;
+        x = to;
     }
-    acc.add_with(kernel, &bytes[done..]);
     acc.sum()
 }
 
@@ -494,15 +561,15 @@ mod tests {
         let data: Vec<u8> = (0..4 * SHARED_BLOCK).map(|i| (i % 251) as u8).collect();
         let mut b = SendBuffer::new(2 * SHARED_BLOCK);
         assert_eq!(
-            b.push_shared(&data[..100], None),
+            b.push_shared(&data[..100], None, None),
             100,
             "a small write: the ring"
         );
         assert_eq!(kinds(&b), (1, 0, 0));
         let big = SHARED_WRITE_MIN + 10;
-        assert_eq!(b.push_shared(&data[100..100 + big], None), big);
+        assert_eq!(b.push_shared(&data[100..100 + big], None, None), big);
         assert_eq!(
-            b.push_shared(&data[100 + big..200 + big], None),
+            b.push_shared(&data[100 + big..200 + big], None, None),
             100,
             "the block grows"
         );
@@ -510,7 +577,7 @@ mod tests {
         let sent = hold(&b, 0, b.len());
         assert_eq!(sent.len(), 1);
         let at = 200 + big;
-        assert_eq!(b.push_shared(&data[at..at + 50], None), 50);
+        assert_eq!(b.push_shared(&data[at..at + 50], None, None), 50);
         assert_eq!(
             kinds(&b),
             (1, 0, 2),
@@ -521,11 +588,11 @@ mod tests {
         assert_eq!(b.loaned(), 0, "shared blocks are copies, not loans");
 
         // Fill the buffer; everything is in order; a block is never larger than its size.
-        let n = b.push_shared(&data[at + 50..], None);
+        let n = b.push_shared(&data[at + 50..], None, None);
         assert_eq!(b.len(), 2 * SHARED_BLOCK);
         assert_eq!(read(&b, 0, b.len()), data[..at + 50 + n]);
         assert!(b.queue.iter().all(|q| q.data.len() <= SHARED_BLOCK));
-        assert_eq!(b.push_shared(&data[..10], None), 0, "full");
+        assert_eq!(b.push_shared(&data[..10], None, None), 0, "full");
 
         // Acknowledged blocks nobody holds are reused, not allocated again.
         let held = hold(&b, b.len() - 1, 1);
@@ -533,7 +600,10 @@ mod tests {
         assert!(b.is_empty());
         let spares = b.spares.len();
         assert!(spares >= 2, "{spares} spares");
-        assert_eq!(b.push_shared(&data[..SHARED_BLOCK], None), SHARED_BLOCK);
+        assert_eq!(
+            b.push_shared(&data[..SHARED_BLOCK], None, None),
+            SHARED_BLOCK
+        );
         assert_eq!(
             kinds(&b),
             (0, 0, 1),
@@ -552,19 +622,46 @@ mod tests {
     fn a_small_write_behind_a_sent_block_gets_a_block_of_its_own_size() {
         let data = vec![7u8; SHARED_WRITE_MIN];
         let mut b = SendBuffer::new(SHARED_BLOCK);
-        b.push_shared(&data, None);
+        b.push_shared(&data, None, None);
         let _sent = hold(&b, 0, 1);
-        assert_eq!(b.push_shared(&[1, 2, 3], None), 3);
+        assert_eq!(b.push_shared(&[1, 2, 3], None, None), 3);
         let last = b.queue.back().map(|q| q.data.block_capacity());
         assert_eq!(last, Some(3));
         b.consume(b.len());
         assert_eq!(b.spares.len(), 1, "only full-size blocks are kept");
-        assert_eq!(b.push_shared(&[4], None), 1);
+        assert_eq!(b.push_shared(&[4], None, None), 1);
         assert_eq!(
             kinds(&b),
             (1, 0, 0),
             "empty again: small writes use the ring"
         );
+    }
+
+    /// With the writer's cuts, a segment cut there is one piece, summed from the piece's
+    /// kept sum and not from its bytes: a sum poisoned in the block comes back.
+    #[test]
+    fn a_segment_cut_where_the_writer_said_is_summed_from_its_piece() {
+        let kernel = Kernel::best();
+        let data: Vec<u8> = (0..SHARED_BLOCK as u32).map(|i| (i * 13) as u8).collect();
+        let mut b = SendBuffer::new(2 * SHARED_BLOCK);
+        let cuts = Cuts {
+            next: 100,
+            every: 1000,
+        };
+        assert_eq!(b.push_shared(&data, Some(kernel), Some(cuts)), data.len());
+        let sum_of = |b: &SendBuffer, offset, len| {
+            let mut sums = Vec::new();
+            b.for_each_piece(offset, len, Some(kernel), |p| match p {
+                Piece::Shared(_, Some(s)) => sums.push(s),
+                other => panic!("{other:?}"),
+            });
+            sums
+        };
+        assert_eq!(sum_of(&b, 1100, 1000), [checksum::sum(&data[1100..2100])]);
+        b.queue[0].sums.as_mut().unwrap()[2] = 0x1234;
+        assert_eq!(sum_of(&b, 1100, 1000), [0x1234], "the piece's kept sum");
+        // Cut elsewhere, the bytes are summed: the poisoned piece is not used whole.
+        assert_eq!(sum_of(&b, 1101, 999), [checksum::sum(&data[1101..2100])]);
     }
 
     #[test]
@@ -574,50 +671,74 @@ mod tests {
         let data: Vec<u8> = (0..3 * SHARED_BLOCK)
             .map(|_| rng.next_u32() as u8)
             .collect();
-        let mut b = SendBuffer::new(4 * SHARED_BLOCK);
-        // Writes of odd sizes, so pieces are completed across writes and blocks.
-        let mut at = 0;
-        for size in [
-            SHARED_WRITE_MIN + 1,
-            3,
-            999,
-            40_000,
-            17,
-            SHARED_BLOCK,
-            70_001,
-        ] {
-            let end = (at + size).min(data.len());
-            assert_eq!(b.push_shared(&data[at..end], Some(kernel)), end - at);
-            at = end;
-        }
-        let queued = &data[..at];
-        for _ in 0..500 {
-            let offset = rng.below(queued.len() as u64) as usize;
-            let len = 1 + rng.below(9000) as usize;
-            let mut summed = 0;
-            let mut acc = Accumulator::new();
-            let mut bytes = Vec::new();
-            b.for_each_piece(offset, len, Some(kernel), |p| match p {
-                Piece::Shared(e, Some(s)) => {
-                    summed += 1;
-                    acc.add_sum(s, e.len());
-                    bytes.extend_from_slice(&e);
-                }
-                Piece::Copy(s) => {
-                    acc.add_with(kernel, s);
-                    bytes.extend_from_slice(s);
-                }
-                other => panic!("{other:?}"),
-            });
-            let want = &queued[offset..(offset + len).min(queued.len())];
-            assert_eq!(bytes, want);
-            assert_eq!(acc.sum(), checksum::sum(want), "offset {offset} len {len}");
-            assert!(summed > 0 || offset + len <= SHARED_WRITE_MIN + 1);
+        // The fixed grid, and grids cut for segments of several sizes, from several
+        // places (odd ones too).
+        let cuts = [
+            None,
+            Some(Cuts {
+                next: 0,
+                every: 1448,
+            }),
+            Some(Cuts {
+                next: 777,
+                every: 8948,
+            }),
+            Some(Cuts { next: 5, every: 3 }),
+            Some(Cuts {
+                next: 70_000,
+                every: 65_483,
+            }),
+        ];
+        for cuts in cuts {
+            let mut b = SendBuffer::new(4 * SHARED_BLOCK);
+            // Writes of odd sizes, so pieces are completed across writes and blocks.
+            let mut at = 0;
+            for size in [
+                SHARED_WRITE_MIN + 1,
+                3,
+                999,
+                40_000,
+                17,
+                SHARED_BLOCK,
+                70_001,
+            ] {
+                let end = (at + size).min(data.len());
+                assert_eq!(b.push_shared(&data[at..end], Some(kernel), cuts), end - at);
+                at = end;
+            }
+            let queued = &data[..at];
+            for _ in 0..500 {
+                let offset = rng.below(queued.len() as u64) as usize;
+                let len = 1 + rng.below(9000) as usize;
+                let mut summed = 0;
+                let mut acc = Accumulator::new();
+                let mut bytes = Vec::new();
+                b.for_each_piece(offset, len, Some(kernel), |p| match p {
+                    Piece::Shared(e, Some(s)) => {
+                        summed += 1;
+                        acc.add_sum(s, e.len());
+                        bytes.extend_from_slice(&e);
+                    }
+                    Piece::Copy(s) => {
+                        acc.add_with(kernel, s);
+                        bytes.extend_from_slice(s);
+                    }
+                    other => panic!("{other:?}"),
+                });
+                let want = &queued[offset..(offset + len).min(queued.len())];
+                assert_eq!(bytes, want);
+                assert_eq!(
+                    acc.sum(),
+                    checksum::sum(want),
+                    "{cuts:?}: offset {offset} len {len}"
+                );
+                assert!(summed > 0 || offset + len <= SHARED_WRITE_MIN + 1);
+            }
         }
         // Bytes copied without summing stop the block's sums: no stale sum is given.
         let mut c = SendBuffer::new(SHARED_BLOCK);
-        c.push_shared(&data[..SHARED_WRITE_MIN], Some(kernel));
-        c.push_shared(&data[..100], None);
+        c.push_shared(&data[..SHARED_WRITE_MIN], Some(kernel), None);
+        c.push_shared(&data[..100], None, None);
         c.for_each_piece(0, c.len(), Some(kernel), |p| {
             assert!(matches!(p, Piece::Shared(_, None)), "{p:?}")
         });
@@ -632,7 +753,7 @@ mod tests {
         // Every write sent at once (a segment holds its block), so none grows another's.
         while b.free() > 0 {
             let before = b.len();
-            assert!(b.push_shared(&data, None) > 0);
+            assert!(b.push_shared(&data, None, None) > 0);
             held.extend(hold(&b, before, b.len() - before));
         }
         let memory: usize = b.queue.iter().map(|q| q.data.block_capacity()).sum();
