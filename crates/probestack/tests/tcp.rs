@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
 use common::router::{icmp_frame, quoted, Hop, Routed};
-use common::tamper::{refragmenting, tcp_segment, tcp_seq, LoseAndReorder, Tamper, Tampered};
+use common::tamper::{
+    corrupt_first_fragment, refragmenting, tcp_segment, tcp_seq, LoseAndReorder, Tamper, Tampered,
+};
 use common::transfer::{accepted_on_a, accepted_on_b, fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
 use probestack::driver::{Device, FaultConfig, NicConfig, TxMeta};
@@ -2128,14 +2130,7 @@ impl Tamper for CorruptFragments {
         if frame.has_frags() {
             self.seen += 1;
             if self.seen.is_multiple_of(self.every) && self.seen / self.every <= self.limit {
-                let mut frags = frame.take_frags();
-                let mut bad = frags[0].to_vec();
-                let middle = bad.len() / 2;
-                bad[middle] ^= 0x04;
-                frags[0] = probestack::buf::ExtBuf::new(bad);
-                for f in frags {
-                    frame.push_frag(f);
-                }
+                corrupt_first_fragment(&mut frame, 0x04);
             }
         }
         vec![(frame, meta)]

@@ -855,6 +855,7 @@ impl Connection {
     /// receive buffer by reference (`Tuning::tcp_send_by_reference`): they are the next
     /// data, nothing waits out of order, and they fit. A zero-copy receive connection on
     /// a header-splitting NIC keeps its own rule (whole pages only).
+    ///
     /// Behind unverified segments (`Tuning::tcp_verify_on_read`), the next data is the
     /// data after them, and the room is what they leave.
     pub(crate) fn stages_by_reference(&self, seq: SeqNumber, len: usize) -> bool {

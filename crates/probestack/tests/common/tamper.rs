@@ -206,14 +206,7 @@ impl Tamper for LoseAndReorder {
             return Vec::new();
         }
         if self.sent.is_multiple_of(41) && frame.has_frags() {
-            let mut frags = frame.take_frags();
-            let mut bad = frags[0].to_vec();
-            let middle = bad.len() / 2;
-            bad[middle] ^= 0x10;
-            frags[0] = probestack::buf::ExtBuf::new(bad);
-            for f in frags {
-                frame.push_frag(f);
-            }
+            corrupt_first_fragment(&mut frame, 0x10);
         }
         if self.sent.is_multiple_of(31) && self.held.is_none() {
             self.held = Some((frame, meta));
@@ -222,5 +215,23 @@ impl Tamper for LoseAndReorder {
         std::iter::once((frame, meta))
             .chain(self.held.take())
             .collect()
+    }
+}
+
+/// Flips `bits` in the middle byte of a copy of `frame`'s first fragment, which takes its
+/// place: the sender's block (data it passed by reference) is never written.
+pub fn corrupt_first_fragment(frame: &mut PacketBuf, bits: u8) {
+    let mut frags = frame.take_frags();
+    let Some(first) = frags.first_mut() else {
+        return;
+    };
+    let mut bad = first.to_vec();
+    let middle = bad.len() / 2;
+    if let Some(b) = bad.get_mut(middle) {
+        *b ^= bits;
+    }
+    *first = probestack::buf::ExtBuf::new(bad);
+    for f in frags {
+        frame.push_frag(f);
     }
 }
