@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
 use common::router::{icmp_frame, quoted, Hop, Routed};
 use common::tamper::{
-    corrupt_first_fragment, refragmenting, tcp_segment, tcp_seq, LoseAndReorder, Tamper, Tampered,
+    corrupt_first_fragment, refragmenting, tcp_segment, tcp_seq, LoseAndReorder, SeededFaults,
+    Tamper, Tampered,
 };
 use common::transfer::{accepted_on_a, accepted_on_b, fnv, pattern, transfer};
 use probestack::buf::PacketBuf;
@@ -188,6 +189,37 @@ fn bulk_64_mib_under_faults_mtu_1500() {
 #[test]
 fn bulk_64_mib_under_faults_mtu_9000() {
     bulk_under_faults(9000, 64 << 20, Tuning::fast());
+}
+
+/// 64 MiB at MTU 9000 through a frame queue that loses, duplicates, reorders, delays and
+/// corrupts frames (seeded), checked by hash: B's in-order segments wait unverified for its
+/// reads (`Tuning::tcp_verify_on_read`) among out-of-order data, duplicates and holes.
+#[test]
+fn bulk_64_mib_under_faults_verified_on_read() {
+    let faults = |seed| {
+        move |dev| -> Box<dyn Device + Send> {
+            Box::new(Tampered {
+                dev,
+                tamper: SeededFaults::new(seed, 5, 5, 10, 3),
+            })
+        }
+    };
+    let mut p = Pair::on_frame_queue_with(
+        host(9000, Tuning::fast()),
+        host(9000, Tuning::fast()),
+        faults(21),
+        faults(22),
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 64 << 20, Duration::from_secs(600));
+    let ca = |k| p.a.ledger().counters().get(k);
+    let cb = |k| p.b.ledger().counters().get(k);
+    assert!(ca(Counter::TcpRetransmittedSegments) > 10);
+    assert!(cb(Counter::TcpOutOfOrderSegments) > 10);
+    assert!(cb(Counter::TcpSegmentsDeferred) > 1000);
+    assert!(cb(Counter::TcpVerifiedOnRead) > 1000);
+    assert!(cb(Counter::TcpDropBadChecksum) > 5);
 }
 
 #[test]

@@ -235,3 +235,71 @@ pub fn corrupt_first_fragment(frame: &mut PacketBuf, bits: u8) {
         frame.push_frag(f);
     }
 }
+
+/// Seeded faults for a device that has none of its own (a frame queue): each frame sent is
+/// lost, sent twice, held back until a few more have gone (reordered, delayed) or, if it
+/// carries fragments, corrupted (a copy of its first, as [`corrupt_first_fragment`]),
+/// each with its own probability in a thousand.
+pub struct SeededFaults {
+    pub rng: probestack::rng::Rng,
+    pub lose: u64,
+    pub duplicate: u64,
+    pub hold: u64,
+    pub corrupt: u64,
+    held: Vec<(u64, PacketBuf, TxMeta)>,
+    sent: u64,
+}
+
+impl SeededFaults {
+    pub fn new(seed: u64, lose: u64, duplicate: u64, hold: u64, corrupt: u64) -> SeededFaults {
+        SeededFaults {
+            rng: probestack::rng::Rng::new(seed),
+            lose,
+            duplicate,
+            hold,
+            corrupt,
+            held: Vec::new(),
+            sent: 0,
+        }
+    }
+
+    fn roll(&mut self, per_thousand: u64) -> bool {
+        self.rng.below(1000) < per_thousand
+    }
+}
+
+/// A copy of `frame` sharing its fragments.
+fn duplicate(frame: &PacketBuf) -> Option<PacketBuf> {
+    let mut copy = PacketBuf::from_slice(frame.data(), 0).ok()?;
+    for f in frame.frags() {
+        copy.push_frag(f.clone());
+    }
+    Some(copy)
+}
+
+impl Tamper for SeededFaults {
+    fn send(&mut self, mut frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        self.sent += 1;
+        let mut out = Vec::new();
+        if !self.roll(self.lose) {
+            if frame.has_frags() && self.roll(self.corrupt) {
+                corrupt_first_fragment(&mut frame, 0x01);
+            }
+            if self.roll(self.duplicate) {
+                out.extend(duplicate(&frame).map(|f| (f, meta)));
+            }
+            if self.roll(self.hold) {
+                let until = self.sent + 1 + self.rng.below(8);
+                self.held.push((until, frame, meta));
+            } else {
+                out.push((frame, meta));
+            }
+        }
+        // Held frames go once enough others have.
+        let sent = self.sent;
+        let (due, kept): (Vec<_>, Vec<_>) = self.held.drain(..).partition(|h| h.0 <= sent);
+        self.held = kept;
+        out.extend(due.into_iter().map(|(_, f, m)| (f, m)));
+        out
+    }
+}
