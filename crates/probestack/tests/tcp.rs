@@ -191,28 +191,26 @@ fn bulk_64_mib_under_faults_mtu_9000() {
     bulk_under_faults(9000, 64 << 20, Tuning::fast());
 }
 
+/// Moves `total` bytes from A to B at MTU 9000 (`Tuning::fast()`, data by reference)
+/// through a frame queue whose two directions are tampered with by `faults(seed)`, A's
+/// seed 21 and B's 22; checked by hash.
+fn through_faulty_queue<T: Tamper + 'static>(total: usize, faults: impl Fn(u64) -> T) -> Pair {
+    let wrap =
+        |tamper: T| move |dev| -> Box<dyn Device + Send> { Box::new(Tampered { dev, tamper }) };
+    let [to_a, to_b] = [21, 22].map(faults);
+    let (a, b) = (host(9000, Tuning::fast()), host(9000, Tuning::fast()));
+    let mut p = Pair::on_frame_queue_with(a, b, wrap(to_a), wrap(to_b)).unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, total, Duration::from_secs(600));
+    p
+}
+
 /// 64 MiB at MTU 9000 through a frame queue that loses, duplicates, reorders, delays and
 /// corrupts frames (seeded), checked by hash: B's in-order segments wait unverified for its
 /// reads (`Tuning::tcp_verify_on_read`) among out-of-order data, duplicates and holes.
 #[test]
 fn bulk_64_mib_under_faults_verified_on_read() {
-    let faults = |seed| {
-        move |dev| -> Box<dyn Device + Send> {
-            Box::new(Tampered {
-                dev,
-                tamper: SeededFaults::new(seed, 5, 5, 10, 3),
-            })
-        }
-    };
-    let mut p = Pair::on_frame_queue_with(
-        host(9000, Tuning::fast()),
-        host(9000, Tuning::fast()),
-        faults(21),
-        faults(22),
-    )
-    .unwrap();
-    let (c, _l, s) = connect(&mut p);
-    transfer(&mut p, c, s, 64 << 20, Duration::from_secs(600));
+    let p = through_faulty_queue(64 << 20, |seed| SeededFaults::new(seed, 5, 5, 10, 3));
     let ca = |k| p.a.ledger().counters().get(k);
     let cb = |k| p.b.ledger().counters().get(k);
     assert!(ca(Counter::TcpRetransmittedSegments) > 10);
@@ -1218,21 +1216,7 @@ fn data_by_reference_crosses_the_memory_nics_and_is_gathered_where_a_nic_reads_f
 
 #[test]
 fn data_by_reference_survives_loss_reordering_and_corruption() {
-    let lossy = |dev| -> Box<dyn Device + Send> {
-        Box::new(Tampered {
-            dev,
-            tamper: LoseAndReorder::default(),
-        })
-    };
-    let mut p = Pair::on_frame_queue_with(
-        host(9000, Tuning::fast()),
-        host(9000, Tuning::fast()),
-        lossy,
-        lossy,
-    )
-    .unwrap();
-    let (c, _l, s) = connect(&mut p);
-    transfer(&mut p, c, s, 16 << 20, Duration::from_secs(120));
+    let p = through_faulty_queue(16 << 20, |_| LoseAndReorder::default());
     let ca = |k| p.a.ledger().counters().get(k);
     let cb = |k| p.b.ledger().counters().get(k);
     assert!(ca(Counter::TcpRetransmittedSegments) > 10);

@@ -1295,14 +1295,20 @@ impl Connection {
         }
     }
 
-    /// What input does for header prediction's in-order data segment, done for an
-    /// unverified one that checked (its data is readable already).
-    fn take_verified(&mut self, v: Verified, now: Instant) {
+    /// A segment taken (at input, or once verified): counted, and the keepalive timer
+    /// restarted (RFC 1122 §4.2.3.6: keepalives only after an idle interval).
+    fn note_segment_in(&mut self, now: Instant) {
         self.stats.segments_in += 1;
         if let Some(d) = self.config.keepalive {
             self.keepalive_deadline = Some(now + d);
             self.keepalive_sent = 0;
         }
+    }
+
+    /// What input does for header prediction's in-order data segment, done for an
+    /// unverified one that checked (its data is readable already).
+    fn take_verified(&mut self, v: Verified, now: Instant) {
+        self.note_segment_in(now);
         // RFC 7323 §4.3: the segment starts at RCV.NXT.
         if let (true, Some(tsval)) = (self.ts_enabled, v.tsval) {
             if (tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
@@ -1459,11 +1465,7 @@ impl Connection {
         ledger: &Ledger,
         now: Instant,
     ) -> Option<RstReply> {
-        self.stats.segments_in += 1;
-        if let Some(d) = self.config.keepalive {
-            self.keepalive_deadline = Some(now + d);
-            self.keepalive_sent = 0;
-        }
+        self.note_segment_in(now);
         match self.state {
             State::Closed => return RstReply::for_segment(seg),
             State::Listen => return None,
