@@ -92,8 +92,9 @@ pub struct Tuning {
     /// for. Off: each segment is decided on its own.
     pub software_segmentation: bool,
     /// TCP data by reference on links whose device gathers fragments (scatter-gather)
-    /// and whose segments are large (at least `tcp::BY_REFERENCE_MIN_SEGMENT` bytes of
-    /// data): the send buffer copies writes into shared blocks and segments carry slices
+    /// and whose segments are large enough for it to pay on that device (at least its
+    /// `DeviceCaps::by_reference_min` bytes of data: 1,024 on a frame queue, a page on
+    /// the memory NIC): the send buffer copies writes into shared blocks and segments carry slices
     /// of them as fragments (one copy at the sender, as 4.4BSD's mbuf clusters, where the
     /// ring costs a second into every frame), and TCP input keeps the fragments of an
     /// in-order segment in the receive buffer by reference (over a device that hands

@@ -1107,13 +1107,14 @@ fn software_segmentation_cuts_no_more_than_the_device_has_room_for() {
 }
 
 /// Data by reference (`Tuning::tcp_send_by_reference`) across a frame queue, which hands a
-/// frame's fragments to the other end with it: at MTU 9000 and 65535 A's segments carry
-/// slices of its send buffer's blocks, summed as they were written, and B keeps them in
-/// its receive buffer as they are (almost none copied together, every checksum right); at 1500
-/// the segments are too small to be worth it; with the switch off at either end the bytes
-/// arrive all the same (B copies what A sent by reference).
+/// frame's fragments to the other end with it: at MTU 1500, 9000 and 65535 A's segments
+/// carry slices of its send buffer's blocks, summed as they were written, and B keeps them
+/// in its receive buffer as they are (almost none copied together, every checksum right);
+/// at 1000 the segments are below the queue's `DeviceCaps::by_reference_min` and go from
+/// the ring; with the switch off at either end the bytes arrive all the same (B copies
+/// what A sent by reference).
 #[test]
-fn data_goes_by_reference_across_a_frame_queue_at_large_mtus() {
+fn data_goes_by_reference_across_a_frame_queue_in_segments_of_a_kib_or_more() {
     let (on, off) = (
         Tuning::fast(),
         Tuning {
@@ -1125,6 +1126,7 @@ fn data_goes_by_reference_across_a_frame_queue_at_large_mtus() {
         (9000, on, on),
         (65535, on, on),
         (1500, on, on),
+        (1000, on, on),
         (9000, on, off),
         (9000, off, on),
     ] {
@@ -1137,7 +1139,7 @@ fn data_goes_by_reference_across_a_frame_queue_at_large_mtus() {
             "MTU {mtu}, A {}, B {}",
             a.tcp_send_by_reference, b.tcp_send_by_reference
         );
-        let by_reference = a.tcp_send_by_reference && mtu > 1500;
+        let by_reference = a.tcp_send_by_reference && mtu >= 1500;
         let (sent, kept) = (
             ca(Counter::TcpSegmentsByReference),
             cb(Counter::TcpSegmentsInByReference),
@@ -1166,7 +1168,8 @@ fn data_goes_by_reference_across_a_frame_queue_at_large_mtus() {
 /// NIC with its fragments, uncopied, and B keeps them by reference; header split copies
 /// each payload from the fragments into B's NIC's pages (which TCP keeps by reference in
 /// turn); a receiving NIC that reads frames whole (PIO, a faulty wire) gathers them first;
-/// and the bytes arrive all the same.
+/// and the bytes arrive all the same. At MTU 1500 the segments are below the NIC's
+/// `DeviceCaps::by_reference_min` (a page) and go from the ring.
 #[test]
 fn data_by_reference_crosses_the_memory_nics_and_is_gathered_where_a_nic_reads_frames_whole() {
     use probestack::driver::CopyMode;
@@ -1212,6 +1215,13 @@ fn data_by_reference_crosses_the_memory_nics_and_is_gathered_where_a_nic_reads_f
             assert_eq!(kept, 0, "{what}");
         }
     }
+    let mut p = Pair::new(host(1500, Tuning::fast()), host(1500, Tuning::fast())).unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 2 << 20, Duration::from_secs(60));
+    assert_eq!(
+        p.a.ledger().counters().get(Counter::TcpSegmentsByReference),
+        0
+    );
 }
 
 #[test]

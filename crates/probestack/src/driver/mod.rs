@@ -87,6 +87,18 @@ pub struct DeviceCaps {
     /// copies them into the frame first (counted as `driver.tx_linearized`), and TCP
     /// sends from its ring.
     pub scatter_gather: bool,
+    /// With `scatter_gather`: the least data a TCP segment must carry for the stack to
+    /// send it by reference on this device (`Tuning::tcp_send_by_reference`), as a Linux
+    /// driver's tx-copybreak names the size below which it copies a frame rather than map
+    /// its pieces. Each such segment costs reference counts, a fragment list and, at the
+    /// other end, a run in the receive buffer; what it saves depends on the device. The
+    /// frame queue hands the fragments across as they are, so the receiver reads the
+    /// sender's block (one copy at each end instead of two): worth it from 1,024 bytes
+    /// (MTU 1500 on a frame queue, `examples/tcp_bulk 1024 1500 queue`: 38.6 → 41.5
+    /// Gbit/s in `lab peers --one tcp_bulk_1500`, five alternated pairs). The memory NIC
+    /// reads each piece for its CRC (shorter pieces, slower) and saves one copy: from a
+    /// page (at MTU 1500 by reference was 12-17% slower there).
+    pub by_reference_min: usize,
     /// Header/data split (paper 004 §3.1): the device places the payload of a TCP
     /// segment with at least a page of it, page-aligned, in a buffer of its own, so that
     /// zero-copy receive hands the application whole pages and copies the rest. Without

@@ -30,6 +30,12 @@ use crate::wire::ethernet;
 
 use super::memlink::{MAX_MTU, MIN_MTU};
 
+/// The least data a TCP segment carries for the stack to send it by reference across a
+/// frame queue ([`DeviceCaps::by_reference_min`]): the queue moves a frame's fragments to
+/// the other end untouched, so by reference saves a copy at each end, which outweighs the
+/// fragments' bookkeeping from MSS 1,448 (MTU 1500) on.
+const BY_REFERENCE_MIN: usize = 1024;
+
 /// Why a frame queue could not be made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueConfigError {
@@ -116,6 +122,7 @@ impl Device for FrameQueue {
             checksum_offload: ChecksumOffload::default(),
             tso_max: 0,
             scatter_gather: true,
+            by_reference_min: BY_REFERENCE_MIN,
             header_split: false,
         }
     }

@@ -262,6 +262,7 @@ pub(crate) fn accept_header(
 pub(crate) fn caps(mtu: usize, offload: bool) -> DeviceCaps {
     DeviceCaps {
         scatter_gather: false,
+        by_reference_min: usize::MAX,
         header_split: false,
         mtu,
         has_crc: false,

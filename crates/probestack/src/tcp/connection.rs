@@ -426,10 +426,14 @@ pub(crate) enum SendCopy {
     Ring,
     /// Into shared blocks whose slices segments carry by reference
     /// (`Tuning::tcp_send_by_reference`, on a route whose device gathers), while segments
-    /// are at least [`BY_REFERENCE_MIN_SEGMENT`](super::BY_REFERENCE_MIN_SEGMENT) bytes;
-    /// with `sum`, summed as they are copied (the segments' checksums then need no pass
-    /// over the data).
-    Shared { sum: Option<Kernel> },
+    /// are at least `min_segment` bytes (the device's
+    /// [`by_reference_min`](crate::driver::DeviceCaps::by_reference_min)); with `sum`,
+    /// summed as they are copied (the segments' checksums then need no pass over the
+    /// data).
+    Shared {
+        sum: Option<Kernel>,
+        min_segment: usize,
+    },
 }
 
 /// What zero-copy receive (paper 004 §3.1) hands the application uncopied.
@@ -1082,7 +1086,7 @@ impl Connection {
     /// full). The caller checks the state first.
     pub fn send_slices(&mut self, data: &[u8]) -> usize {
         match self.send_copy {
-            SendCopy::Shared { sum } if self.snd_mss >= super::BY_REFERENCE_MIN_SEGMENT => {
+            SendCopy::Shared { sum, min_segment } if self.snd_mss >= min_segment => {
                 // No sums where the peers agreed on no checksum (RFC 1146).
                 let sum = sum.filter(|_| !self.no_checksum);
                 // New data goes from SND.MAX in segments of the most data one carries.

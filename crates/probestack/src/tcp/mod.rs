@@ -199,13 +199,6 @@ impl Cut {
 /// super-segment.
 const SOFTWARE_SEGMENTS_MAX: usize = 44;
 
-/// The smallest segment (bytes of data) worth sending by reference
-/// (`Tuning::tcp_send_by_reference`): each such segment's fragments cost reference counts
-/// and a list the frame carries, and its receiver a run in its buffer, which the copy they
-/// save outweighs only in large segments (README, "TCP", data by reference: at MSS 1,460
-/// the ring was faster, from 4,096 bytes the blocks).
-pub const BY_REFERENCE_MIN_SEGMENT: usize = 4096;
-
 /// Stands for the data of a segment whose fragments TCP input staged in the receive
 /// buffer by reference (`data_in_rx`): the connection reads only the data's length and
 /// never these bytes (zeros, as long as the largest datagram).
@@ -240,25 +233,29 @@ impl Stack {
 
     /// Where a connection to `dst` copies its writes: into shared blocks sent by
     /// reference (`Tuning::tcp_send_by_reference`) when the route's device gathers
-    /// fragments and its MTU makes segments of at least [`BY_REFERENCE_MIN_SEGMENT`],
-    /// summed as they are copied when the segments' checksums will need it (the copy and
-    /// the checksum fused, no offload); else into the ring. Not to our own addresses:
-    /// loopback copies fragments together.
+    /// fragments and its MTU makes segments of at least the device's
+    /// [`by_reference_min`](crate::driver::DeviceCaps::by_reference_min), summed as they
+    /// are copied when the segments' checksums will need it (the copy and the checksum
+    /// fused, no offload); else into the ring. Not to our own addresses: loopback copies
+    /// fragments together.
     pub(crate) fn tcp_send_copy_for(&self, dst: Ipv4Address) -> SendCopy {
         if !self.tuning.tcp_send_by_reference || self.is_own_address(dst) {
             return SendCopy::Ring;
         }
         let iface = self.routes.lookup(dst).map(|r| r.interface);
-        let gathers = iface.and_then(|i| self.ifaces.get(i)).is_some_and(|i| {
-            i.caps.scatter_gather && i.caps.mtu.saturating_sub(HEADERS) >= BY_REFERENCE_MIN_SEGMENT
-        });
-        if !gathers {
+        let Some(caps) = iface.and_then(|i| self.ifaces.get(i)).map(|i| i.caps) else {
+            return SendCopy::Ring;
+        };
+        if !caps.scatter_gather || caps.mtu.saturating_sub(HEADERS) < caps.by_reference_min {
             return SendCopy::Ring;
         }
         // The segments' checksums: the device's, or summed in the write's copy.
         let (offloaded, _) = self.tcp_offloads(iface);
         let sum = (self.tuning.fused_copy_checksum && !offloaded).then_some(self.tuning.checksum);
-        SendCopy::Shared { sum }
+        SendCopy::Shared {
+            sum,
+            min_segment: caps.by_reference_min,
+        }
     }
 
     /// A TCP segment in `datagram` (the whole IP datagram; `ip` its header).

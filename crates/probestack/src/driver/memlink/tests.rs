@@ -50,6 +50,7 @@ fn nics_are_send_and_report_their_caps() {
         a.caps(),
         DeviceCaps {
             scatter_gather: true,
+            by_reference_min: 4096,
             header_split: false,
             mtu: 1500,
             has_crc: true,
