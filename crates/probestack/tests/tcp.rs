@@ -191,14 +191,18 @@ fn bulk_64_mib_under_faults_mtu_9000() {
     bulk_under_faults(9000, 64 << 20, Tuning::fast());
 }
 
-/// Moves `total` bytes from A to B at MTU 9000 (`Tuning::fast()`, data by reference)
-/// through a frame queue whose two directions are tampered with by `faults(seed)`, A's
-/// seed 21 and B's 22; checked by hash.
-fn through_faulty_queue<T: Tamper + 'static>(total: usize, faults: impl Fn(u64) -> T) -> Pair {
+/// Moves `total` bytes from A to B at `mtu` (`Tuning::fast()`, data by reference) through
+/// a frame queue whose two directions are tampered with by `faults(seed)`, A's seed 21 and
+/// B's 22; checked by hash.
+fn through_faulty_queue<T: Tamper + 'static>(
+    mtu: usize,
+    total: usize,
+    faults: impl Fn(u64) -> T,
+) -> Pair {
     let wrap =
         |tamper: T| move |dev| -> Box<dyn Device + Send> { Box::new(Tampered { dev, tamper }) };
     let [to_a, to_b] = [21, 22].map(faults);
-    let (a, b) = (host(9000, Tuning::fast()), host(9000, Tuning::fast()));
+    let (a, b) = (host(mtu, Tuning::fast()), host(mtu, Tuning::fast()));
     let mut p = Pair::on_frame_queue_with(a, b, wrap(to_a), wrap(to_b)).unwrap();
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, total, Duration::from_secs(600));
@@ -210,9 +214,23 @@ fn through_faulty_queue<T: Tamper + 'static>(total: usize, faults: impl Fn(u64) 
 /// reads (`Tuning::tcp_verify_on_read`) among out-of-order data, duplicates and holes.
 #[test]
 fn bulk_64_mib_under_faults_verified_on_read() {
-    let p = through_faulty_queue(64 << 20, |seed| SeededFaults::new(seed, 5, 5, 10, 3));
+    let p = through_faulty_queue(9000, 64 << 20, |seed| SeededFaults::new(seed, 5, 5, 10, 3));
+    assert_sent_by_reference_and_verified_on_read_under_faults(&p);
+}
+
+/// The same at MTU 1500, where the frame queue takes segments by reference too
+/// (`DeviceCaps::by_reference_min`): eight times the segments for the bytes, each summed
+/// from one piece cut for it.
+#[test]
+fn bulk_16_mib_at_1500_under_faults_verified_on_read() {
+    let p = through_faulty_queue(1500, 16 << 20, |seed| SeededFaults::new(seed, 5, 5, 10, 3));
+    assert_sent_by_reference_and_verified_on_read_under_faults(&p);
+}
+
+fn assert_sent_by_reference_and_verified_on_read_under_faults(p: &Pair) {
     let ca = |k| p.a.ledger().counters().get(k);
     let cb = |k| p.b.ledger().counters().get(k);
+    assert!(ca(Counter::TcpSegmentsByReference) > 1000);
     assert!(ca(Counter::TcpRetransmittedSegments) > 10);
     assert!(cb(Counter::TcpOutOfOrderSegments) > 10);
     assert!(cb(Counter::TcpSegmentsDeferred) > 1000);
@@ -1226,7 +1244,7 @@ fn data_by_reference_crosses_the_memory_nics_and_is_gathered_where_a_nic_reads_f
 
 #[test]
 fn data_by_reference_survives_loss_reordering_and_corruption() {
-    let p = through_faulty_queue(16 << 20, |_| LoseAndReorder::default());
+    let p = through_faulty_queue(9000, 16 << 20, |_| LoseAndReorder::default());
     let ca = |k| p.a.ledger().counters().get(k);
     let cb = |k| p.b.ledger().counters().get(k);
     assert!(ca(Counter::TcpRetransmittedSegments) > 10);
