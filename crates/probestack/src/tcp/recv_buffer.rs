@@ -542,4 +542,127 @@ mod tests {
         assert!(b.verify_front(&mut out, Kernel::best()).is_none());
         assert_eq!(b.free(), 4096);
     }
+
+    /// What a read or the delayed-ACK timer does to the buffer, or what input hands it.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// An in-order segment kept unverified: its data, where its fragments are cut
+        /// (fractions of its length, in 1/16ths), and whether its checksum is right.
+        Defer(Vec<u8>, Vec<usize>, bool),
+        /// Bytes that became readable at once (the ring), taken only when nothing waits
+        /// unverified, as the connection verifies unread segments before any other input.
+        Commit(usize),
+        /// A read into a buffer of this size: readable bytes first, else the front
+        /// unverified segment verified as it is copied.
+        Read(usize),
+        /// The delayed-ACK timer: every unverified segment verified where it lies.
+        Timer,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (
+                proptest::collection::vec(any::<u8>(), 1..2500),
+                proptest::collection::vec(0usize..=16, 0..4),
+                proptest::bool::weighted(0.85),
+            )
+                .prop_map(|(d, c, g)| Op::Defer(d, c, g)),
+            1 => (1usize..3000).prop_map(Op::Commit),
+            4 => (0usize..4000).prop_map(Op::Read),
+            1 => Just(Op::Timer),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a model of the stream: whatever the fragments, reads and timers, the
+        /// bytes read are the committed and verified bytes in order; a failing segment
+        /// and those behind it are dropped and never read; the buffer's counts agree.
+        #[test]
+        fn reads_through_unverified_segments_match_a_model_of_the_stream(
+            ops in proptest::collection::vec(op(), 1..40),
+            kernel in proptest::sample::select(Kernel::available().collect::<Vec<_>>()),
+        ) {
+            let mut b = RecvBuffer::new(8192);
+            let mut readable: VecDeque<u8> = VecDeque::new();
+            let mut pending: VecDeque<(Vec<u8>, bool)> = VecDeque::new();
+            let verified = |r: Result<Verified, Failed>,
+                                dst: &[u8],
+                                readable: &mut VecDeque<u8>,
+                                pending: &mut VecDeque<(Vec<u8>, bool)>| {
+                let (data, good) = pending.pop_front().expect("a segment was pending");
+                match r {
+                    Ok(v) => {
+                        assert!(good, "a corrupted segment checked");
+                        assert_eq!((v.len, v.copied), (data.len(), dst.len().min(data.len())));
+                        assert_eq!(&dst[..v.copied], &data[..v.copied]);
+                        readable.extend(&data[v.copied..]);
+                    }
+                    Err(Failed { behind }) => {
+                        assert!(!good, "a good segment failed");
+                        assert_eq!(behind, pending.len());
+                        pending.clear();
+                    }
+                }
+            };
+            for op in ops {
+                match op {
+                    Op::Defer(data, cuts, good) => {
+                        if data.len() > b.free().saturating_sub(b.unverified()) {
+                            continue;
+                        }
+                        let mut at: Vec<usize> = cuts.iter().map(|c| data.len() * c / 16).collect();
+                        at.sort_unstable();
+                        let block = ExtBuf::new(data.clone());
+                        let mut frags = Vec::new();
+                        let mut from = 0;
+                        for c in at.into_iter().chain([data.len()]) {
+                            frags.push(block.slice(from..c).unwrap());
+                            from = c;
+                        }
+                        let field = checksum::finish(checksum::sum(&data)) ^ u16::from(!good);
+                        b.defer(&mut frags, data.len(), Accumulator::with_seed(field), None);
+                        assert!(frags.is_empty(), "the fragments moved in");
+                        pending.push_back((data, good));
+                    }
+                    Op::Commit(n) => {
+                        if b.unverified() > 0 {
+                            continue;
+                        }
+                        // As TCP input, no more than the window.
+                        let n = n.min(b.free());
+                        let data: Vec<u8> = (0..n).map(|i| (i * 13 + readable.len()) as u8).collect();
+                        let k = b.write_unreadable(0, &data);
+                        assert_eq!(b.commit(k), k);
+                        readable.extend(&data[..k]);
+                    }
+                    Op::Read(n) => {
+                        let mut dst = vec![0u8; n];
+                        // `is_empty` counts unverified segments; the readable bytes first.
+                        let ready = b.len();
+                        if ready > 0 {
+                            let k = b.pop_into(&mut dst);
+                            assert_eq!(k, n.min(readable.len()));
+                            let want: Vec<u8> = readable.drain(..k).collect();
+                            assert_eq!(&dst[..k], &want[..]);
+                        } else if let Some(r) = b.verify_front(&mut dst, kernel) {
+                            verified(r, &dst, &mut readable, &mut pending);
+                        } else {
+                            assert!(pending.is_empty() && readable.is_empty());
+                        }
+                    }
+                    Op::Timer => {
+                        while let Some(r) = b.verify_front(&mut [], kernel) {
+                            verified(r, &[], &mut readable, &mut pending);
+                        }
+                        assert!(pending.is_empty());
+                    }
+                }
+                let unverified: usize = pending.iter().map(|(d, _)| d.len()).sum();
+                assert_eq!((b.len(), b.unverified()), (readable.len(), unverified));
+                assert_eq!(b.is_empty(), readable.is_empty() && pending.is_empty());
+                assert_eq!(b.free() + b.len(), b.capacity());
+            }
+        }
+    }
 }
