@@ -40,7 +40,8 @@
 //!
 //! [`stack_ingress`] builds two hosts on a memory link ([`crate::sim::Pair`]) with UDP
 //! sockets bound (one connected), a listener on each host, and TCP connections from B to
-//! A in several states: ESTABLISHED with data in flight and A's receive window closed (so
+//! A (which, B not asking for RFC 1146's "no checksum", checksum their data, so that an
+//! in-order segment to B waits unverified for a read) in several states: ESTABLISHED with data in flight and A's receive window closed (so
 //! B probes it), FIN-WAIT-2 (B shut down sending; A in CLOSE-WAIT), TIME-WAIT, and
 //! SYN-SENT to an address nobody answers. Each frame of the input is handed to a host's
 //! device as received, and both hosts are polled while the clock moves. After every frame:
@@ -616,10 +617,13 @@ const FIXTURE_BUFFER: usize = 8 * 1024;
 const FIXTURE_BACKLOG: usize = 4;
 const FIXTURE_UDP_RX: usize = 4 * 1024;
 
-/// A device that hands its stack injected frames before what the link brings.
+/// A device that hands its stack injected frames before what the link brings, and, while
+/// `capture` holds a list, keeps the frames its stack transmits there instead of sending
+/// them (their bytes, fragments gathered).
 struct Injector {
     inner: MemoryNic,
     inbox: Arc<Mutex<VecDeque<RxFrame>>>,
+    capture: Arc<Mutex<Option<Vec<Vec<u8>>>>>,
 }
 
 impl Device for Injector {
@@ -632,6 +636,16 @@ impl Device for Injector {
         meta: TxMeta,
         cx: &DeviceContext<'_>,
     ) -> Result<(), DeviceError> {
+        let mut capture = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(frames) = capture.as_mut() {
+            let mut bytes = frame.data().to_vec();
+            for f in frame.frags() {
+                bytes.extend_from_slice(f);
+            }
+            frames.push(bytes);
+            return Ok(());
+        }
+        drop(capture);
         self.inner.transmit(frame, meta, cx)
     }
     fn tx_ready(&self) -> bool {
@@ -672,6 +686,8 @@ impl Device for Injector {
 pub struct Fixture {
     pub pair: Pair,
     inbox: [Arc<Mutex<VecDeque<RxFrame>>>; 2],
+    /// A's device's capture ([`Injector`]).
+    capture_a: Arc<Mutex<Option<Vec<Vec<u8>>>>>,
     /// B's end and A's end of the ESTABLISHED connection.
     pub established: (TcpHandle, TcpHandle),
     /// The bytes each end has accepted for sending on it so far (B's, A's).
@@ -726,14 +742,34 @@ impl Fixture {
             },
             nic: NicConfig::default(),
         };
+        // B checksums its TCP segments even on this one-hop CRC link: its connections
+        // (which it opens) do not ask for RFC 1146's "no checksum", so TCP data to B is
+        // checksummed and its in-order segments wait unverified for a read
+        // (`Tuning::tcp_verify_on_read`); A's listener still agrees to the option when a
+        // SYN asks.
+        let mut host_b = host.clone();
+        host_b.stack.tuning.checksum_elision = false;
         let inbox_b = Arc::new(Mutex::new(VecDeque::new()));
         let inbox_a = Arc::new(Mutex::new(VecDeque::new()));
-        let (ib, ia) = (inbox_b.clone(), inbox_a.clone());
+        let capture_a = Arc::new(Mutex::new(None));
+        let (ib, ia, ca) = (inbox_b.clone(), inbox_a.clone(), capture_a.clone());
         let mut pair = Pair::with_devices(
-            host.clone(),
             host,
-            move |inner| Box::new(Injector { inner, inbox: ia }),
-            move |inner| Box::new(Injector { inner, inbox: ib }),
+            host_b,
+            move |inner| {
+                Box::new(Injector {
+                    inner,
+                    inbox: ia,
+                    capture: ca,
+                })
+            },
+            move |inner| {
+                Box::new(Injector {
+                    inner,
+                    inbox: ib,
+                    capture: Arc::default(),
+                })
+            },
         )
         .expect("the fixture's NIC configuration is valid");
 
@@ -789,6 +825,7 @@ impl Fixture {
         let mut fixture = Fixture {
             pair,
             inbox: [inbox_b, inbox_a],
+            capture_a,
             established,
             sent: (0, 0),
             fin_wait,
@@ -815,6 +852,29 @@ impl Fixture {
         let n = stack.tcp_send(h, &stream(from_b, *sent, len)).unwrap_or(0);
         *sent += n;
         n
+    }
+
+    /// The frame A sends at once on the ESTABLISHED connection when its application
+    /// writes `len` more bytes (A's socket set to no-delay, A not polled, so that the
+    /// segment acknowledges what A had and advertises the window it had), captured at
+    /// A's device and not delivered: injected into B as it is, it is the in-order data
+    /// segment B expects (header prediction's).
+    pub fn next_data_from_a(&mut self, len: usize) -> Option<Vec<u8>> {
+        *self.capture_a.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+        self.pair.a.tcp_set_nodelay(self.established.1, true).ok()?;
+        self.send(false, len);
+        let frames = self
+            .capture_a
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        frames.into_iter().find(|f| {
+            let tcp = ethernet::HEADER_LEN + 20;
+            f.len() > tcp + 12
+                && f[23] == 6
+                && f[tcp + 2..tcp + 4] == self.established_ports().0.to_be_bytes()
+                && f.len() - tcp - usize::from(f[tcp + 12] >> 4) * 4 == len
+        })
     }
 
     /// Hands `frame` to host B (or A) as if its device had received it.
@@ -980,9 +1040,11 @@ fn check_stack_bounds(name: &str, stack: &Stack, connections_made: usize) {
                 connections += 1;
                 let cfg = c.config();
                 assert!(
-                    c.rx.len() <= cfg.recv_buffer && c.rx.capacity() <= cfg.recv_buffer,
-                    "{name}: receive buffer holds {} of {} bytes",
+                    c.rx.len() + c.rx.unverified() <= cfg.recv_buffer
+                        && c.rx.capacity() <= cfg.recv_buffer,
+                    "{name}: receive buffer holds {} and {} unverified of {} bytes",
                     c.rx.len(),
+                    c.rx.unverified(),
                     cfg.recv_buffer
                 );
                 assert!(
@@ -1311,6 +1373,25 @@ fn frames_to_b() -> Vec<Vec<u8>> {
     ]
 }
 
+/// The data of the in-order segment from A that the [`stack_ingress`] seeds carry: with a
+/// 66-byte frame header (Ethernet, IP, TCP with timestamps) a 264-byte frame, cut by the
+/// input's layout 2 (two eighths of its length) exactly where its data starts, as a device
+/// that splits headers from data hands it over.
+const IN_ORDER_DATA: usize = 198;
+
+/// The layout (bits 5-7 of a [`stack_ingress`] frame's flags) that cuts an in-order
+/// segment of [`IN_ORDER_DATA`] bytes where its data starts.
+const IN_ORDER_LAYOUT: u8 = 2;
+
+/// The in-order data segment from A that B expects next on the ESTABLISHED connection of
+/// a fixture as [`Fixture::new`] builds it (the fixture is deterministic, so every input's
+/// fixture expects the same).
+fn in_order_data_to_b() -> Vec<u8> {
+    Fixture::new()
+        .next_data_from_a(IN_ORDER_DATA)
+        .expect("A sends the data it is given")
+}
+
 /// The two fragments of a UDP datagram from A to B, as frames.
 fn fragment_frames() -> Vec<Vec<u8>> {
     let whole = udp_frame(true, UDP_PORT_B, &[0xAB; 64], &[]);
@@ -1414,6 +1495,20 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
                 })
                 .collect();
             one_each.push(input);
+            // The next in-order segment on the ESTABLISHED connection, its data in a
+            // fragment: B keeps it unverified, verifies it at its delayed-ACK timer (250 ms
+            // later), as it is and with a data byte flipped (dropped there).
+            let segment = in_order_data_to_b();
+            let mut flipped = segment.clone();
+            if let Some(last) = flipped.last_mut() {
+                *last ^= 0x20;
+            }
+            for f in [segment, flipped] {
+                let mut v = vec![(2 << 3) | (IN_ORDER_LAYOUT << 5)];
+                v.extend_from_slice(&(f.len() as u16).to_be_bytes());
+                v.extend_from_slice(&f);
+                one_each.push(v);
+            }
             one_each
         }
         _ => Vec::new(),
@@ -1454,6 +1549,87 @@ mod tests {
             .filter(|s| *s == State::TimeWait)
             .count();
         assert_eq!(time_wait, 1);
+    }
+
+    #[test]
+    fn an_in_order_segment_in_a_fragment_is_verified_where_it_lies() {
+        use crate::probe::Counter;
+        let segment = in_order_data_to_b();
+        assert_eq!(
+            segment.len() * usize::from(IN_ORDER_LAYOUT) / 8,
+            segment.len() - IN_ORDER_DATA,
+            "the layout cuts where the data starts"
+        );
+        let counters = |f: &Fixture| {
+            let c = f.pair.b.ledger().counters();
+            [
+                c.get(Counter::TcpSegmentsDeferred),
+                c.get(Counter::TcpVerifiedUnread),
+                c.get(Counter::TcpDropBadChecksum),
+            ]
+        };
+        for corrupt in [false, true] {
+            let mut frame = segment.clone();
+            if corrupt {
+                *frame.last_mut().unwrap() ^= 0x20;
+            }
+            let mut f = Fixture::new();
+            let before = counters(&f);
+            let hb = f.established.0;
+            let queued = f.pair.b.tcp_recv_queued(hb);
+            let cut = frame.len() - IN_ORDER_DATA;
+            f.inject_split(true, &frame, &[cut], RxChecksum::None);
+            // B alone: nothing else is on its way to it yet.
+            let now = f.pair.now();
+            f.pair.b.poll(now);
+            f.check_bounds();
+            assert_eq!(counters(&f)[0] - before[0], 1, "deferred");
+            assert_eq!(
+                f.pair.b.tcp_recv_queued(hb),
+                queued,
+                "not readable unverified"
+            );
+            f.pair.run_for(Duration::from_millis(250));
+            f.check_bounds();
+            let after = counters(&f);
+            let got: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+            let want = if corrupt { [1, 0, 1] } else { [1, 1, 0] };
+            assert_eq!(
+                got, want,
+                "deferred, verified unread, failed (corrupt: {corrupt})"
+            );
+            let readable = queued.map(|q| q + if corrupt { 0 } else { IN_ORDER_DATA });
+            assert_eq!(f.pair.b.tcp_recv_queued(hb), readable);
+        }
+    }
+
+    /// Data injected into B that A never sent desynchronizes the connection: B's ACKs
+    /// acknowledge what A never sent (A answers with a challenge ACK) and A's segments
+    /// fall behind B's window (B answers each with an ACK). Without a limit on those
+    /// answers the two ACK each other forever at one instant (the simulation's livelock
+    /// panic); with it, a few segments in two seconds.
+    #[test]
+    fn injected_data_does_not_set_the_ends_acking_each_other_forever() {
+        use crate::probe::Counter;
+        let segment = in_order_data_to_b();
+        let mut f = Fixture::new();
+        let out = |f: &Fixture| {
+            [&f.pair.a, &f.pair.b].map(|s| s.ledger().counters().get(Counter::TcpSegmentsOut))
+        };
+        let before = out(&f);
+        f.inject_split(
+            true,
+            &segment,
+            &[segment.len() - IN_ORDER_DATA],
+            RxChecksum::None,
+        );
+        f.pair.run_for(Duration::from_secs(2));
+        f.check_bounds();
+        let after = out(&f);
+        let sent = (after[0] - before[0]) + (after[1] - before[1]);
+        assert!(sent < 40, "{sent} segments in two seconds");
+        let suppressed = |s: &Stack| s.ledger().counters().get(Counter::TcpInvalidAcksSuppressed);
+        assert!(suppressed(&f.pair.a) + suppressed(&f.pair.b) > 0);
     }
 
     #[test]

@@ -271,6 +271,10 @@ counters! {
     /// RFC 5961 challenge ACKs sent, and those the rate limit held back.
     TcpChallengeAcks = "tcp.challenge_acks";
     TcpChallengeAcksSuppressed = "tcp.challenge_acks_suppressed";
+    /// ACKs not sent in answer to segments without data failing PAWS or outside the
+    /// window within 500 ms of the last such answer: the per-connection limit that ends
+    /// ACK loops (Linux's `tcp_invalid_ratelimit`).
+    TcpInvalidAcksSuppressed = "tcp.invalid_acks_suppressed";
     /// Segments failing PAWS (RFC 7323 §5), outside the receive window, or acknowledging
     /// data not sent or too old (RFC 5961 §5).
     TcpDropPaws = "tcp.drop.paws";

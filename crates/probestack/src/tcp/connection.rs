@@ -617,6 +617,9 @@ pub struct Connection {
 
     /// RFC 5961 §7: challenge ACKs sent in the current second.
     challenge_window: (Instant, u32),
+    /// When the last ACK went out in answer to an invalid segment without data
+    /// ([`OUT_OF_WINDOW_ACK_INTERVAL`]).
+    invalid_ack_at: Option<Instant>,
 
     pub(crate) error: Option<ConnError>,
     pub(crate) stats: ConnStats,
@@ -634,6 +637,20 @@ pub struct Connection {
 
 /// Challenge ACKs per second (RFC 5961 §7 suggests a limit; Linux uses 1000 per host).
 const CHALLENGE_ACK_LIMIT: u32 = 100;
+
+/// The least time between two ACKs a connection sends in answer to segments without data
+/// (pure ACKs, SYNs) that fail PAWS or fall outside the window: Linux's
+/// `tcp_invalid_ratelimit` default (500 ms; Neal Cardwell's 2015 commits 032ee423 and
+/// f2b2c582, "mitigate ACK loops"). An end of a desynchronized connection (data injected
+/// into one end, RFC 5961 §5's blind injection, or a middlebox's rewriting) finds the
+/// other's ACKs outside its window and answers each with an ACK of its own, which the
+/// other finds outside its window, or acknowledging what it never sent, in turn: an ACK
+/// loop, endless at wire speed (the fuzz fixture's injected segment drew one,
+/// `src/fuzz.rs`). Segments with data or a FIN are always answered (a spurious
+/// retransmission asks for its duplicate ACK; data cannot loop). Challenge ACKs keep
+/// their own limit (RFC 5961 §7, [`CHALLENGE_ACK_LIMIT`] a second), which bounds a loop
+/// of them; Linux also holds them to this interval.
+const OUT_OF_WINDOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// R1 of RFC 1122 §4.2.3.5: after this many retransmissions of a segment TCP gives IP
 /// negative advice (it recommends at least 3).
@@ -748,6 +765,7 @@ impl Connection {
             scoreboard: Scoreboard::new(),
             ca_acked: 0,
             challenge_window: (Instant::ZERO, 0),
+            invalid_ack_at: None,
             error: None,
             stats: ConnStats::default(),
             link_template: None,
@@ -1705,6 +1723,25 @@ impl Connection {
         (n * self.snd_mss).min((2 * self.snd_mss).max(14600))
     }
 
+    /// Whether to answer `seg`, a segment failing PAWS or outside the window, with an
+    /// ACK: always when it holds data or a FIN; a pure ACK or a SYN no sooner than
+    /// [`OUT_OF_WINDOW_ACK_INTERVAL`] after the last such answer (counted as
+    /// `tcp.invalid_acks_suppressed` when not).
+    fn may_answer_invalid(&mut self, seg: &TcpRepr, now: Instant, ledger: &Ledger) -> bool {
+        if seg.segment_len() > 0 && seg.control != Control::Syn {
+            return true;
+        }
+        if self
+            .invalid_ack_at
+            .is_some_and(|t| now.saturating_since(t) < OUT_OF_WINDOW_ACK_INTERVAL)
+        {
+            ledger.counters().inc(Counter::TcpInvalidAcksSuppressed);
+            return false;
+        }
+        self.invalid_ack_at = Some(now);
+        true
+    }
+
     fn send_challenge_ack(&mut self, now: Instant, ledger: &Ledger) {
         if now.saturating_since(self.challenge_window.0) >= Duration::from_secs(1) {
             self.challenge_window = (now, 0);
@@ -1738,7 +1775,7 @@ impl Connection {
             match seg.timestamp {
                 Some(ts) if (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 => {
                     ledger.counters().inc(Counter::TcpDropPaws);
-                    self.ack_now = true;
+                    self.ack_now |= self.may_answer_invalid(seg, now, ledger);
                     return None;
                 }
                 Some(_) => {}
@@ -1781,7 +1818,7 @@ impl Connection {
         if !acceptable && !zero_window_ack {
             if seg.control != Control::Rst {
                 ledger.counters().inc(Counter::TcpDropOutOfWindow);
-                self.ack_now = true;
+                self.ack_now |= self.may_answer_invalid(seg, now, ledger);
                 let end = seq + seg.payload.len();
                 if !seg.payload.is_empty() && end.le(self.rcv_nxt) {
                     self.note_duplicate(seq, end);
