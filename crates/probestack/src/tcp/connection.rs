@@ -1104,7 +1104,12 @@ impl Connection {
     /// full). The caller checks the state first.
     pub fn send_slices(&mut self, data: &[u8]) -> usize {
         match self.send_copy {
-            SendCopy::Shared { sum, min_segment } if self.snd_mss >= min_segment => {
+            // A small write to an empty queue goes to the ring (as `push_shared` would
+            // send it), without the cuts' arithmetic and the call: a request/response
+            // connection's every write.
+            SendCopy::Shared { sum, min_segment }
+                if self.snd_mss >= min_segment && self.tx.writes_shared(data.len()) =>
+            {
                 // No sums where the peers agreed on no checksum (RFC 1146).
                 let sum = sum.filter(|_| !self.no_checksum);
                 // New data goes from SND.MAX in segments of the most data one carries.

@@ -188,7 +188,7 @@ impl SendBuffer {
     #[inline(never)]
     pub fn push_shared(&mut self, data: &[u8], sum: Option<Kernel>, cuts: Option<Cuts>) -> usize {
         let n = data.len().min(self.free());
-        if n < SHARED_WRITE_MIN && self.queue.is_empty() {
+        if !self.writes_shared(data.len()) {
             return self.ring.push(data);
         }
         let mut rest = &data[..n];
@@ -216,6 +216,14 @@ impl SendBuffer {
             self.queue.push_back(block);
         }
         n
+    }
+
+    /// Whether [`push_shared`](Self::push_shared) copies a write of `len` bytes into
+    /// shared blocks: one of at least [`SHARED_WRITE_MIN`] (what fits of it), or any
+    /// behind a queue; else it goes to the ring.
+    #[inline]
+    pub fn writes_shared(&self, len: usize) -> bool {
+        len.min(self.free()) >= SHARED_WRITE_MIN || !self.queue.is_empty()
     }
 
     /// A [`SHARED_BLOCK`], empty: the spare acknowledged last if nothing holds it any
