@@ -1691,20 +1691,56 @@ fn attach_queued(
 ) -> (bool, Option<Accumulator>) {
     let mut loaned = false;
     let mut sums = Some(Accumulator::new());
-    tx.for_each_piece(offset, len, sum, |piece| match piece {
-        Piece::Copy(_) => {}
-        Piece::Loaned(e) => {
-            loaned = true;
-            sums = None;
-            buf.push_frag(e)
-        }
-        Piece::Shared(e, s) => {
-            match (s, sums.as_mut()) {
-                (Some(s), Some(acc)) => acc.add_sum(s, e.len()),
-                _ => sums = None,
+    // The ring's bytes in the range are the caller's to copy.
+    let ring = tx.ring_len();
+    let (offset, len) = (
+        offset.saturating_sub(ring),
+        len.saturating_sub(ring.saturating_sub(offset)),
+    );
+    tx.for_each_queued(offset, len, sum, |e, own, s| {
+        match (own, s, sums.as_mut()) {
+            (false, ..) => {
+                loaned = true;
+                sums = None;
             }
-            buf.push_frag(e)
+            (true, Some(s), Some(acc)) => acc.add_sum(s, e.len()),
+            (true, ..) => sums = None,
         }
+        buf.push_frag(e)
     });
     (loaned, sums)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checksum::Kernel;
+    use crate::tcp::send_buffer::SendBuffer;
+
+    /// A segment that starts in the ring's last bytes and goes on into a shared block:
+    /// the caller copies the ring's part, `attach_queued` attaches the block's part (no
+    /// more) by reference, with the sum the block kept for it.
+    #[test]
+    fn a_range_starting_in_the_ring_attaches_only_the_queued_bytes() {
+        let mut tx = SendBuffer::new(1 << 20);
+        assert_eq!(tx.push(&[9u8; 100]), 100);
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        assert_eq!(
+            tx.push_shared(&data, Some(Kernel::best()), None),
+            data.len()
+        );
+        for (offset, len) in [(60, 1000), (100, 1448), (0, 100), (99, 20_001)] {
+            let mut buf = PacketBuf::from_slice(&[], 0).unwrap();
+            let (loaned, sums) = attach_queued(&tx, &mut buf, (offset, len), Some(Kernel::best()));
+            let queued = &data[offset.saturating_sub(100)..offset + len - 100];
+            let attached: Vec<u8> = buf.frags().iter().flat_map(|f| f.to_vec()).collect();
+            assert!(!loaned);
+            assert_eq!(attached, queued, "{offset}+{len}");
+            assert_eq!(
+                sums.map(|s| s.sum()),
+                Some(checksum::sum(queued)),
+                "{offset}+{len}"
+            );
+        }
+    }
 }
