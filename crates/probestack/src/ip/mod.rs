@@ -481,7 +481,7 @@ impl Stack {
     /// headers in the window, the payload in fragments. Only a whole TCP segment whose
     /// total length counts exactly those bytes is taken; anything else is malformed.
     fn parse_split(buf: &PacketBuf) -> crate::wire::Result<Ipv4Repr> {
-        let (repr, _) = Ipv4Repr::parse_truncated(buf.data(), Checksum::Skip)?;
+        let repr = Ipv4Repr::parse_header(buf.data(), Checksum::Skip)?;
         let whole = repr.header_len() + repr.payload_len == buf.total_len();
         if !whole || repr.is_fragment() || repr.protocol != IpProtocol::Tcp {
             return Err(crate::wire::Error::Truncated {

@@ -616,12 +616,24 @@ impl Ipv4Repr {
     /// Returns the header, whose `payload_len` is what the total length field claims, and
     /// the payload bytes at hand (up to the total length).
     pub fn parse_truncated(bytes: &[u8], checksum: Checksum) -> Result<(Ipv4Repr, &[u8])> {
+        let repr = Ipv4Repr::parse_header(bytes, checksum)?;
         let packet = Packet::new_unchecked(bytes);
-        packet.check_header_len()?;
-        let repr = Ipv4Repr::parse_checked_header(&packet, checksum)?;
         let end = bytes.len().min(packet.total_len() as usize);
         let payload = bytes.get(packet.header_len()..end).unwrap_or(&[]);
         Ok((repr, payload))
+    }
+
+    /// [`parse_truncated`](Self::parse_truncated)'s header alone, in line: for a datagram
+    /// whose payload lies elsewhere (in a frame's fragments), built where the caller
+    /// keeps it. Through `parse_truncated`, out of line, the header was built, copied
+    /// into its result and copied out of that again, the last copy's loads wider than the
+    /// stores before them (IP input's hottest instruction at MTU 1500 by reference, 11%
+    /// of its samples).
+    #[inline(always)]
+    pub fn parse_header(bytes: &[u8], checksum: Checksum) -> Result<Ipv4Repr> {
+        let packet = Packet::new_unchecked(bytes);
+        packet.check_header_len()?;
+        Ipv4Repr::parse_checked_header(&packet, checksum)
     }
 
     /// The rest of parsing, for a packet whose header lengths were checked. In line: the
