@@ -41,8 +41,8 @@
 //! [`stack_ingress`] builds two hosts on a memory link ([`crate::sim::Pair`]) with UDP
 //! sockets bound (one connected), a listener on each host, and TCP connections from B to
 //! A (which, B not asking for RFC 1146's "no checksum", checksum their data, so that an
-//! in-order segment to B waits unverified for a read) in several states: ESTABLISHED with data in flight and A's receive window closed (so
-//! B probes it), FIN-WAIT-2 (B shut down sending; A in CLOSE-WAIT), TIME-WAIT, and
+//! in-order segment to B waits unverified for a read) in several states: ESTABLISHED
+//! with data in flight and A's receive window closed (so B probes it), FIN-WAIT-2 (B shut down sending; A in CLOSE-WAIT), TIME-WAIT, and
 //! SYN-SENT to an address nobody answers. Each frame of the input is handed to a host's
 //! device as received, and both hosts are polled while the clock moves. After every frame:
 //! reassembly holds no more than its cap, the buffer pool no more than its limit, each
@@ -868,12 +868,20 @@ impl Fixture {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()?;
+        // To B's end of the ESTABLISHED connection (A's other connections share its port).
+        let port_b = self.established_ports().0;
         frames.into_iter().find(|f| {
-            let tcp = ethernet::HEADER_LEN + 20;
-            f.len() > tcp + 12
-                && f[23] == 6
-                && f[tcp + 2..tcp + 4] == self.established_ports().0.to_be_bytes()
-                && f.len() - tcp - usize::from(f[tcp + 12] >> 4) * 4 == len
+            let Some(Ok((ip, l4))) = f
+                .get(ethernet::HEADER_LEN..)
+                .map(|d| Ipv4Repr::parse_truncated(d, Checksum::Skip))
+            else {
+                return false;
+            };
+            tcp_wire::Packet::new_checked(l4).is_ok_and(|t| {
+                ip.protocol == IpProtocol::Tcp
+                    && t.dst_port() == port_b
+                    && l4.len() - t.header_len() == len
+            })
         })
     }
 

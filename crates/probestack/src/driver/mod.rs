@@ -94,10 +94,11 @@ pub struct DeviceCaps {
     /// other end, a run in the receive buffer; what it saves depends on the device. The
     /// frame queue hands the fragments across as they are, so the receiver reads the
     /// sender's block (one copy at each end instead of two): worth it from 1,024 bytes
-    /// (MTU 1500 on a frame queue, `examples/tcp_bulk 1024 1500 queue`: 38.6 → 41.5
-    /// Gbit/s in `lab peers --one tcp_bulk_1500`, five alternated pairs). The memory NIC
-    /// reads each piece for its CRC (shorter pieces, slower) and saves one copy: from a
-    /// page (at MTU 1500 by reference was 12-17% slower there).
+    /// (MTU 1500 on a frame queue: `lab peers --one tcp_bulk_1500 --system
+    /// probestack_fast_queue --millis 400`, five alternated pairs, medians 38.6 → 41.5
+    /// Gbit/s). The memory NIC reads each piece for its CRC (shorter pieces, slower) and
+    /// saves one copy: from a page (at MTU 1500 by reference was slower there; see
+    /// `memlink.rs`).
     pub by_reference_min: usize,
     /// Header/data split (paper 004 §3.1): the device places the payload of a TCP
     /// segment with at least a page of it, page-aligned, in a buffer of its own, so that
