@@ -518,6 +518,52 @@ fn keepalive_notices_a_dead_peer() {
     assert!(p.a.tcp_error(c).unwrap().is_some());
 }
 
+/// Keepalives are for an idle connection: one whose data waits on the peer's shut window
+/// (A shut down behind it, in FIN-WAIT-1), probed by the persist timer at up to a minute
+/// apart, is left to that timer. Before, the keepalive timer counted probes that no state
+/// but ESTABLISHED and CLOSE-WAIT sends, and timed the connection out between two
+/// persist probes the peer answered.
+#[test]
+fn keepalive_leaves_a_connection_with_data_waiting_alone() {
+    let (mut a, mut b) = (host(1500, Tuning::fast()), host(1500, Tuning::fast()));
+    a.stack.tcp.send_buffer = 64 << 10;
+    // Three probes a second apart after a second idle: given up in 4 s.
+    a.stack.tcp.keepalive = Some(Duration::from_secs(1));
+    a.stack.tcp.keepalive_interval = Duration::from_secs(1);
+    a.stack.tcp.keepalive_probes = 3;
+    b.stack.tcp.recv_buffer = 16 << 10;
+    let mut p = Pair::new(a, b).unwrap();
+    let (c, _l, s) = connect(&mut p);
+    let data = pattern(0, 300_000);
+    let mut sent = 0;
+    // B's reader is away: its window shuts with most of the data still in A's buffer.
+    assert!(p.run_until(Duration::from_secs(10), |p| {
+        sent += p.a.tcp_send(c, &data[sent..]).unwrap_or(0);
+        p.a.tcp_connection(c).unwrap().snd_una() == p.a.tcp_connection(c).unwrap().snd_nxt()
+            && p.b.tcp_recv_queued(s).unwrap() > 0
+            && p.a.tcp_send_capacity(c).unwrap() == 0
+    }));
+    p.a.tcp_shutdown(c).unwrap();
+    p.run_for(Duration::from_secs(600));
+    assert_eq!(p.a.tcp_state(c), Ok(State::FinWait1));
+    assert_eq!(p.a.tcp_error(c), Ok(None));
+    assert!(p.a.ledger().counters().get(Counter::TcpWindowProbes) >= 10);
+    // The reader comes back: everything arrives, then the end of the stream.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    assert!(p.run_until(Duration::from_secs(120), |p| {
+        match p.b.tcp_recv(s, &mut buf) {
+            Ok(0) => true,
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                false
+            }
+            Err(_) => false,
+        }
+    }));
+    assert!(got == data[..sent], "{} of {sent} bytes", got.len());
+}
+
 /// A router whose next hop carries at most `path_mtu`: a larger datagram from A is not
 /// sent; A gets an ICMP fragmentation-needed about it instead (RFC 1191 §4), from B's
 /// address, `reported_mtu` in its next-hop MTU field. With `forge`, the datagram goes

@@ -1693,3 +1693,60 @@ fn segments_to_or_from_broadcast_and_multicast_addresses_are_dropped_unanswered(
         assert_eq!(p.a.tcp_connect((dst, PORT)), Err(TcpError::InvalidAddress));
     }
 }
+
+// ----------------------------------------------------------------------------------------
+// (D) A window shut with data in flight.
+
+/// The peer's window shuts while data is in flight (a stale ACK the network reordered
+/// behind newer ones, which RFC 9293's SND.WL1/WL2 test lets through; a receiver that
+/// shrank its window): the data cannot go again as the window allows, so each
+/// retransmission timeout sends its first byte as a zero-window probe (RFC 9293
+/// §3.8.6.1), and while the peer answers, the timeouts do not count toward giving up
+/// (RFC 1122 §4.2.2.17). Before, each timeout sent nothing, counted, and the connection
+/// timed out after `max_retransmissions` of them.
+#[test]
+fn a_window_shut_with_data_in_flight_is_probed_and_kept_open() {
+    let (mut p, net, c, s) = victim();
+    // The test speaks for B: nothing either host sends reaches the other.
+    net.drop_into(Host::B, usize::MAX, |_| true);
+    net.drop_into(Host::A, usize::MAX, |_| true);
+    let conn = p.a.tcp_connection(c).unwrap();
+    let (una, b_seq) = (conn.snd_una(), conn.rcv_nxt());
+    assert_eq!(p.a.tcp_send(c, &[7; 1000]), Ok(1000));
+    p.settle();
+    let shut = |p: &Pair| TcpRepr {
+        seq_number: b_seq,
+        ack_number: Some(una),
+        window_len: 0,
+        ..from_b(p, &net, c)
+    };
+    net.inject(Host::B, &shut(&p));
+    p.settle();
+    let limit = p.a.tcp_default_config().max_retransmissions;
+    for round in 0..limit + 3 {
+        let mark = net.mark();
+        wait(&mut p, Duration::from_secs(120), "a probe", |_| {
+            !net.sent_since(mark, Host::A).is_empty()
+        });
+        let sent = net.sent_since(mark, Host::A);
+        assert!(
+            sent.iter().all(|s| s.seq == una && s.payload.len() == 1),
+            "round {round}: {sent:?}"
+        );
+        // B answers each probe: its window is still shut.
+        net.inject(Host::B, &shut(&p));
+    }
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    // B's own segments go through again: its window is open, so it takes the next probe,
+    // answers with its window, and the rest follows.
+    net.release();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2048];
+    wait(&mut p, Duration::from_secs(120), "the data", |p| {
+        if let Ok(n) = p.b.tcp_recv(s, &mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        got.len() == 1000
+    });
+    assert!(got.iter().all(|&b| b == 7));
+}

@@ -803,11 +803,12 @@ impl Stack {
             if let Some(e) = c.error {
                 return Err(e.into());
             }
+            // A stream that cannot send and has no error is one whose sending side was
+            // shut down: its FIN queued or sent, its close perhaps complete (CLOSED after
+            // both FINs; a connect shut down before its SYN-ACK), as a BSD socket's
+            // SS_CANTSENDMORE answers EPIPE in any state.
             if !c.state().can_send() || c.fin_queued() {
-                return Err(match c.state() {
-                    State::Closed => TcpError::NotConnected,
-                    _ => TcpError::Shutdown,
-                });
+                return Err(TcpError::Shutdown);
             }
             if len == 0 {
                 return Ok(0);

@@ -29,7 +29,9 @@
 //! and never allocates. A sender with gaps between one-byte segments could otherwise make
 //! one range per two bytes of window, so the number of separate ranges is bounded by
 //! `max_ranges`: a segment that would need one more is refused and changes nothing. (A
-//! segment that fills or bridges gaps never needs more ranges, so it is always accepted.)
+//! segment that fills or bridges gaps never needs more ranges, so it is always accepted;
+//! so is one at offset 0, in order, which `take_front` takes at once: found refused by
+//! tests/tcp_conversations.rs, with the queue full and the sender resending it for good.)
 //!
 //! # SACK block order (RFC 2018 §4)
 //!
@@ -109,8 +111,11 @@ impl Assembler {
     /// in-order point; the end is clamped at `usize::MAX`). Overlapping and adjacent
     /// ranges merge into one, which becomes the most recently added range. If the result
     /// would need more than `max_ranges` separate ranges, nothing is recorded and
-    /// `Err(TooManyRanges)` is returned. `len` 0 is a no-op returning `Ok`, and so is a
-    /// range that the clamping leaves empty (one at offset `usize::MAX`).
+    /// `Err(TooManyRanges)` is returned, unless the range starts at offset 0: that is the
+    /// in-order data, which [`take_front`](Self::take_front) takes at once, so it is always
+    /// recorded (refusing it would stall the stream at `RCV.NXT` for good, with the sender
+    /// retransmitting the very segment that moves it). `len` 0 is a no-op returning `Ok`,
+    /// and so is a range that the clamping leaves empty (one at offset `usize::MAX`).
     pub fn add(&mut self, offset: usize, len: usize) -> Result<(), TooManyRanges> {
         let end = offset.saturating_add(len);
         if end == offset {
@@ -123,7 +128,7 @@ impl Assembler {
         let past = self.ranges.partition_point(|r| r.start <= end);
         let stamp = self.next_stamp;
         if first == past {
-            if self.ranges.len() >= self.max_ranges {
+            if self.ranges.len() >= self.max_ranges && offset > 0 {
                 return Err(TooManyRanges);
             }
             self.ranges.insert(
@@ -341,10 +346,17 @@ mod tests {
         let mut assembler = with_ranges(2, &[(10, 15), (20, 25)]);
         let before = sack_of(&assembler);
         assert_eq!(assembler.add(30, 5), Err(TooManyRanges));
-        assert_eq!(assembler.add(0, 5), Err(TooManyRanges));
         assert_eq!(assembler.add(17, 1), Err(TooManyRanges));
         assert_eq!(ranges_of(&assembler), [(10, 15), (20, 25)]);
         assert_eq!(sack_of(&assembler), before);
+        // In-order data is never refused; it is taken at once.
+        assembler.add(0, 5).unwrap();
+        assert_eq!(ranges_of(&assembler), [(0, 5), (10, 15), (20, 25)]);
+        assert_eq!(assembler.take_front(), 5);
+        assert_eq!(ranges_of(&assembler), [(5, 10), (15, 20)]);
+        let rebased: Vec<_> = before.iter().map(|&(l, r)| (l - 5, r - 5)).collect();
+        assert_eq!(sack_of(&assembler), rebased);
+        let mut assembler = with_ranges(2, &[(10, 15), (20, 25)]);
         // At the bound, filling, touching or bridging still works.
         assembler.add(25, 5).unwrap();
         assembler.add(0, 10).unwrap();
@@ -475,7 +487,12 @@ mod tests {
                     Op::Add(offset, len) => {
                         let mut candidate = received.clone();
                         candidate[offset..offset + len].fill(true);
-                        let fits = runs(&candidate).len() <= max_ranges.max(1);
+                        // Within the bound, or no more ranges than before (filling,
+                        // touching, bridging), or in order.
+                        let count = runs(&candidate).len();
+                        let fits = count <= max_ranges.max(1)
+                            || count <= runs(&received).len()
+                            || offset == 0;
                         let result = assembler.add(offset, len);
                         prop_assert_eq!(result.is_ok(), fits || len == 0);
                         if result.is_ok() && len > 0 {
@@ -504,7 +521,9 @@ mod tests {
                 let expected = runs(&received);
                 prop_assert_eq!(ranges_of(&assembler), expected.clone());
                 prop_assert_eq!(assembler.range_count(), expected.len());
-                prop_assert!(assembler.range_count() <= max_ranges.max(1));
+                // One more while in-order data waits for `take_front`.
+                let in_order = usize::from(expected.first().is_some_and(|r| r.0 == 0));
+                prop_assert!(assembler.range_count() <= max_ranges.max(1) + in_order);
                 prop_assert_eq!(assembler.is_empty(), expected.is_empty());
                 prop_assert_eq!(assembler.bytes(), received.iter().filter(|&&got| got).count());
 

@@ -594,6 +594,9 @@ pub struct Connection {
     rtt: RttEstimator,
     rtt_timer: RttTimer,
     retries: u32,
+    /// An acceptable ACK arrived since the last retransmission timeout: the peer is
+    /// there, so a timeout while its window is shut does not count toward giving up.
+    acked_since_timeout: bool,
     /// A zero-window probe is due.
     probe_now: bool,
     /// A keepalive probe is due.
@@ -753,6 +756,7 @@ impl Connection {
             rtt: RttEstimator::new(config.rto),
             rtt_timer: RttTimer::new(),
             retries: 0,
+            acked_since_timeout: false,
             probe_now: false,
             keepalive_probe: false,
             negative_advice: false,
@@ -865,7 +869,7 @@ impl Connection {
     pub fn in_order_fits(&self, seq: SeqNumber, len: usize) -> bool {
         self.state.accepts_data()
             && seq == self.rcv_nxt
-            && len <= self.rx.free()
+            && len <= self.receive_window()
             && self
                 .ooo
                 .ranges()
@@ -1045,7 +1049,9 @@ impl Connection {
         self.snd_mss = usize::from(peer_mss).clamp(64, self.rcv_mss);
         self.irs = ack.seq_number - 1;
         self.rcv_nxt = ack.seq_number;
-        self.rcv_adv = self.rcv_nxt;
+        // The window the cookie SYN-ACK advertised (`Stack::tcp_send_syn_cookie`, no
+        // scaling), which the ACK's data may fill.
+        self.rcv_adv = self.rcv_nxt + self.config.recv_buffer.min(usize::from(u16::MAX));
         self.snd_wnd = usize::from(ack.window_len);
         self.max_snd_wnd = self.snd_wnd;
         self.snd_wl1 = ack.seq_number;
@@ -1384,7 +1390,13 @@ impl Connection {
 
     /// After the application took data: an update is due once the window can move right
     /// by two segments or half the buffer (RFC 9293 §3.8.6.2.2, receiver SWS avoidance).
+    /// Not after the peer's FIN: it sends no more data, so the window means nothing to it,
+    /// and a peer that has since closed (LAST-ACK answered) would answer the update with
+    /// a RST (Linux's `tcp_cleanup_rbuf` sends none once `RCV_SHUTDOWN` is set).
     fn note_window_opened(&mut self) {
+        if !self.state.accepts_data() {
+            return;
+        }
         let advertised = self.rcv_adv.bytes_since(self.rcv_nxt);
         let possible = self.rx.free();
         if possible > advertised {
@@ -1610,7 +1622,7 @@ impl Connection {
             || ack.lt(self.snd_una)
             || ack.gt(self.snd_max)
             || (len == 0 && ack == self.snd_una && window == self.snd_wnd)
-            || (len > 0 && (!self.ooo.is_empty() || len > self.rx.free()))
+            || (len > 0 && (!self.ooo.is_empty() || len > self.receive_window()))
         {
             return false;
         }
@@ -1771,7 +1783,7 @@ impl Connection {
         now: Instant,
     ) -> Option<RstReply> {
         let seg_len = seg.segment_len();
-        let window = self.rx.free();
+        let window = self.receive_window();
 
         // PAWS (RFC 7323 §5.3): a segment with an older timestamp is a duplicate. Once
         // timestamps are on, a segment without one is dropped silently (§3.2), RSTs
@@ -1810,7 +1822,13 @@ impl Connection {
         // First: is the segment in the window?
         let acceptable = match (seg_len, window) {
             (0, 0) => seq == self.rcv_nxt,
-            (0, w) => seq.ge(self.rcv_nxt) && seq.lt(self.rcv_nxt + w),
+            // An ACK up to the right edge inclusive, as BSD's and Linux's tests take it:
+            // one from a sender that filled the window exactly carries the edge. (A RST
+            // there is outside, RFC 5961 §3.2.)
+            (0, w) if seg.control == Control::Rst => {
+                seq.ge(self.rcv_nxt) && seq.lt(self.rcv_nxt + w)
+            }
+            (0, w) => seq.ge(self.rcv_nxt) && seq.le(self.rcv_nxt + w),
             (_, 0) => false,
             (n, w) => {
                 let last = seq + (n - 1);
@@ -1895,6 +1913,7 @@ impl Connection {
             return None;
         }
         self.update_ts_recent(seg);
+        self.acked_since_timeout = true;
         // Bytes this ACK's SACK blocks report for the first time.
         let mut newly_sacked = 0;
         if self.sack_enabled {
@@ -2519,7 +2538,7 @@ impl Connection {
             seq += dup;
         }
         // Trim what lies past the window.
-        let window = self.rx.free();
+        let window = self.receive_window();
         let offset = seq.bytes_since(self.rcv_nxt);
         if offset >= window {
             self.ack_now = true;
@@ -2613,6 +2632,23 @@ impl Connection {
     /// The window field to advertise and the right edge it sets, never left of the last
     /// (RFC 9293 §3.8.6.2.2, with receiver SWS avoidance: a window opening by less than
     /// min(MSS, half the buffer) is not offered).
+    /// RCV.WND for the acceptance test and the trimming of data (RFC 9293 §3.10.7.4):
+    /// the receive buffer's free space, as BSD takes it (`sbspace`, which may exceed what
+    /// receiver silly-window avoidance advertised), but nothing after a zero window was
+    /// advertised, as Linux has it. A zero-window probe's byte is then answered, not
+    /// taken into space the sender was never offered: taken, it is acknowledged to a
+    /// sender that did not count the probe in SND.NXT, whose later segments then sit one
+    /// byte below RCV.NXT, and two ends probing each other dropped each other's ACKs as
+    /// old for good (found by tests/tcp_conversations.rs).
+    #[inline]
+    fn receive_window(&self) -> usize {
+        if self.rcv_adv.gt(self.rcv_nxt) {
+            self.rx.free()
+        } else {
+            0
+        }
+    }
+
     fn window_to_advertise(&self) -> (u16, SeqNumber) {
         let free = self.rx.free();
         let already = if self.rcv_adv.gt(self.rcv_nxt) {
@@ -2835,8 +2871,15 @@ impl Connection {
             // §4.2.3.4): send a full segment; or everything left, if Nagle allows it or
             // is off; or at least half the largest window seen.
             let all = len == unsent;
+            // The first of the data a timeout took back goes as the window allows: the
+            // avoidance decides how new data is cut, and this data passed it or went by
+            // the override timer. Held back, with nothing in flight to bring an ACK and
+            // the retransmission timer running (so no persist timer to override it), it
+            // would never go again, and the timeouts would end the connection.
+            let resend = in_flight == 0 && self.snd_nxt.lt(self.snd_max);
             let ok = len >= mss
                 || (all && short_may_go)
+                || resend
                 || (self.max_snd_wnd > 0 && len >= self.max_snd_wnd / 2);
             if ok {
                 let seq = self.snd_nxt;
@@ -2920,8 +2963,23 @@ impl Connection {
         Outgoing::header_only(repr, false, retransmission)
     }
 
+    /// An ACK without data. Its sequence number is the first octet never sent (SND.MAX),
+    /// not SND.NXT, which a timeout took back to SND.UNA: the peer may hold everything
+    /// up to SND.MAX already, and would drop an ACK below its RCV.NXT as old; two ends
+    /// both retransmitting after timeouts then dropped each other's ACKs for good
+    /// (found by tests/tcp_conversations.rs). So 4.4BSD's `tcp_output` fills in an
+    /// ACK-only segment ("we want the sequence number of the next unsent octet"); like
+    /// Linux's `tcp_acceptable_seq`, not past the peer's window, should it have shrunk.
     fn emit_pure_ack(&mut self, now: Instant) -> Outgoing {
-        let repr = self.header(self.snd_nxt, Control::None, now);
+        let edge = self.snd_una + self.snd_wnd;
+        let seq = if self.snd_max.le(edge) {
+            self.snd_max
+        } else if edge.gt(self.snd_nxt) {
+            edge
+        } else {
+            self.snd_nxt
+        };
+        let repr = self.header(seq, Control::None, now);
         self.note_ack_sent(&repr);
         Outgoing::header_only(repr, self.no_checksum, false)
     }
@@ -3140,6 +3198,21 @@ impl Connection {
             self.persist_deadline = Some(now + self.persist_timeout());
         }
         if self.keepalive_deadline.is_some_and(|d| d <= now) {
+            // Keepalives probe an idle connection (RFC 1122 §4.2.3.6). With data or a FIN
+            // in flight or waiting, the retransmission and persist timers are asking the
+            // peer already (and a peer keeping its window shut may do so for good, RFC
+            // 1122 §4.2.2.17); past ESTABLISHED and CLOSE-WAIT no probe is sent. Either
+            // way the idle interval starts again, as Linux's `tcp_keepalive_timer`
+            // probes only with nothing in flight or queued. (Counted as probes that were
+            // never sent, they timed out a connection whose zero window was being probed.)
+            let idle = matches!(self.state, State::Established | State::CloseWait)
+                && self.snd_una == self.snd_max
+                && self.tx.is_empty();
+            if !idle {
+                self.keepalive_deadline = self.config.keepalive.map(|d| now + d);
+                self.keepalive_sent = 0;
+                return None;
+            }
             if self.keepalive_sent >= self.config.keepalive_probes {
                 self.error = Some(self.timed_out());
                 return self.abort();
@@ -3155,8 +3228,22 @@ impl Connection {
 
     /// RFC 6298 §5.4-5.7 and RFC 5681 §3.1: retransmit from SND.UNA with a loss window of
     /// one segment, back off, give up after too many tries.
+    ///
+    /// With the peer's window shut (a receiver that shrank it, or a stale ACK the network
+    /// delivered after a newer one and RFC 9293's SND.WL1/WL2 test let through) the data
+    /// in flight cannot be sent again as the window allows: the timeout sends its first
+    /// byte as a zero-window probe instead, which a receiver acknowledges with its window
+    /// (RFC 9293 §3.8.6.1: retransmit regularly even when the window is zero; Linux's
+    /// `tcp_retransmit_timer` likewise turns its retransmissions into probes). And while
+    /// the peer answers, such a timeout does not count toward giving up (RFC 1122
+    /// §4.2.2.17: a receiver may keep its window shut indefinitely). Before, a window shut
+    /// with data in flight sent nothing at each timeout until the connection timed out.
     fn retransmit_timeout(&mut self, now: Instant, ledger: &Ledger) -> Option<RstReply> {
-        self.retries += 1;
+        let shut = self.state.is_synchronized() && self.snd_wnd == 0;
+        let peer_answered = std::mem::take(&mut self.acked_since_timeout);
+        if !(shut && peer_answered) {
+            self.retries += 1;
+        }
         let limit = match self.state {
             State::SynSent => self.config.max_syn_retransmissions,
             State::SynReceived => self.config.max_syn_ack_retransmissions,
@@ -3193,6 +3280,10 @@ impl Connection {
         // Go back: everything from SND.UNA is sent again as the window allows.
         self.snd_nxt = self.snd_una;
         self.rtx_deadline = Some(now + self.rtt.rto());
+        if shut {
+            self.probe_now = true;
+            ledger.counters().inc(Counter::TcpWindowProbes);
+        }
         None
     }
 
