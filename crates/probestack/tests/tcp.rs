@@ -678,6 +678,36 @@ fn a_stale_link_address_is_asked_again_after_three_retransmissions() {
     assert!(a.get(Counter::TcpRetransmitTimeouts) >= 3);
 }
 
+/// The same with an idle connection whose keepalive probes go unanswered: at the third,
+/// TCP gives IP negative advice as for a segment sent three times (RFC 1122 §4.2.3.5),
+/// the entry is asked again, and the probes after it are answered. Before, nothing asked
+/// again, and keepalive gave the connection up.
+#[test]
+fn a_stale_link_address_is_asked_again_after_three_keepalive_probes() {
+    let poison = Arc::new(AtomicBool::new(false));
+    let hop = StaleArp(poison.clone());
+    let mut a = host(1500, Tuning::fast());
+    a.stack.tcp.keepalive = Some(Duration::from_secs(1));
+    a.stack.tcp.keepalive_interval = Duration::from_secs(1);
+    a.stack.tcp.keepalive_probes = 5;
+    let mut p = Pair::with_devices(
+        a,
+        host(1500, Tuning::fast()),
+        move |nic| Box::new(Routed::new(nic, hop)),
+        |n| Box::new(n),
+    )
+    .unwrap();
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 10_000, Duration::from_secs(1));
+    poison.store(true, Ordering::Relaxed);
+    p.run_for(Duration::from_secs(60));
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    let a = p.a.ledger().counters();
+    assert_eq!(a.get(Counter::ArpForgottenOnAdvice), 1);
+    assert!(a.get(Counter::TcpKeepalives) >= 3);
+    transfer(&mut p, c, s, 10_000, Duration::from_secs(1));
+}
+
 #[test]
 fn path_mtu_from_fragmentation_needed() {
     // A router that names the next-hop MTU (RFC 1191 §4): full-sized segments draw

@@ -14,11 +14,14 @@
 
 mod common;
 
-use common::tamper::{SeededFaults, Tampered};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::tamper::{SeededFaults, Tamper, Tampered};
 use common::transfer::pattern;
-use probestack::buf::Loan;
+use probestack::buf::{Loan, PacketBuf};
 use probestack::driver::pcap::{PcapMode, PcapWriter};
-use probestack::driver::{ChecksumOffload, CopyMode, Device, FaultConfig};
+use probestack::driver::{ChecksumOffload, CopyMode, Device, FaultConfig, TxMeta};
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
@@ -35,6 +38,8 @@ const PORT: u16 = 7000;
 /// sample (Karn's rule, RFC 6298 §5.7), so its timer stays backed off to the minute and
 /// each further loss costs one; a megabyte took 20 minutes so. Cheap: the clock jumps.
 const PATIENCE: Duration = Duration::from_secs(4 * 3600);
+/// The interval between keepalive probes where keepalive is on (after a second idle).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// The side that connects (host A) and the side that listens (host B).
 const SIDES: [&str; 2] = ["A", "B"];
 
@@ -100,6 +105,13 @@ enum Step {
     Stream {
         side: usize,
         len: usize,
+    },
+    /// The link is cut both ways for `ms`, then up for a keepalive interval, the
+    /// applications idle meanwhile (so that a probe or a retransmission gets through
+    /// before another cut: cuts in a row, keepalive's 46 s of patience exhausted, would
+    /// end a connection as they should).
+    Cut {
+        ms: u64,
     },
 }
 
@@ -189,6 +201,7 @@ fn step() -> impl Strategy<Value = Step> {
         4 => prop_oneof![Just(0u64), 1..50u64, 50..3000u64].prop_map(|ms| Step::Wait { ms }),
         1 => (0..2usize).prop_map(|side| Step::Shutdown { side }),
         1 => (0..2usize, 1..(1usize << 20)).prop_map(|(side, len)| Step::Stream { side, len }),
+        1 => (1..10_000u64).prop_map(|ms| Step::Cut { ms }),
     ]
 }
 
@@ -209,11 +222,11 @@ fn host_config(setup: &Setup, h: &Host, seed: u64) -> HostConfig {
     tcp.spurious_undo = h.spurious_undo;
     tcp.max_ooo_ranges = h.max_ooo_ranges;
     if h.keepalive {
-        // Probes after a second idle, nine of them two seconds apart: a peer that the
-        // link's faults silence for longer (its frames held back with nothing sent
-        // after them, its ARP requests lost) is given up on, as it should be.
+        // Probes after a second idle, nine of them five seconds apart: a peer that the
+        // link silences for longer (cut, or its frames held back with nothing sent after
+        // them, its ARP requests lost) is given up on, as it should be.
         tcp.keepalive = Some(Duration::from_secs(1));
-        tcp.keepalive_interval = Duration::from_secs(2);
+        tcp.keepalive_interval = KEEPALIVE_INTERVAL;
     }
     c.nic.checksum_offload = if h.nic_checksum_offload {
         ChecksumOffload {
@@ -251,41 +264,56 @@ fn host_config(setup: &Setup, h: &Host, seed: u64) -> HostConfig {
     c
 }
 
-/// The pair `setup` describes. With `PROBESTACK_CONVERSATION_PCAP=FILE` set, each end's
-/// frames go to FILE.a and FILE.b as that end sends them (before the link's faults) and
-/// receives them (after), for a failing case run alone.
-fn pair(setup: &Setup) -> Pair {
+/// A link that can be cut: while `down`, nothing an end sends gets through.
+#[derive(Clone, Default)]
+struct Cut(Arc<AtomicBool>);
+
+impl Tamper for Cut {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        if self.0.load(Ordering::Relaxed) {
+            Vec::new()
+        } else {
+            vec![(frame, meta)]
+        }
+    }
+}
+
+/// The pair `setup` describes, and the switch that cuts its link. With
+/// `PROBESTACK_CONVERSATION_PCAP=FILE` set, each end's frames go to FILE.a and FILE.b as
+/// that end sends them (before the link's faults) and receives them (after), for a failing
+/// case run alone.
+fn pair(setup: &Setup) -> (Pair, Cut) {
     let [a, b] = [0, 1].map(|i| host_config(setup, &setup.hosts[i], i as u64));
     let pcap = std::env::var("PROBESTACK_CONVERSATION_PCAP").ok();
-    let capture = move |end: &str, dev: Box<dyn Device + Send>| -> Box<dyn Device + Send> {
-        match &pcap {
-            Some(path) => {
-                let file = std::fs::File::create(format!("{path}.{end}")).unwrap();
-                Box::new(PcapWriter::new(dev, file, PcapMode::Both).unwrap())
-            }
-            None => dev,
-        }
-    };
-    if !setup.on_frame_queue {
-        let (ca, cb) = (capture.clone(), capture);
-        return Pair::with_devices(a, b, |n| ca("a", Box::new(n)), |n| cb("b", Box::new(n)))
-            .unwrap();
-    }
-    let faults = setup.faults;
-    let end = move |name: &'static str, s: u64| {
-        let capture = capture.clone();
-        move |dev| -> Box<dyn Device + Send> {
+    let cut = Cut::default();
+    let faults = setup.faults.filter(|_| setup.on_frame_queue);
+    let end = |name: &'static str, s: u64| {
+        let (cut, pcap) = (cut.clone(), pcap.clone());
+        move |dev: Box<dyn Device + Send>| -> Box<dyn Device + Send> {
             let dev: Box<dyn Device + Send> = match faults {
                 Some((lose, duplicate, hold, corrupt, seed)) => {
                     let tamper = SeededFaults::new(seed ^ s, lose, duplicate, hold, corrupt);
                     Box::new(Tampered { dev, tamper })
                 }
-                None => Box::new(dev),
+                None => dev,
             };
-            capture(name, dev)
+            let dev = Box::new(Tampered { dev, tamper: cut });
+            match pcap {
+                Some(path) => {
+                    let file = std::fs::File::create(format!("{path}.{name}")).unwrap();
+                    Box::new(PcapWriter::new(dev, file, PcapMode::Both).unwrap())
+                }
+                None => dev,
+            }
         }
     };
-    Pair::on_frame_queue_with(a, b, end("a", 1), end("b", 2)).unwrap()
+    let (end_a, end_b) = (end("a", 1), end("b", 2));
+    let p = if setup.on_frame_queue {
+        Pair::on_frame_queue_with(a, b, |q| end_a(Box::new(q)), |q| end_b(Box::new(q))).unwrap()
+    } else {
+        Pair::with_devices(a, b, |n| end_a(Box::new(n)), |n| end_b(Box::new(n))).unwrap()
+    };
+    (p, cut)
 }
 
 /// One direction of the conversation: what the writer's calls were taken for, what the
@@ -313,6 +341,7 @@ fn bytes(side: usize, offset: usize, len: usize) -> Vec<u8> {
 struct Apps {
     handles: [TcpHandle; 2],
     listener: TcpHandle,
+    cut: Cut,
     zero_copy: [bool; 2],
     /// streams[i]: what side i writes and the other reads.
     streams: [Stream; 2],
@@ -329,7 +358,7 @@ fn stack(p: &mut Pair, side: usize) -> &mut probestack::stack::Stack {
 
 impl Apps {
     /// A connects to B's listener; each side sets its socket options.
-    fn connect(p: &mut Pair, setup: &Setup) -> Result<Apps, TestCaseError> {
+    fn connect(p: &mut Pair, cut: Cut, setup: &Setup) -> Result<Apps, TestCaseError> {
         let listener = p.b.tcp_listen((ADDR_B, PORT), 4).unwrap();
         let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
         // A SYN and a SYN-ACK lost in a row take their timeouts of 1 and 2 s.
@@ -349,6 +378,7 @@ impl Apps {
         Ok(Apps {
             handles,
             listener,
+            cut,
             zero_copy: [0, 1].map(|i| setup.hosts[i].zero_copy_receive),
             streams: Default::default(),
             loans: Vec::new(),
@@ -476,6 +506,12 @@ impl Apps {
                 }
             }
             Step::Stream { side, len } => self.stream(p, side, len)?,
+            Step::Cut { ms } => {
+                self.cut.0.store(true, Ordering::Relaxed);
+                p.run_for(Duration::from_millis(ms));
+                self.cut.0.store(false, Ordering::Relaxed);
+                p.run_for(KEEPALIVE_INTERVAL);
+            }
         }
         p.settle();
         Ok(())
@@ -597,8 +633,8 @@ impl Apps {
 
 /// Runs `steps` between the two applications of `setup`, then finishes the conversation.
 fn converse(setup: &Setup, steps: &[Step]) -> Result<(), TestCaseError> {
-    let mut p = pair(setup);
-    let mut apps = Apps::connect(&mut p, setup)?;
+    let (mut p, cut) = pair(setup);
+    let mut apps = Apps::connect(&mut p, cut, setup)?;
     for &step in steps {
         apps.run(&mut p, step)?;
     }

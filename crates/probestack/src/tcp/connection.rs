@@ -3219,6 +3219,13 @@ impl Connection {
             }
             self.keepalive_sent += 1;
             ledger.counters().inc(Counter::TcpKeepalives);
+            // The same probe unanswered R1 times: negative advice, as for a segment
+            // retransmitted (RFC 1122 §4.2.3.5), so that a link address gone stale or
+            // wrong (an ARP reply corrupted past its CRC) is asked again before the
+            // connection is given up on.
+            if self.keepalive_sent == NEGATIVE_ADVICE_RETRIES {
+                self.negative_advice = true;
+            }
             self.keepalive_deadline = Some(now + self.config.keepalive_interval);
             // The probe is an ACK one byte behind (RFC 1122 §4.2.3.6), sent below.
             self.keepalive_probe = true;
