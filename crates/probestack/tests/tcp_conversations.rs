@@ -29,7 +29,6 @@ use probestack::tcp::State;
 use probestack::time::Duration;
 use probestack::tuning::Tuning;
 use proptest::prelude::*;
-use proptest::test_runner::RngSeed;
 
 const PORT: u16 = 7000;
 /// How long, in virtual time, a stream may take to arrive and a close to complete. Hours:
@@ -643,7 +642,7 @@ fn converse(setup: &Setup, steps: &[Step]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(common::conversation::config(256))]
 
     #[test]
     fn any_conversation_delivers_both_streams_whole_and_in_order(
@@ -651,26 +650,6 @@ proptest! {
         steps in proptest::collection::vec(step(), 0..60),
     ) {
         converse(&setup, &steps)?;
-    }
-}
-
-/// 256 conversations from a fixed seed, so that CI runs the same ones each time;
-/// `PROBESTACK_CONVERSATIONS=N` runs N, and `PROBESTACK_CONVERSATION_SEED=random` (or a
-/// number) explores others.
-fn config() -> ProptestConfig {
-    let var = |name| std::env::var(name).ok();
-    let seed = match var("PROBESTACK_CONVERSATION_SEED").as_deref() {
-        Some("random") => RngSeed::Random,
-        Some(n) => RngSeed::Fixed(n.parse().expect("a seed is a number or `random`")),
-        None => RngSeed::Fixed(0x7c9_2026),
-    };
-    ProptestConfig {
-        cases: var("PROBESTACK_CONVERSATIONS").map_or(256, |n| n.parse().expect("a number")),
-        rng_seed: seed,
-        // Not written to a file of regressions: a failure prints its minimal case, and
-        // the ones found so far are tests of their own below.
-        failure_persistence: None,
-        ..ProptestConfig::default()
     }
 }
 

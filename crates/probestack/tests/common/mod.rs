@@ -3,10 +3,13 @@
 //! on (`tcp.rs`, `offload.rs`, `multihomed.rs`), `capture` for comparing the frames two code paths send (`tcp.rs`,
 //! `udp.rs`), `tamper` for a device that loses, holds back or copies frames (`tap.rs`,
 //! `tcp.rs`, `zero_copy.rs`), `router` for one with a router behind it that answers with
-//! ICMP errors (`tcp.rs`, `icmp_errors.rs`). Each test file uses a part of them.
+//! ICMP errors (`tcp.rs`, `icmp_errors.rs`), `conversation` for the proptest settings of
+//! the random conversations (`tcp_conversations.rs`, `tcp_smoltcp.rs`). Each test file uses
+//! a part of them.
 #![allow(dead_code, unused_macros, unused_imports)]
 
 pub mod capture;
+pub mod conversation;
 pub mod netns;
 pub mod router;
 pub mod tamper;
