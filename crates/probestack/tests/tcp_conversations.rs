@@ -335,15 +335,19 @@ fn bytes(side: usize, offset: usize, len: usize) -> Vec<u8> {
     b
 }
 
-/// The two applications: their sockets, how they read, what each stream holds so far,
-/// and the loans they made.
-struct Apps {
+/// One connection between the two applications: its socket on each side, and what each
+/// of its streams holds so far (streams[i]: what side i writes and the other reads).
+struct Conn {
     handles: [TcpHandle; 2],
+    streams: [Stream; 2],
+}
+
+/// The two applications: their connections, how they read, and the loans they made.
+struct Apps {
+    conns: Vec<Conn>,
     listener: TcpHandle,
     cut: Cut,
     zero_copy: [bool; 2],
-    /// streams[i]: what side i writes and the other reads.
-    streams: [Stream; 2],
     loans: Vec<Loan>,
 }
 
@@ -356,30 +360,36 @@ fn stack(p: &mut Pair, side: usize) -> &mut probestack::stack::Stack {
 }
 
 impl Apps {
-    /// A connects to B's listener; each side sets its socket options.
-    fn connect(p: &mut Pair, cut: Cut, setup: &Setup) -> Result<Apps, TestCaseError> {
-        let listener = p.b.tcp_listen((ADDR_B, PORT), 4).unwrap();
-        let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
-        // A SYN and a SYN-ACK lost in a row take their timeouts of 1 and 2 s.
-        let mut s = None;
-        let connected = p.run_until(Duration::from_secs(600), |p| {
-            s = s.or_else(|| p.b.tcp_accept(listener).ok());
-            s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
-        });
-        prop_assert!(connected, "no connection: A {:?}", p.a.tcp_state(c));
-        let handles = [c, s.unwrap()];
-        for (side, h) in setup.hosts.iter().enumerate() {
-            let st = stack(p, side);
-            st.tcp_set_nodelay(handles[side], h.nodelay).unwrap();
-            st.tcp_set_zero_copy_receive(handles[side], h.zero_copy_receive)
-                .unwrap();
+    /// A makes `n` connections to B's listener; each side sets its socket options.
+    fn connect(p: &mut Pair, cut: Cut, setup: &Setup, n: usize) -> Result<Apps, TestCaseError> {
+        let listener = p.b.tcp_listen((ADDR_B, PORT), n).unwrap();
+        let mut conns = Vec::new();
+        for _ in 0..n {
+            let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+            // A SYN and a SYN-ACK lost in a row take their timeouts of 1 and 2 s.
+            let mut s = None;
+            let connected = p.run_until(Duration::from_secs(600), |p| {
+                s = s.or_else(|| p.b.tcp_accept(listener).ok());
+                s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+            });
+            prop_assert!(connected, "no connection: A {:?}", p.a.tcp_state(c));
+            let handles = [c, s.unwrap()];
+            for (side, h) in setup.hosts.iter().enumerate() {
+                let st = stack(p, side);
+                st.tcp_set_nodelay(handles[side], h.nodelay).unwrap();
+                st.tcp_set_zero_copy_receive(handles[side], h.zero_copy_receive)
+                    .unwrap();
+            }
+            conns.push(Conn {
+                handles,
+                streams: Default::default(),
+            });
         }
         Ok(Apps {
-            handles,
+            conns,
             listener,
             cut,
             zero_copy: [0, 1].map(|i| setup.hosts[i].zero_copy_receive),
-            streams: Default::default(),
             loans: Vec::new(),
         })
     }
@@ -387,12 +397,13 @@ impl Apps {
     fn write(
         &mut self,
         p: &mut Pair,
+        k: usize,
         side: usize,
         len: usize,
         how: How,
     ) -> Result<(), TestCaseError> {
-        let h = self.handles[side];
-        let data = bytes(side, self.streams[side].written, len);
+        let h = self.conns[k].handles[side];
+        let data = bytes(side, self.conns[k].streams[side].written, len);
         let st = stack(p, side);
         let r = match how {
             How::Copy => st.tcp_send(h, &data),
@@ -404,12 +415,12 @@ impl Apps {
                 r
             }
         };
-        let shut = self.streams[side].shut;
+        let shut = self.conns[k].streams[side].shut;
         match r {
             Ok(n) => {
                 prop_assert!(!shut, "{} wrote after its shutdown", SIDES[side]);
                 prop_assert!(n > 0 && n <= len, "{} took {n} of {len}", SIDES[side]);
-                self.streams[side].written += n;
+                self.conns[k].streams[side].written += n;
             }
             Err(TcpError::WouldBlock) => {
                 prop_assert!(!shut, "{} would block after its shutdown", SIDES[side]);
@@ -425,8 +436,14 @@ impl Apps {
     }
 
     /// Reads up to `max` bytes on `side`; whether it got anything new (data or the end).
-    fn read(&mut self, p: &mut Pair, side: usize, max: usize) -> Result<bool, TestCaseError> {
-        let h = self.handles[side];
+    fn read(
+        &mut self,
+        p: &mut Pair,
+        k: usize,
+        side: usize,
+        max: usize,
+    ) -> Result<bool, TestCaseError> {
+        let h = self.conns[k].handles[side];
         let st = stack(p, side);
         let got: Result<Option<Vec<u8>>, TcpError> = if self.zero_copy[side] {
             st.tcp_recv_zero_copy(h, max).map(|b| b.map(|b| b.to_vec()))
@@ -438,7 +455,7 @@ impl Apps {
             })
         };
         let from = 1 - side;
-        let stream = &mut self.streams[from];
+        let stream = &mut self.conns[k].streams[from];
         match got {
             Ok(Some(data)) => {
                 let at = stream.read.len();
@@ -485,26 +502,28 @@ impl Apps {
         }
     }
 
-    fn shutdown(&mut self, p: &mut Pair, side: usize) -> Result<(), TestCaseError> {
-        let r = stack(p, side).tcp_shutdown(self.handles[side]);
+    fn shutdown(&mut self, p: &mut Pair, k: usize, side: usize) -> Result<(), TestCaseError> {
+        let r = stack(p, side).tcp_shutdown(self.conns[k].handles[side]);
         prop_assert!(r.is_ok(), "{} shutdown: {r:?}", SIDES[side]);
-        self.streams[side].shut = true;
+        self.conns[k].streams[side].shut = true;
         Ok(())
     }
 
-    fn run(&mut self, p: &mut Pair, step: Step) -> Result<(), TestCaseError> {
+    /// Runs `step` on connection `k` (of those open, counted round).
+    fn run(&mut self, p: &mut Pair, k: usize, step: Step) -> Result<(), TestCaseError> {
+        let k = k % self.conns.len();
         match step {
-            Step::Write { side, len, how } => self.write(p, side, len, how)?,
+            Step::Write { side, len, how } => self.write(p, k, side, len, how)?,
             Step::Read { side, max } => {
-                self.read(p, side, max)?;
+                self.read(p, k, side, max)?;
             }
             Step::Wait { ms } => p.run_for(Duration::from_millis(ms)),
             Step::Shutdown { side } => {
-                if !self.streams[side].shut {
-                    self.shutdown(p, side)?;
+                if !self.conns[k].streams[side].shut {
+                    self.shutdown(p, k, side)?;
                 }
             }
-            Step::Stream { side, len } => self.stream(p, side, len)?,
+            Step::Stream { side, len } => self.stream(p, k, side, len)?,
             Step::Cut { ms } => {
                 self.cut.0.store(true, Ordering::Relaxed);
                 p.run_for(Duration::from_millis(ms));
@@ -518,26 +537,32 @@ impl Apps {
 
     /// `side` writes `len` more bytes (copied, 64 KiB a call) while the other side reads
     /// everything that arrives, until it has read them all (nothing after a shutdown).
-    fn stream(&mut self, p: &mut Pair, side: usize, len: usize) -> Result<(), TestCaseError> {
-        if self.streams[side].shut {
+    fn stream(
+        &mut self,
+        p: &mut Pair,
+        k: usize,
+        side: usize,
+        len: usize,
+    ) -> Result<(), TestCaseError> {
+        if self.conns[k].streams[side].shut {
             return Ok(());
         }
-        let target = self.streams[side].written + len;
+        let target = self.conns[k].streams[side].written + len;
         let mut failed = None;
         let done = p.run_until(PATIENCE, |p| {
             let mut turn = || -> Result<bool, TestCaseError> {
                 loop {
-                    let before = self.streams[side].written;
+                    let before = self.conns[k].streams[side].written;
                     if before == target {
                         break;
                     }
-                    self.write(p, side, (target - before).min(64 << 10), How::Copy)?;
-                    if self.streams[side].written == before {
+                    self.write(p, k, side, (target - before).min(64 << 10), How::Copy)?;
+                    if self.conns[k].streams[side].written == before {
                         break;
                     }
                 }
-                while self.read(p, 1 - side, 256 << 10)? {}
-                Ok(self.streams[side].read.len() == target)
+                while self.read(p, k, 1 - side, 256 << 10)? {}
+                Ok(self.conns[k].streams[side].read.len() == target)
             };
             turn().unwrap_or_else(|e| {
                 failed = Some(e);
@@ -547,7 +572,7 @@ impl Apps {
         if let Some(e) = failed {
             return Err(e);
         }
-        let s = &self.streams[side];
+        let s = &self.conns[k].streams[side];
         prop_assert!(
             done,
             "{} read {} of the {} bytes {} wrote; A {:?}, B {:?}",
@@ -555,59 +580,69 @@ impl Apps {
             s.read.len(),
             s.written,
             SIDES[side],
-            p.a.tcp_stats(self.handles[0]),
-            p.b.tcp_stats(self.handles[1]),
+            p.a.tcp_stats(self.conns[k].handles[0]),
+            p.b.tcp_stats(self.conns[k].handles[1]),
         );
         Ok(())
     }
 
-    /// Both sides shut down and read to the end of the stream, then close: both
-    /// connections must go, and every loan come back.
+    /// Both sides of every connection shut down and read to the end of the stream, then
+    /// close: every connection must go, and every loan come back.
     fn finish(
         mut self,
         p: &mut Pair,
         faults: bool,
         holds_frames: bool,
     ) -> Result<(), TestCaseError> {
-        for side in 0..2 {
-            if !self.streams[side].shut {
-                self.shutdown(p, side)?;
+        for k in 0..self.conns.len() {
+            for side in 0..2 {
+                if !self.conns[k].streams[side].shut {
+                    self.shutdown(p, k, side)?;
+                }
             }
         }
         let mut failed = None;
         let done = p.run_until(PATIENCE, |p| {
-            for side in 0..2 {
-                loop {
-                    match self.read(p, side, 100_000) {
-                        Ok(true) => continue,
-                        Ok(false) => break,
-                        Err(e) => {
-                            failed = Some(e);
-                            return true;
+            for k in 0..self.conns.len() {
+                for side in 0..2 {
+                    loop {
+                        match self.read(p, k, side, 100_000) {
+                            Ok(true) => continue,
+                            Ok(false) => break,
+                            Err(e) => {
+                                failed = Some(e);
+                                return true;
+                            }
                         }
                     }
                 }
             }
-            self.streams.iter().all(|s| s.eof_seen)
+            self.conns
+                .iter()
+                .all(|c| c.streams.iter().all(|s| s.eof_seen))
         });
         if let Some(e) = failed {
             return Err(e);
         }
-        let [a, b] = &self.streams;
-        prop_assert!(
-            done,
-            "not ended after both shut down: B read {} of A's {} bytes (end seen: {}), A {} of B's {} ({}); A {:?}, B {:?}",
-            a.read.len(),
-            a.written,
-            a.eof_seen,
-            b.read.len(),
-            b.written,
-            b.eof_seen,
-            p.a.tcp_stats(self.handles[0]),
-            p.b.tcp_stats(self.handles[1]),
-        );
-        p.a.tcp_close(self.handles[0]).unwrap();
-        p.b.tcp_close(self.handles[1]).unwrap();
+        for (k, c) in self.conns.iter().enumerate() {
+            let [a, b] = &c.streams;
+            prop_assert!(
+                done,
+                "connection {k} not ended after both shut down: B read {} of A's {} bytes (end seen: {}), A {} of B's {} ({}); A {:?}, B {:?}",
+                a.read.len(),
+                a.written,
+                a.eof_seen,
+                b.read.len(),
+                b.written,
+                b.eof_seen,
+                p.a.tcp_stats(c.handles[0]),
+                p.b.tcp_stats(c.handles[1]),
+            );
+        }
+        for c in &self.conns {
+            p.a.tcp_close(c.handles[0]).unwrap();
+            p.b.tcp_close(c.handles[1]).unwrap();
+        }
         p.b.tcp_close(self.listener).unwrap();
         // TIME-WAIT is 2 s here; a lost last ACK makes LAST-ACK retransmit its FIN.
         p.run_for(PATIENCE);
@@ -630,12 +665,24 @@ impl Apps {
     }
 }
 
-/// Runs `steps` between the two applications of `setup`, then finishes the conversation.
+/// Runs `steps` between the two applications of `setup` on one connection, then
+/// finishes the conversation.
 fn converse(setup: &Setup, steps: &[Step]) -> Result<(), TestCaseError> {
+    let steps: Vec<(usize, Step)> = steps.iter().map(|&s| (0, s)).collect();
+    converse_on(setup, 1, &steps)
+}
+
+/// Runs `steps`, each on the connection its number names (counted round), between the
+/// two applications of `setup` with `connections` open, then finishes the conversation.
+fn converse_on(
+    setup: &Setup,
+    connections: usize,
+    steps: &[(usize, Step)],
+) -> Result<(), TestCaseError> {
     let (mut p, cut) = pair(setup);
-    let mut apps = Apps::connect(&mut p, cut, setup)?;
-    for &step in steps {
-        apps.run(&mut p, step)?;
+    let mut apps = Apps::connect(&mut p, cut, setup, connections)?;
+    for &(k, step) in steps {
+        apps.run(&mut p, k, step)?;
     }
     let faults = setup.faults.is_some();
     apps.finish(&mut p, faults, faults && setup.on_frame_queue)
@@ -644,12 +691,15 @@ fn converse(setup: &Setup, steps: &[Step]) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(common::conversation::config(256))]
 
+    /// Mostly one connection; sometimes a few; sometimes more than 16, where the socket
+    /// table keeps its connections' timers in a queue (`tcp::timer_queue`).
     #[test]
     fn any_conversation_delivers_both_streams_whole_and_in_order(
         setup in setup(),
-        steps in proptest::collection::vec(step(), 0..60),
+        connections in prop_oneof![6 => Just(1usize), 2 => 2..5usize, 1 => 17..21usize],
+        steps in proptest::collection::vec((0..32usize, step()), 0..60),
     ) {
-        converse(&setup, &steps)?;
+        converse_on(&setup, connections, &steps)?;
     }
 }
 
