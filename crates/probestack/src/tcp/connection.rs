@@ -3242,13 +3242,17 @@ impl Connection {
     /// byte as a zero-window probe instead, which a receiver acknowledges with its window
     /// (RFC 9293 §3.8.6.1: retransmit regularly even when the window is zero; Linux's
     /// `tcp_retransmit_timer` likewise turns its retransmissions into probes). And while
-    /// the peer answers, such a timeout does not count toward giving up (RFC 1122
-    /// §4.2.2.17: a receiver may keep its window shut indefinitely). Before, a window shut
+    /// the peer answers, such timeouts do not count toward giving up (RFC 1122 §4.2.2.17:
+    /// a receiver may keep its window shut indefinitely): only those in a row that it
+    /// left unanswered do. Before, a window shut
     /// with data in flight sent nothing at each timeout until the connection timed out.
     fn retransmit_timeout(&mut self, now: Instant, ledger: &Ledger) -> Option<RstReply> {
         let shut = self.state.is_synchronized() && self.snd_wnd == 0;
         let peer_answered = std::mem::take(&mut self.acked_since_timeout);
-        if !(shut && peer_answered) {
+        if shut && peer_answered {
+            // Count only the timeouts the peer has not answered since the last.
+            self.retries = 0;
+        } else {
             self.retries += 1;
         }
         let limit = match self.state {
