@@ -3,7 +3,7 @@
 //! reports it if the connection then times out, and ends a connect on a hard one (SHLD-26;
 //! a live connection keeps it as a soft one, RFC 5461 §4); an error that quotes no data in
 //! flight is ignored (RFC 5927 §4.1). A connected UDP socket is told of every error (RFC
-//! 1122 §4.1.3.3).
+//! 1122 §4.1.3.3) but a reassembly time exceeded, which says a datagram was lost.
 //!
 //! A's NIC has a router behind it (`common::router`, [`Router`]) that loses the frames a
 //! rule picks and answers each with an ICMP error quoting it, as a router on the way
@@ -34,6 +34,8 @@ const ROUTER: Ipv4Address = Ipv4Address::new(198, 18, 0, 254);
 enum Answer {
     Unreachable(DstUnreachable),
     TtlExpired,
+    /// A reassembly that timed out at the destination, as B would answer it.
+    ReassemblyExpired,
     /// A parameter problem pointing at the quoted header's TTL.
     HeaderAtFault,
 }
@@ -72,6 +74,9 @@ impl Hop for Router {
         let icmp = match rule.answer {
             Answer::Unreachable(code) => Icmpv4Repr::dst_unreachable(code, 0, &quoted),
             Answer::TtlExpired => Icmpv4Repr::time_exceeded(TimeExceeded::TtlExpired, &quoted),
+            Answer::ReassemblyExpired => {
+                Icmpv4Repr::time_exceeded(TimeExceeded::FragReassembly, &quoted)
+            }
             Answer::HeaderAtFault => Icmpv4Repr::param_problem(ParamProblem::Pointer, 8, &quoted),
         }
         .unwrap();
@@ -246,4 +251,29 @@ fn a_connected_udp_socket_is_told_of_every_error() {
         p.a.udp_recv(unconnected, &mut buf),
         Err(UdpError::WouldBlock)
     );
+}
+
+/// Reassembly time exceeded (RFC 792 code 1) says one datagram lost a fragment on its way,
+/// not that the host cannot be reached: counted, and no error to the socket, as 4.4BSD's
+/// `inetctlerrmap` has it (and Linux's UDP without IP_RECVERR). Before, a connected
+/// socket's next call failed as "host unreachable" after one lost fragment (found by the
+/// random traffic of `tests/udp.rs`).
+#[test]
+fn a_reassembly_time_exceeded_is_no_error_to_a_socket() {
+    let (mut p, rule) = routed();
+    let a = p.a.udp_open();
+    p.a.udp_connect(a, ADDR_B, 9).unwrap();
+    *rule.lock().unwrap() = Some(Rule {
+        answer: Answer::ReassemblyExpired,
+        protocol: 17,
+        syn_only: false,
+        seq_shift: 0,
+    });
+    p.a.udp_send(a, b"anyone?").unwrap();
+    p.run_for(Duration::from_millis(10));
+    let mut buf = [0u8; 16];
+    assert_eq!(p.a.udp_recv(a, &mut buf), Err(UdpError::WouldBlock));
+    assert_eq!(p.a.udp_send(a, b"again"), Ok(5));
+    assert_eq!(count(&p, Counter::IcmpErrorsIn), 1);
+    assert_eq!(count(&p, Counter::UdpIcmpErrors), 0);
 }

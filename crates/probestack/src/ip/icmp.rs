@@ -123,6 +123,15 @@ impl Stack {
                 next_hop_mtu,
                 ..
             } => self.icmp_error_in(s, &icmp, IcmpError::of(reason, next_hop_mtu)),
+            // Reassembly time exceeded says a datagram lost a fragment, not that the host
+            // cannot be reached: nothing for a transport to report (4.4BSD's
+            // `inetctlerrmap` maps PRC_TIMXCEED_REASS to no error). Reported as
+            // unreachable, a connected UDP socket's next send failed after one lost
+            // fragment (found by tests/udp.rs's random traffic).
+            Icmpv4Repr::TimeExceeded {
+                reason: TimeExceeded::FragReassembly,
+                ..
+            } => self.ledger.counters().inc(Counter::IcmpErrorsIn),
             Icmpv4Repr::TimeExceeded { .. } => self.icmp_error_in(s, &icmp, IcmpError::Host),
             Icmpv4Repr::ParamProblem { .. } => {
                 self.icmp_error_in(s, &icmp, IcmpError::ParamProblem)
