@@ -564,6 +564,36 @@ fn keepalive_leaves_a_connection_with_data_waiting_alone() {
     assert!(got == data[..sent], "{} of {sent} bytes", got.len());
 }
 
+/// A peer that keeps its window shut and answers is probed for good (above); one that
+/// vanishes behind a shut window is given up on after as many unanswered probes in a row
+/// as retransmissions of a segment (`max_retransmissions`), as Linux's `tcp_probe_timer`
+/// does. Before, the persist timer probed it forever.
+#[test]
+fn a_shut_window_whose_peer_vanished_is_given_up_on() {
+    let mut b = host(1500, Tuning::fast());
+    b.stack.tcp.recv_buffer = 16 << 10;
+    let mut p = Pair::new(host(1500, Tuning::fast()), b).unwrap();
+    let (c, _l, _s) = connect(&mut p);
+    let data = pattern(0, 100_000);
+    let mut sent = 0;
+    // B's reader is away: its window shuts, and A's persist timer probes it.
+    assert!(p.run_until(Duration::from_secs(10), |p| {
+        sent += p.a.tcp_send(c, &data[sent..]).unwrap_or(0);
+        p.a.ledger().counters().get(Counter::TcpWindowProbes) > 0
+    }));
+    p.run_for(Duration::from_secs(600));
+    assert_eq!(
+        p.a.tcp_state(c),
+        Ok(State::Established),
+        "answered probes go on"
+    );
+    // B vanishes, NIC and all.
+    p.b = probestack::stack::Stack::new(probestack::stack::StackConfig::default());
+    p.run_for(Duration::from_secs(3600));
+    assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::TimedOut)));
+}
+
 /// A router whose next hop carries at most `path_mtu`: a larger datagram from A is not
 /// sent; A gets an ICMP fragmentation-needed about it instead (RFC 1191 §4), from B's
 /// address, `reported_mtu` in its next-hop MTU field. With `forge`, the datagram goes

@@ -2015,6 +2015,10 @@ impl Connection {
             if was_zero && self.snd_wnd > 0 {
                 self.persist_deadline = None;
                 self.persist_backoff = 0;
+                // The probes' count of unanswered ones ends with them.
+                if self.snd_una == self.snd_max {
+                    self.retries = 0;
+                }
             }
         }
 
@@ -3194,6 +3198,21 @@ impl Connection {
             if self.snd_wnd == 0 {
                 self.persist_backoff += 1;
                 ledger.counters().inc(Counter::TcpWindowProbes);
+                // A peer that answers may keep its window shut for good (RFC 1122
+                // §4.2.2.17); one that stops answering is given up on after as many
+                // unanswered probes in a row as retransmissions of a segment, as Linux's
+                // `tcp_probe_timer` does (its `probes_out` against `tcp_retries2`).
+                // Before, a zero window left by a vanished peer was probed forever.
+                if std::mem::take(&mut self.acked_since_timeout) {
+                    self.retries = 0;
+                } else {
+                    self.retries += 1;
+                    if self.retries > self.config.max_retransmissions {
+                        ledger.counters().inc(Counter::TcpDropTimeout);
+                        self.error = Some(self.timed_out());
+                        return self.abort();
+                    }
+                }
             }
             self.persist_deadline = Some(now + self.persist_timeout());
         }
