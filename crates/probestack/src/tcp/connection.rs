@@ -594,8 +594,9 @@ pub struct Connection {
     rtt: RttEstimator,
     rtt_timer: RttTimer,
     retries: u32,
-    /// An acceptable ACK arrived since the last retransmission timeout: the peer is
-    /// there, so a timeout while its window is shut does not count toward giving up.
+    /// An acceptable ACK arrived since the last retransmission or persist timeout: the
+    /// peer is there, so a probe's timeout does not count toward giving up
+    /// ([`count_probe_timeout`](Self::count_probe_timeout)).
     acked_since_timeout: bool,
     /// A zero-window probe is due.
     probe_now: bool,
@@ -2633,9 +2634,6 @@ impl Connection {
     // ------------------------------------------------------------------------------------
     // Output (after 4.4BSD `tcp_output`).
 
-    /// The window field to advertise and the right edge it sets, never left of the last
-    /// (RFC 9293 §3.8.6.2.2, with receiver SWS avoidance: a window opening by less than
-    /// min(MSS, half the buffer) is not offered).
     /// RCV.WND for the acceptance test and the trimming of data (RFC 9293 §3.10.7.4):
     /// the receive buffer's free space, as BSD takes it (`sbspace`, which may exceed what
     /// receiver silly-window avoidance advertised), but nothing after a zero window was
@@ -2653,6 +2651,9 @@ impl Connection {
         }
     }
 
+    /// The window field to advertise and the right edge it sets, never left of the last
+    /// (RFC 9293 §3.8.6.2.2, with receiver SWS avoidance: a window opening by less than
+    /// min(MSS, half the buffer) is not offered).
     fn window_to_advertise(&self) -> (u16, SeqNumber) {
         let free = self.rx.free();
         let already = if self.rcv_adv.gt(self.rcv_nxt) {
@@ -3203,15 +3204,11 @@ impl Connection {
                 // unanswered probes in a row as retransmissions of a segment, as Linux's
                 // `tcp_probe_timer` does (its `probes_out` against `tcp_retries2`).
                 // Before, a zero window left by a vanished peer was probed forever.
-                if std::mem::take(&mut self.acked_since_timeout) {
-                    self.retries = 0;
-                } else {
-                    self.retries += 1;
-                    if self.retries > self.config.max_retransmissions {
-                        ledger.counters().inc(Counter::TcpDropTimeout);
-                        self.error = Some(self.timed_out());
-                        return self.abort();
-                    }
+                self.count_probe_timeout();
+                if self.retries > self.config.max_retransmissions {
+                    ledger.counters().inc(Counter::TcpDropTimeout);
+                    self.error = Some(self.timed_out());
+                    return self.abort();
                 }
             }
             self.persist_deadline = Some(now + self.persist_timeout());
@@ -3252,6 +3249,19 @@ impl Connection {
         None
     }
 
+    /// The timeout of a probe into a shut window (the persist timer's, or a retransmission
+    /// that became one): toward giving up counts only a run of them the peer left
+    /// unanswered; any acceptable ACK since the last starts the count again (RFC 1122
+    /// §4.2.2.17: a receiver that answers may keep its window shut for good; Linux resets
+    /// its `probes_out` on any ACK).
+    fn count_probe_timeout(&mut self) {
+        if std::mem::take(&mut self.acked_since_timeout) {
+            self.retries = 0;
+        } else {
+            self.retries += 1;
+        }
+    }
+
     /// RFC 6298 §5.4-5.7 and RFC 5681 §3.1: retransmit from SND.UNA with a loss window of
     /// one segment, back off, give up after too many tries.
     ///
@@ -3263,15 +3273,14 @@ impl Connection {
     /// `tcp_retransmit_timer` likewise turns its retransmissions into probes). And while
     /// the peer answers, such timeouts do not count toward giving up (RFC 1122 §4.2.2.17:
     /// a receiver may keep its window shut indefinitely): only those in a row that it
-    /// left unanswered do. Before, a window shut
-    /// with data in flight sent nothing at each timeout until the connection timed out.
+    /// left unanswered do. Before, a window shut with data in flight sent nothing at each
+    /// timeout until the connection timed out.
     fn retransmit_timeout(&mut self, now: Instant, ledger: &Ledger) -> Option<RstReply> {
         let shut = self.state.is_synchronized() && self.snd_wnd == 0;
-        let peer_answered = std::mem::take(&mut self.acked_since_timeout);
-        if shut && peer_answered {
-            // Count only the timeouts the peer has not answered since the last.
-            self.retries = 0;
+        if shut {
+            self.count_probe_timeout();
         } else {
+            self.acked_since_timeout = false;
             self.retries += 1;
         }
         let limit = match self.state {
