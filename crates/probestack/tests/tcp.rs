@@ -684,21 +684,28 @@ impl Hop for StaleArp {
     }
 }
 
+/// A pair with [`StaleArp`] behind A's NIC (A as `a` says), and the switch that tells it
+/// to lie.
+fn behind_a_stale_arp(a: HostConfig) -> (Pair, Arc<AtomicBool>) {
+    let poison = Arc::new(AtomicBool::new(false));
+    let hop = StaleArp(poison.clone());
+    let p = Pair::with_devices(
+        a,
+        host(1500, Tuning::fast()),
+        move |nic| Box::new(Routed::new(nic, hop)),
+        |n| Box::new(n),
+    )
+    .unwrap();
+    (p, poison)
+}
+
 /// A's ARP entry for B goes stale (B "moved" to a MAC nobody has): at the third
 /// retransmission of a segment TCP gives IP negative advice (RFC 1122 §4.2.3.5), the entry
 /// is forgotten, A asks again, and the transfer goes on within seconds, where the entry
 /// would have lived a minute.
 #[test]
 fn a_stale_link_address_is_asked_again_after_three_retransmissions() {
-    let poison = Arc::new(AtomicBool::new(false));
-    let hop = StaleArp(poison.clone());
-    let mut p = Pair::with_devices(
-        host(1500, Tuning::fast()),
-        host(1500, Tuning::fast()),
-        move |nic| Box::new(Routed::new(nic, hop)),
-        |n| Box::new(n),
-    )
-    .unwrap();
+    let (mut p, poison) = behind_a_stale_arp(host(1500, Tuning::fast()));
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, 10_000, Duration::from_secs(1));
     poison.store(true, Ordering::Relaxed);
@@ -714,19 +721,11 @@ fn a_stale_link_address_is_asked_again_after_three_retransmissions() {
 /// again, and keepalive gave the connection up.
 #[test]
 fn a_stale_link_address_is_asked_again_after_three_keepalive_probes() {
-    let poison = Arc::new(AtomicBool::new(false));
-    let hop = StaleArp(poison.clone());
     let mut a = host(1500, Tuning::fast());
     a.stack.tcp.keepalive = Some(Duration::from_secs(1));
     a.stack.tcp.keepalive_interval = Duration::from_secs(1);
     a.stack.tcp.keepalive_probes = 5;
-    let mut p = Pair::with_devices(
-        a,
-        host(1500, Tuning::fast()),
-        move |nic| Box::new(Routed::new(nic, hop)),
-        |n| Box::new(n),
-    )
-    .unwrap();
+    let (mut p, poison) = behind_a_stale_arp(a);
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, 10_000, Duration::from_secs(1));
     poison.store(true, Ordering::Relaxed);

@@ -760,24 +760,11 @@ proptest! {
 // tests/tcp_states.rs `a_window_shut_with_data_in_flight_is_probed_and_kept_open` and
 // tests/tcp.rs `keepalive_leaves_a_connection_with_data_waiting_alone`.
 
-/// A host with every switch (`bsd()`'s kernel and lookups) and option off, `send_buffer`
+/// A host with every switch (`bsd()`) and option off, `send_buffer`
 /// and `recv_buffer` bytes of buffers, ACKs delayed `delayed_ack_ms`.
 fn plain(send_buffer: usize, recv_buffer: usize, delayed_ack_ms: u64) -> Host {
     Host {
-        tuning: Tuning {
-            checksum_elision: false,
-            fused_copy_checksum: false,
-            header_prediction: false,
-            tcp_output_per_batch: false,
-            checksum_offload: false,
-            segmentation_offload: false,
-            software_segmentation: false,
-            tcp_send_by_reference: false,
-            tcp_verify_on_read: false,
-            tcp_header_template: false,
-            buffer_cache: false,
-            ..Tuning::bsd()
-        },
+        tuning: Tuning::bsd(),
         send_buffer,
         recv_buffer,
         window_scaling: false,

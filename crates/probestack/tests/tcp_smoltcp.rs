@@ -485,6 +485,41 @@ impl World {
         self.run_until(d, |_| false);
     }
 
+    /// smoltcp connects to a probestack listener; returns the listener and probestack's
+    /// end once both are established (within `patience`).
+    fn smol_connects(&mut self, patience: Duration) -> (TcpHandle, TcpHandle) {
+        let listener = self.ps.tcp_listen((ADDR_A, PORT), 4).unwrap();
+        let cx = self.iface.context();
+        let socket = self.sockets.get_mut::<smol::Socket>(self.sock);
+        socket
+            .connect(cx, (smol_addr(ADDR_A), PORT), SMOL_LOCAL_PORT)
+            .unwrap();
+        let mut accepted = None;
+        assert!(
+            self.run_until(patience, |w| {
+                accepted = accepted.or_else(|| w.ps.tcp_accept(listener).ok());
+                accepted.is_some() && w.smol().state() == smol::State::Established
+            }),
+            "no handshake: smoltcp is {}",
+            self.smol().state()
+        );
+        (listener, accepted.unwrap())
+    }
+
+    /// probestack connects to a smoltcp listener; returns its connection once both are
+    /// established (within `patience`).
+    fn ps_connects(&mut self, patience: Duration) -> TcpHandle {
+        self.smol().listen(PORT).unwrap();
+        let c = self.ps.tcp_connect((ADDR_B, PORT)).unwrap();
+        assert!(
+            self.run_until(patience, |w| w.ps.tcp_state(c) == Ok(State::Established)
+                && w.smol().state() == smol::State::Established),
+            "no handshake: {}",
+            self.report(c)
+        );
+        c
+    }
+
     /// What both sides say, for a failed assertion.
     fn report(&self, c: TcpHandle) -> String {
         let mut s = String::new();
@@ -645,26 +680,7 @@ fn smoltcp_sends(wire: FaultConfig, total: usize, limit: Duration) -> World {
     // retransmission; on a lossy one smoltcp's backed-off timer (up to a minute) may.
     let patience = Duration::from_secs(if clean { 1 } else { 300 });
     let mut w = World::new(false, wire, Duration::from_secs(1));
-    let listener = w.ps.tcp_listen((ADDR_A, PORT), 4).unwrap();
-    {
-        let cx = w.iface.context();
-        let socket = w.sockets.get_mut::<smol::Socket>(w.sock);
-        socket
-            .connect(cx, (smol_addr(ADDR_A), PORT), SMOL_LOCAL_PORT)
-            .unwrap();
-    }
-    let mut accepted = None;
-    assert!(
-        w.run_until(patience, |w| {
-            if accepted.is_none() {
-                accepted = w.ps.tcp_accept(listener).ok();
-            }
-            accepted.is_some() && w.smol().state() == smol::State::Established
-        }),
-        "no handshake: smoltcp is {}",
-        w.smol().state()
-    );
-    let s = accepted.unwrap();
+    let (listener, s) = w.smol_connects(patience);
     assert_eq!(w.ps.tcp_state(s), Ok(State::Established));
     assert_eq!(
         w.ps.tcp_endpoints(s),
@@ -790,14 +806,7 @@ fn probestack_sends(wire: FaultConfig, total: usize, limit: Duration) -> World {
     // a RST.
     let msl = Duration::from_secs(if clean { 1 } else { 60 });
     let mut w = World::new(true, wire, msl);
-    w.smol().listen(PORT).unwrap();
-    let c = w.ps.tcp_connect((ADDR_B, PORT)).unwrap();
-    assert!(
-        w.run_until(patience, |w| w.ps.tcp_state(c) == Ok(State::Established)
-            && w.smol().state() == smol::State::Established),
-        "no handshake: {}",
-        w.report(c)
-    );
+    let c = w.ps_connects(patience);
     let local = w.ps.tcp_local_addr(c).unwrap();
     assert_eq!(
         w.smol().remote_endpoint().map(|e| (e.addr, e.port)),
@@ -1159,26 +1168,11 @@ fn converse_with_smoltcp(
     // probestack's TIME-WAIT outlasts smoltcp's longest retransmission timeout.
     let mut w = World::new(smol_timestamps, wire, Duration::from_secs(60));
     let c = if smol_connects {
-        let listener = w.ps.tcp_listen((ADDR_A, PORT), 4).unwrap();
-        let cx = w.iface.context();
-        let socket = w.sockets.get_mut::<smol::Socket>(w.sock);
-        socket
-            .connect(cx, (smol_addr(ADDR_A), PORT), SMOL_LOCAL_PORT)
-            .unwrap();
-        let mut accepted = None;
-        assert!(w.run_until(TALK_PATIENCE, |w| {
-            accepted = accepted.or_else(|| w.ps.tcp_accept(listener).ok());
-            accepted.is_some() && w.smol().state() == smol::State::Established
-        }));
+        let (listener, c) = w.smol_connects(TALK_PATIENCE);
         w.ps.tcp_close(listener).unwrap();
-        accepted.unwrap()
-    } else {
-        w.smol().listen(PORT).unwrap();
-        let c = w.ps.tcp_connect((ADDR_B, PORT)).unwrap();
-        assert!(w.run_until(TALK_PATIENCE, |w| w.ps.tcp_state(c)
-            == Ok(State::Established)
-            && w.smol().state() == smol::State::Established));
         c
+    } else {
+        w.ps_connects(TALK_PATIENCE)
     };
     let mut t = Talkers::default();
     for &step in steps {
