@@ -1757,3 +1757,30 @@ fn a_window_shut_with_data_in_flight_is_probed_and_kept_open() {
     });
     assert!(got.iter().all(|&b| b == 7));
 }
+
+/// An ACK without data whose sequence number is the right edge of the receive window is
+/// taken, as BSD's and Linux's acceptance tests take it (RFC 9293's table stops one
+/// short): a peer that filled the window exactly and then had a timeout take SND.NXT
+/// back sends its ACKs from SND.MAX, the edge. A RST there is outside (RFC 5961 §3.2,
+/// `rst_outside_window_is_dropped_silently`).
+#[test]
+fn an_ack_at_the_right_edge_of_the_window_is_taken() {
+    let (mut p, net, c, _s) = victim();
+    // Nothing A sends reaches B: the test acknowledges it in B's name.
+    net.drop_into(Host::B, usize::MAX, |_| true);
+    let conn = p.a.tcp_connection(c).unwrap();
+    let (una, rcv_nxt, wnd) = (conn.snd_una(), conn.rcv_nxt(), conn.rcv_wnd());
+    assert_eq!(p.a.tcp_send(c, &[1; 100]), Ok(100));
+    p.settle();
+    net.inject(
+        Host::B,
+        &TcpRepr {
+            seq_number: rcv_nxt + wnd,
+            ack_number: Some(una + 100),
+            ..from_b(&p, &net, c)
+        },
+    );
+    p.settle();
+    assert_eq!(p.a.tcp_connection(c).unwrap().snd_una(), una + 100);
+    assert_eq!(counter(&p, Host::A, Counter::TcpDropOutOfWindow), 0);
+}
