@@ -1,11 +1,13 @@
 //! Random conversations over TCP between two applications, checked against a model of the
-//! two byte streams: any mix of writes (copied, loaned, urgent), reads (copied or zero-copy),
-//! idle time and half-closes, on either device, at any MTU, with any of the tuning's
-//! switches and the connection's options, with and without seeded faults on the link. Each
-//! side must read exactly what the other's writes were taken for, in order, then the end of
-//! the stream; no call may fail but as the model says it must (`WouldBlock` when it has
-//! to; `Shutdown` for a write after the writer's shutdown); after both close, both
-//! connections go, and every loaned byte is given back.
+//! byte streams: any mix of writes (copied, loaned, urgent), reads (copied or zero-copy),
+//! idle time, half-closes, bulk streams and cuts of the link, on one connection or up to 20
+//! at once (past the socket table's 16 slots, some made from SYN cookies), on either
+//! device, at any MTU, with any of the tuning's switches and the connections' options,
+//! with and without seeded faults on the link. Each side must read exactly what the
+//! other's writes were taken for, in order, then the end of the stream; no call may fail
+//! but as the model says it must (`WouldBlock` when it has to; `Shutdown` for a write after
+//! the writer's shutdown); after both close, every connection goes, and every loaned byte
+//! is given back. README "Random conversations" says how to run more of them.
 //!
 //! The directed tests (tests/tcp.rs, tests/tcp_states.rs) each check one mechanism in
 //! the configuration it matters in; this one looks for the combinations nobody wrote a
@@ -35,7 +37,7 @@ const PORT: u16 = 7000;
 /// without timestamps or SACK, a receiver keeping one out-of-order range and a link that
 /// loses and reorders a few percent, a sender retransmitting after a timeout gets no RTT
 /// sample (Karn's rule, RFC 6298 §5.7), so its timer stays backed off to the minute and
-/// each further loss costs one; a megabyte took 20 minutes so. Cheap: the clock jumps.
+/// each further loss costs one; a megabyte took 18 minutes so. Cheap: the clock jumps.
 const PATIENCE: Duration = Duration::from_secs(4 * 3600);
 /// The interval between keepalive probes where keepalive is on (after a second idle).
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
