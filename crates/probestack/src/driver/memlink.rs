@@ -561,15 +561,27 @@ impl MemoryNic {
     fn reclaim(&mut self, buf: PacketBuf) {
         if self.peer_pio {
             // A full spares ring means the peer has plenty; this one is freed.
-            let _ = self.spares_out.push(buf);
+            self.give_back(buf);
         } else {
             self.keep_for_rx(buf);
         }
     }
 
+    /// Gives a PIO peer's device block back to it, empty.
+    fn give_back(&mut self, mut buf: PacketBuf) {
+        let _ = buf.reset(0);
+        let _ = self.spares_out.push(buf);
+    }
+
     /// Keeps a buffer for PIO receive, if this NIC does PIO and has room for it.
-    fn keep_for_rx(&mut self, buf: PacketBuf) {
+    fn keep_for_rx(&mut self, mut buf: PacketBuf) {
         if self.config.copy_mode == CopyMode::Pio && self.rx_pool.len() < RX_POOL_MAX {
+            // The block is kept, not what follows it: the fragments are the sender's
+            // memory (a loan, a shared block), which would be held until the block's next
+            // use, and a loan whose last frame was emptied so would never come back
+            // (found by tests/tcp_conversations.rs: a loaned write, the last thing sent,
+            // held after both connections were gone).
+            let _ = buf.reset(0);
             self.rx_pool.push(buf);
         }
     }
@@ -1701,7 +1713,7 @@ impl Device for MemoryNic {
         if self.config.copy_mode == CopyMode::Pio {
             self.keep_for_rx(frame);
         } else if self.peer_pio {
-            let _ = self.spares_out.push(frame);
+            self.give_back(frame);
         }
     }
 }
