@@ -123,32 +123,10 @@ enum Step {
     },
 }
 
-/// A tuning with each switch drawn, from `fast()` or `bsd()` for the kernel and the
-/// lookups (the stack checks the switches that need others, such as verify on read).
-fn tuning() -> impl Strategy<Value = Tuning> {
-    (any::<bool>(), proptest::collection::vec(any::<bool>(), 11)).prop_map(|(fast, b)| {
-        let base = if fast { Tuning::fast() } else { Tuning::bsd() };
-        Tuning {
-            checksum_elision: b[0],
-            fused_copy_checksum: b[1],
-            header_prediction: b[2],
-            tcp_output_per_batch: b[3],
-            checksum_offload: b[4],
-            segmentation_offload: b[5],
-            software_segmentation: b[6],
-            tcp_send_by_reference: b[7],
-            tcp_verify_on_read: b[8],
-            tcp_header_template: b[9],
-            buffer_cache: b[10],
-            ..base
-        }
-    })
-}
-
 fn host() -> impl Strategy<Value = Host> {
     let buffer = || prop_oneof![Just(4 << 10), Just(16 << 10), Just(64 << 10), Just(1 << 20)];
     (
-        tuning(),
+        common::conversation::tuning(),
         buffer(),
         buffer(),
         proptest::collection::vec(any::<bool>(), 14),

@@ -4,7 +4,8 @@
 //! `udp.rs`), `tamper` for a device that loses, holds back or copies frames (`tap.rs`,
 //! `tcp.rs`, `zero_copy.rs`), `router` for one with a router behind it that answers with
 //! ICMP errors (`tcp.rs`, `icmp_errors.rs`), `conversation` for the proptest settings of
-//! the random conversations (`tcp_conversations.rs`, `tcp_smoltcp.rs`). Each test file uses
+//! the random conversations and the tuning they draw (`tcp_conversations.rs`,
+//! `tcp_smoltcp.rs`, `tcp_linux.rs`, `udp.rs`). Each test file uses
 //! a part of them.
 #![allow(dead_code, unused_macros, unused_imports)]
 

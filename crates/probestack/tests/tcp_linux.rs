@@ -1,0 +1,828 @@
+//! Random conversations over TCP between probestack and the Linux kernel, checked against
+//! the same model of the byte streams as `tcp_conversations.rs`: the stack on a TAP in a
+//! namespace of the case's own, Linux's sockets (std's, non-blocking, in line for urgent
+//! data) on the other side of it, in real time. Drawn: who connects, one to three
+//! connections; the stack's tuning and TCP options, the TAP's MTU and offloads; Linux's
+//! SACK, timestamps, window scaling and ECN (the namespace's sysctls), its socket buffers
+//! and Nagle; seeded loss, duplication and reordering of what the stack sends, loss of
+//! what it receives, and cuts of the link. Each side must read exactly what the other's
+//! writes were taken for, then the end of the stream; the stack's calls fail only as the
+//! model says; on a clean link neither side resets; every loan comes back.
+//!
+//! Each case takes a second or so of real time; `cargo test --workspace` runs 12 from a
+//! fixed seed, and `PROBESTACK_CONVERSATIONS` / `PROBESTACK_CONVERSATION_SEED` run more
+//! (README "Random conversations"). The test needs root, `/dev/net/tun` and `ip`; without
+//! them it says why and passes. Only 198.18.0.0/15 is used, inside the namespace.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use common::netns::{skip_unless_able, Netns};
+use common::tamper::{SeededFaults, Tamper, Tampered};
+use common::transfer::pattern;
+use probestack::buf::{Loan, PacketBuf};
+use probestack::driver::tap::{TapConfig, TapDevice};
+use probestack::driver::TxMeta;
+use probestack::ip::route::Ipv4Cidr;
+use probestack::probe::Counter;
+use probestack::rng::Rng;
+use probestack::socket::tcp::{TcpError, TcpHandle};
+use probestack::stack::{InterfaceConfig, Stack, StackConfig};
+use probestack::tcp::State;
+use probestack::time::{Clock, Duration, RealClock};
+use probestack::tuning::Tuning;
+use probestack::wire::ethernet::EthernetAddress;
+use probestack::wire::Ipv4Address;
+use proptest::prelude::*;
+use proptest::test_runner::{TestCaseError, TestRunner};
+
+const STACK: Ipv4Address = Ipv4Address::new(198, 18, 0, 2);
+const LINUX: Ipv4Address = Ipv4Address::new(198, 18, 0, 1);
+const STACK_MAC: EthernetAddress = EthernetAddress([0x02, 0x00, 0x5e, 0x18, 0x00, 0x02]);
+const TAP_NAME: &str = "psktap0";
+const PORT: u16 = 7000;
+/// How long a stream may take to arrive, or a close to complete, in real time: loss
+/// after a cut backs the retransmission timers off to seconds.
+const PATIENCE: StdDuration = StdDuration::from_secs(90);
+/// Side 0 is the stack, side 1 Linux.
+const SIDES: [&str; 2] = ["probestack", "Linux"];
+
+/// The stack's end: its tuning, its connections' options, and how its application reads.
+#[derive(Clone, Debug)]
+struct StackEnd {
+    tuning: Tuning,
+    send_buffer: usize,
+    recv_buffer: usize,
+    window_scaling: bool,
+    timestamps: bool,
+    sack: bool,
+    ecn: bool,
+    delayed_ack_ms: u64,
+    rack: bool,
+    tail_loss_probes: bool,
+    spurious_undo: bool,
+    max_ooo_ranges: usize,
+    nodelay: bool,
+    zero_copy_receive: bool,
+}
+
+/// Linux's end: the namespace's TCP sysctls and its sockets' options.
+#[derive(Clone, Debug)]
+struct LinuxEnd {
+    sack: bool,
+    timestamps: bool,
+    window_scaling: bool,
+    /// `net.ipv4.tcp_ecn`: 0 never, 1 asks and answers, 2 answers only.
+    ecn: u8,
+    /// `SO_RCVBUF` and `SO_SNDBUF`, where set (Linux doubles what it is given).
+    recv_buffer: Option<usize>,
+    send_buffer: Option<usize>,
+    nodelay: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Setup {
+    mtu: usize,
+    offload: bool,
+    linux_connects: bool,
+    /// Per thousand frames: of the stack's, lost, duplicated, held back; of Linux's,
+    /// lost; and the seed.
+    faults: Option<(u64, u64, u64, u64, u64)>,
+    stack: StackEnd,
+    linux: LinuxEnd,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum How {
+    Copy,
+    /// A loan on the stack's side (zero-copy send); Linux copies.
+    Loan,
+    Urgent,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Write {
+        side: usize,
+        len: usize,
+        how: How,
+    },
+    Read {
+        side: usize,
+        max: usize,
+    },
+    Wait {
+        ms: u64,
+    },
+    Shutdown {
+        side: usize,
+    },
+    /// `side` writes `len` bytes while the other reads, until all are read.
+    Stream {
+        side: usize,
+        len: usize,
+    },
+    /// The link is cut both ways for `ms`.
+    Cut {
+        ms: u64,
+    },
+    /// `side`'s application changes Nagle, and on the stack how it reads.
+    Options {
+        side: usize,
+        nodelay: bool,
+        zero_copy: bool,
+    },
+}
+
+fn stack_end() -> impl Strategy<Value = StackEnd> {
+    let buffer = || prop_oneof![Just(4 << 10), Just(64 << 10), Just(1 << 20)];
+    (
+        common::conversation::tuning(),
+        buffer(),
+        buffer(),
+        proptest::collection::vec(any::<bool>(), 9),
+        prop_oneof![Just(0u64), Just(40), Just(200)],
+        prop_oneof![Just(1usize), Just(3), Just(32)],
+    )
+        .prop_map(
+            |(tuning, send_buffer, recv_buffer, b, delayed_ack_ms, max_ooo_ranges)| StackEnd {
+                tuning,
+                send_buffer,
+                recv_buffer,
+                window_scaling: b[0],
+                timestamps: b[1],
+                sack: b[2],
+                ecn: b[3],
+                delayed_ack_ms,
+                rack: b[4],
+                tail_loss_probes: b[5],
+                spurious_undo: b[6],
+                max_ooo_ranges,
+                nodelay: b[7],
+                zero_copy_receive: b[8],
+            },
+        )
+}
+
+fn linux_end() -> impl Strategy<Value = LinuxEnd> {
+    let buffer = || proptest::option::of(prop_oneof![Just(4096usize), Just(65536)]);
+    (
+        proptest::collection::vec(any::<bool>(), 4),
+        0..3u8,
+        buffer(),
+        buffer(),
+    )
+        .prop_map(|(b, ecn, recv_buffer, send_buffer)| LinuxEnd {
+            sack: b[0],
+            timestamps: b[1],
+            window_scaling: b[2],
+            ecn,
+            recv_buffer,
+            send_buffer,
+            nodelay: b[3],
+        })
+}
+
+/// A fault's rate in a thousand frames: a few percent at most (each loss may cost a
+/// retransmission timeout of real time).
+fn rate() -> impl Strategy<Value = u64> {
+    0..30u64
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    (
+        // A TAP's largest MTU is 65,535 less its Ethernet header.
+        prop_oneof![Just(576), Just(1500), Just(9000), Just(65521)],
+        any::<bool>(),
+        any::<bool>(),
+        proptest::option::of((rate(), rate(), rate(), rate(), any::<u64>())),
+        stack_end(),
+        linux_end(),
+    )
+        .prop_map(
+            |(mtu, offload, linux_connects, faults, stack, linux)| Setup {
+                mtu,
+                offload,
+                linux_connects,
+                faults,
+                stack,
+                linux,
+            },
+        )
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let len = prop_oneof![1..64usize, 64..2048usize, 2048..70_000usize];
+    let how = prop_oneof![6 => Just(How::Copy), 3 => Just(How::Loan), 1 => Just(How::Urgent)];
+    prop_oneof![
+        6 => (0..2usize, len.clone(), how).prop_map(|(side, len, how)| Step::Write { side, len, how }),
+        6 => (0..2usize, len).prop_map(|(side, max)| Step::Read { side, max }),
+        3 => prop_oneof![Just(0u64), 1..50u64, 50..300u64].prop_map(|ms| Step::Wait { ms }),
+        1 => (0..2usize).prop_map(|side| Step::Shutdown { side }),
+        1 => (0..2usize, 1..(1usize << 19)).prop_map(|(side, len)| Step::Stream { side, len }),
+        1 => (1..1500u64).prop_map(|ms| Step::Cut { ms }),
+        1 => (0..2usize, any::<bool>(), any::<bool>())
+            .prop_map(|(side, nodelay, zero_copy)| Step::Options { side, nodelay, zero_copy }),
+    ]
+}
+
+/// The link between the stack and the TAP: cut both ways while `down`, and losing some
+/// of what Linux sends (`lose_in` per thousand frames).
+struct Link {
+    down: Arc<AtomicBool>,
+    lose_in: u64,
+    rng: Rng,
+}
+
+impl Tamper for Link {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        if self.down.load(Ordering::Relaxed) {
+            Vec::new()
+        } else {
+            vec![(frame, meta)]
+        }
+    }
+    fn deliver(&mut self, _frame: &[u8]) -> bool {
+        !self.down.load(Ordering::Relaxed) && self.rng.below(1000) >= self.lose_in
+    }
+}
+
+/// Sets one of the namespace's sysctls (the calling thread is in it).
+fn sysctl(name: &str, value: impl ToString) {
+    let path = format!("/proc/sys/net/ipv4/{name}");
+    std::fs::write(&path, value.to_string()).unwrap_or_else(|e| panic!("{path}: {e}"));
+}
+
+/// Sets an integer socket option on a Linux socket.
+fn set_option(fd: &impl AsRawFd, level: i32, name: i32, value: i32) {
+    // SAFETY: setsockopt reads an int at `&value`, which outlives the call, from an open
+    // socket's descriptor.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// Sets a Linux socket's buffers, as drawn.
+fn set_buffers(fd: &impl AsRawFd, linux: &LinuxEnd) {
+    if let Some(n) = linux.recv_buffer {
+        set_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, n as i32);
+    }
+    if let Some(n) = linux.send_buffer {
+        set_option(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, n as i32);
+    }
+}
+
+/// One direction of a connection: what the writer's calls were taken for, what the
+/// reader has read, and whether the writer shut down.
+#[derive(Default)]
+struct Stream {
+    written: usize,
+    read: Vec<u8>,
+    shut: bool,
+    eof_seen: bool,
+}
+
+/// The stream's bytes from `offset`: a pattern per direction, so that bytes crossing
+/// over would show.
+fn bytes(side: usize, offset: usize, len: usize) -> Vec<u8> {
+    let mut b = pattern(offset, len);
+    if side == 1 {
+        b.iter_mut().for_each(|x| *x = !*x);
+    }
+    b
+}
+
+struct Conn {
+    stack: TcpHandle,
+    linux: TcpStream,
+    /// streams[i]: what side i writes and the other reads.
+    streams: [Stream; 2],
+    zero_copy: bool,
+}
+
+/// The stack, its clock, Linux's sockets and the model.
+struct World {
+    stack: Stack,
+    clock: RealClock,
+    conns: Vec<Conn>,
+    down: Arc<AtomicBool>,
+    loans: Vec<Loan>,
+}
+
+impl World {
+    /// Runs the stack for `ms` of real time (Linux's kernel runs on its own).
+    fn pump(&mut self, ms: u64) {
+        let end = StdInstant::now() + StdDuration::from_millis(ms);
+        loop {
+            self.stack.poll(self.clock.now());
+            if StdInstant::now() >= end {
+                break;
+            }
+            std::thread::sleep(StdDuration::from_micros(100));
+        }
+    }
+
+    /// Runs the stack, calling `turn` after each poll, until `turn` says done or the
+    /// patience runs out; whether it was done.
+    fn pump_until(
+        &mut self,
+        mut turn: impl FnMut(&mut World) -> Result<bool, TestCaseError>,
+    ) -> Result<bool, TestCaseError> {
+        let end = StdInstant::now() + PATIENCE;
+        while StdInstant::now() < end {
+            self.stack.poll(self.clock.now());
+            if turn(self)? {
+                return Ok(true);
+            }
+            std::thread::sleep(StdDuration::from_micros(100));
+        }
+        Ok(false)
+    }
+
+    fn write(&mut self, k: usize, side: usize, len: usize, how: How) -> Result<(), TestCaseError> {
+        let data = bytes(side, self.conns[k].streams[side].written, len);
+        let shut = self.conns[k].streams[side].shut;
+        let took = if side == 0 {
+            let h = self.conns[k].stack;
+            let st = &mut self.stack;
+            let r = match how {
+                How::Copy => st.tcp_send(h, &data),
+                How::Urgent => st.tcp_send_urgent(h, &data),
+                How::Loan => {
+                    let loan = Loan::new(data);
+                    let r = st.tcp_send_loan(h, &loan.ext());
+                    self.loans.push(loan);
+                    r
+                }
+            };
+            match r {
+                Ok(n) => n,
+                Err(TcpError::WouldBlock) => {
+                    prop_assert!(!shut, "the stack would block after its shutdown");
+                    let room = self.stack.tcp_send_capacity(h).unwrap();
+                    prop_assert_eq!(room, 0, "the stack would block with room");
+                    0
+                }
+                Err(TcpError::Shutdown) => {
+                    prop_assert!(shut, "the stack refused a write before its shutdown");
+                    0
+                }
+                Err(e) => return Err(TestCaseError::fail(format!("the stack's write: {e}"))),
+            }
+        } else {
+            let sock = &mut self.conns[k].linux;
+            let r = match how {
+                How::Copy | How::Loan => sock.write(&data),
+                How::Urgent => {
+                    // SAFETY: send reads `data.len()` bytes at `data`, which outlives
+                    // the call, from an open socket's descriptor.
+                    let n = unsafe {
+                        libc::send(
+                            sock.as_raw_fd(),
+                            data.as_ptr().cast(),
+                            data.len(),
+                            libc::MSG_OOB | libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                        )
+                    };
+                    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+                }
+            };
+            match r {
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    prop_assert!(!shut, "Linux would block after its shutdown");
+                    0
+                }
+                Err(e) if e.kind() == ErrorKind::BrokenPipe => {
+                    prop_assert!(shut, "Linux refused a write before its shutdown: {e}");
+                    0
+                }
+                Err(e) => return Err(TestCaseError::fail(format!("Linux's write: {e}"))),
+            }
+        };
+        if took > 0 {
+            prop_assert!(!shut, "{} wrote after its shutdown", SIDES[side]);
+            prop_assert!(took <= len, "{} took {took} of {len}", SIDES[side]);
+            self.conns[k].streams[side].written += took;
+        }
+        Ok(())
+    }
+
+    /// Reads up to `max` bytes on `side`; whether it got anything new (data or the end).
+    fn read(&mut self, k: usize, side: usize, max: usize) -> Result<bool, TestCaseError> {
+        let got: Result<Option<Vec<u8>>, String> = if side == 0 {
+            let h = self.conns[k].stack;
+            let r = if self.conns[k].zero_copy {
+                self.stack
+                    .tcp_recv_zero_copy(h, max)
+                    .map(|b| b.map(|b| b.to_vec()))
+            } else {
+                let mut buf = vec![0u8; max];
+                self.stack.tcp_recv(h, &mut buf).map(|n| {
+                    buf.truncate(n);
+                    (n > 0).then_some(buf)
+                })
+            };
+            match r {
+                Err(TcpError::WouldBlock) => return Ok(false),
+                r => r.map_err(|e| format!("{e} ({:?})", self.stack.tcp_stats(h))),
+            }
+        } else {
+            let mut buf = vec![0u8; max];
+            match self.conns[k].linux.read(&mut buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                r => r
+                    .map(|n| {
+                        buf.truncate(n);
+                        (n > 0).then_some(buf)
+                    })
+                    .map_err(|e| e.to_string()),
+            }
+        };
+        let from = 1 - side;
+        let stream = &mut self.conns[k].streams[from];
+        match got {
+            Ok(Some(data)) => {
+                let at = stream.read.len();
+                prop_assert!(data.len() <= max, "{} read past {max}", SIDES[side]);
+                prop_assert!(
+                    at + data.len() <= stream.written,
+                    "{} read past what {} wrote",
+                    SIDES[side],
+                    SIDES[from]
+                );
+                prop_assert!(
+                    data == bytes(from, at, data.len()),
+                    "{} read bytes at {at} that {} did not write there",
+                    SIDES[side],
+                    SIDES[from]
+                );
+                stream.read.extend_from_slice(&data);
+                Ok(true)
+            }
+            Ok(None) => {
+                prop_assert!(
+                    stream.shut && stream.read.len() == stream.written,
+                    "{} saw the end of the stream at {} of {} (shut down: {})",
+                    SIDES[side],
+                    stream.read.len(),
+                    stream.written,
+                    stream.shut
+                );
+                let first = !stream.eof_seen;
+                stream.eof_seen = true;
+                Ok(first)
+            }
+            Err(e) => Err(TestCaseError::fail(format!("{} read: {e}", SIDES[side]))),
+        }
+    }
+
+    fn shutdown(&mut self, k: usize, side: usize) -> Result<(), TestCaseError> {
+        if self.conns[k].streams[side].shut {
+            return Ok(());
+        }
+        if side == 0 {
+            let r = self.stack.tcp_shutdown(self.conns[k].stack);
+            prop_assert!(r.is_ok(), "the stack's shutdown: {r:?}");
+        } else {
+            let r = self.conns[k].linux.shutdown(Shutdown::Write);
+            prop_assert!(r.is_ok(), "Linux's shutdown: {r:?}");
+        }
+        self.conns[k].streams[side].shut = true;
+        Ok(())
+    }
+
+    /// `side` writes `len` more bytes while the other reads everything that arrives,
+    /// until it has read them all.
+    fn stream(&mut self, k: usize, side: usize, len: usize) -> Result<(), TestCaseError> {
+        if self.conns[k].streams[side].shut {
+            return Ok(());
+        }
+        let target = self.conns[k].streams[side].written + len;
+        let done = self.pump_until(|w| {
+            loop {
+                let before = w.conns[k].streams[side].written;
+                if before == target {
+                    break;
+                }
+                w.write(k, side, (target - before).min(64 << 10), How::Copy)?;
+                if w.conns[k].streams[side].written == before {
+                    break;
+                }
+            }
+            while w.read(k, 1 - side, 256 << 10)? {}
+            Ok(w.conns[k].streams[side].read.len() == target)
+        })?;
+        let s = &self.conns[k].streams[side];
+        prop_assert!(
+            done,
+            "{} read {} of the {} bytes {} wrote; the stack's {:?}",
+            SIDES[1 - side],
+            s.read.len(),
+            s.written,
+            SIDES[side],
+            self.stack.tcp_stats(self.conns[k].stack),
+        );
+        Ok(())
+    }
+
+    fn run(&mut self, k: usize, step: Step) -> Result<(), TestCaseError> {
+        let k = k % self.conns.len();
+        match step {
+            Step::Write { side, len, how } => self.write(k, side, len, how)?,
+            Step::Read { side, max } => {
+                self.read(k, side, max)?;
+            }
+            Step::Wait { ms } => self.pump(ms),
+            Step::Shutdown { side } => self.shutdown(k, side)?,
+            Step::Stream { side, len } => self.stream(k, side, len)?,
+            Step::Cut { ms } => {
+                self.down.store(true, Ordering::Relaxed);
+                self.pump(ms);
+                self.down.store(false, Ordering::Relaxed);
+            }
+            Step::Options {
+                side,
+                nodelay,
+                zero_copy,
+            } => {
+                if side == 0 {
+                    let h = self.conns[k].stack;
+                    self.stack.tcp_set_nodelay(h, nodelay).unwrap();
+                    self.stack.tcp_set_zero_copy_receive(h, zero_copy).unwrap();
+                    self.conns[k].zero_copy = zero_copy;
+                } else {
+                    self.conns[k].linux.set_nodelay(nodelay).unwrap();
+                }
+            }
+        }
+        self.pump(1);
+        Ok(())
+    }
+
+    /// Both sides of every connection shut down and read to the end of the stream, then
+    /// close: the stack's connections must go, and every loan come back.
+    fn finish(mut self, clean: bool) -> Result<(), TestCaseError> {
+        for k in 0..self.conns.len() {
+            for side in 0..2 {
+                self.shutdown(k, side)?;
+            }
+        }
+        let done = self.pump_until(|w| {
+            for k in 0..w.conns.len() {
+                for side in 0..2 {
+                    while w.read(k, side, 100_000)? {}
+                }
+            }
+            Ok(w.conns.iter().all(|c| c.streams.iter().all(|s| s.eof_seen)))
+        })?;
+        for (k, c) in self.conns.iter().enumerate() {
+            let [ours, theirs] = &c.streams;
+            prop_assert!(
+                done,
+                "connection {k} not ended after both shut down: Linux read {} of the stack's {} bytes (end seen: {}), the stack {} of Linux's {} ({}); the stack's {:?}",
+                ours.read.len(),
+                ours.written,
+                ours.eof_seen,
+                theirs.read.len(),
+                theirs.written,
+                theirs.eof_seen,
+                self.stack.tcp_stats(c.stack),
+            );
+        }
+        let conns = std::mem::take(&mut self.conns);
+        for c in conns {
+            self.stack.tcp_close(c.stack).unwrap();
+            drop(c.linux);
+        }
+        // Both closed at once, each end may go through TIME-WAIT (here 2 x 250 ms).
+        let gone = self.pump_until(|w| Ok(w.stack.tcp_connection_count() == 0))?;
+        prop_assert!(gone, "the stack keeps a connection after both closed");
+        if clean {
+            let c = self.stack.ledger().counters();
+            prop_assert_eq!(c.get(Counter::TcpResetsOut), 0, "the stack sent resets");
+            prop_assert_eq!(c.get(Counter::TcpResetsIn), 0, "Linux sent resets");
+        }
+        // A frame the stack's seeded faults hold back waits for others to go; one may
+        // stay held at the end, slices of a loan in it.
+        if clean {
+            for (i, loan) in self.loans.iter().enumerate() {
+                prop_assert!(loan.is_complete(), "loan {i} is still held");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The stack's configuration for `setup`.
+fn stack_config(setup: &Setup) -> StackConfig {
+    let s = &setup.stack;
+    let mut c = StackConfig {
+        tuning: s.tuning,
+        ..StackConfig::default()
+    };
+    let tcp = &mut c.tcp;
+    tcp.send_buffer = s.send_buffer;
+    tcp.recv_buffer = s.recv_buffer;
+    tcp.window_scaling = s.window_scaling;
+    tcp.timestamps = s.timestamps;
+    tcp.sack = s.sack;
+    tcp.ecn = s.ecn;
+    tcp.delayed_ack = Duration::from_millis(s.delayed_ack_ms);
+    tcp.msl = Duration::from_millis(250);
+    tcp.rack = s.rack;
+    tcp.tail_loss_probes = s.tail_loss_probes;
+    tcp.spurious_undo = s.spurious_undo;
+    tcp.max_ooo_ranges = s.max_ooo_ranges;
+    c
+}
+
+/// Connects `n` times, the way `setup` says, and sets each end's options.
+fn connect(w: &mut World, setup: &Setup, n: usize, port: u16) -> Result<(), TestCaseError> {
+    let linux = &setup.linux;
+    let mut pairs: Vec<(TcpHandle, TcpStream)> = Vec::new();
+    if setup.linux_connects {
+        let listener = w.stack.tcp_listen((STACK, port), n).unwrap();
+        // Threads made here start in this thread's namespace.
+        let dialers: Vec<_> = (0..n)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let to = std::net::SocketAddr::from(([198, 18, 0, 2], port));
+                    TcpStream::connect_timeout(&to, StdDuration::from_secs(30))
+                })
+            })
+            .collect();
+        let mut accepted = Vec::new();
+        let done = w.pump_until(|w| {
+            while let Ok(s) = w.stack.tcp_accept(listener) {
+                accepted.push(s);
+            }
+            Ok(accepted.len() == n && dialers.iter().all(|d| d.is_finished()))
+        })?;
+        prop_assert!(
+            done,
+            "{} of {n} connections from Linux accepted",
+            accepted.len()
+        );
+        for d in dialers {
+            let sock = d.join().unwrap();
+            let sock = sock.map_err(|e| TestCaseError::fail(format!("Linux's connect: {e}")))?;
+            let port = sock.local_addr().unwrap().port();
+            let s = accepted
+                .iter()
+                .copied()
+                .find(|&s| {
+                    w.stack
+                        .tcp_endpoints(s)
+                        .is_ok_and(|(_, remote)| remote.1 == port)
+                })
+                .unwrap();
+            set_buffers(&sock, linux);
+            pairs.push((s, sock));
+        }
+        w.stack.tcp_close(listener).unwrap();
+    } else {
+        let listener = TcpListener::bind(("198.18.0.1", port)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        // Accepted sockets take the listener's buffers (and so the window scale they
+        // imply).
+        set_buffers(&listener, linux);
+        let clients: Vec<TcpHandle> = (0..n)
+            .map(|_| w.stack.tcp_connect((LINUX, port)).unwrap())
+            .collect();
+        let mut accepted = Vec::new();
+        let done = w.pump_until(|w| {
+            while let Ok((s, _)) = listener.accept() {
+                accepted.push(s);
+            }
+            Ok(accepted.len() == n
+                && clients
+                    .iter()
+                    .all(|&c| w.stack.tcp_state(c) == Ok(State::Established)))
+        })?;
+        prop_assert!(done, "{} of {n} connections to Linux made", accepted.len());
+        for c in clients {
+            let port = w.stack.tcp_local_addr(c).unwrap().1;
+            let at = accepted
+                .iter()
+                .position(|s| s.peer_addr().unwrap().port() == port)
+                .unwrap();
+            pairs.push((c, accepted.swap_remove(at)));
+        }
+    }
+    for (h, sock) in pairs {
+        sock.set_nonblocking(true).unwrap();
+        sock.set_nodelay(linux.nodelay).unwrap();
+        // Urgent data stays in the stream, as the stack reads it (RFC 6093 §5).
+        set_option(&sock, libc::SOL_SOCKET, libc::SO_OOBINLINE, 1);
+        w.stack.tcp_set_nodelay(h, setup.stack.nodelay).unwrap();
+        w.stack
+            .tcp_set_zero_copy_receive(h, setup.stack.zero_copy_receive)
+            .unwrap();
+        w.conns.push(Conn {
+            stack: h,
+            linux: sock,
+            streams: Default::default(),
+            zero_copy: setup.stack.zero_copy_receive,
+        });
+    }
+    Ok(())
+}
+
+/// One conversation, in a namespace of its own (number `case`).
+fn converse(
+    case: u32,
+    setup: &Setup,
+    connections: usize,
+    steps: &[(usize, Step)],
+) -> Result<(), TestCaseError> {
+    let mut ns = Netns::create("conv", case).expect("a namespace");
+    ns.enter();
+    let l = &setup.linux;
+    sysctl("tcp_sack", u8::from(l.sack));
+    sysctl("tcp_timestamps", u8::from(l.timestamps));
+    sysctl("tcp_window_scaling", u8::from(l.window_scaling));
+    sysctl("tcp_ecn", l.ecn);
+    let tap = TapDevice::open(
+        TAP_NAME,
+        TapConfig {
+            mtu: setup.mtu,
+            offload: setup.offload,
+        },
+    )
+    .expect("open TAP");
+    ns.ip(&["link", "set", TAP_NAME, "mtu", &setup.mtu.to_string(), "up"]);
+    ns.ip(&["addr", "add", "198.18.0.1/15", "dev", TAP_NAME]);
+    let down = Arc::new(AtomicBool::new(false));
+    let (lose, duplicate, hold, lose_in, seed) = setup.faults.unwrap_or_default();
+    let dev = Tampered {
+        dev: Tampered {
+            dev: tap,
+            tamper: SeededFaults::new(seed, lose, duplicate, hold, 0),
+        },
+        tamper: Link {
+            down: down.clone(),
+            lose_in,
+            rng: Rng::new(seed ^ 1),
+        },
+    };
+    let mut stack = Stack::new(stack_config(setup));
+    stack.add_interface(
+        Box::new(dev),
+        InterfaceConfig {
+            mac: STACK_MAC,
+            cidr: Ipv4Cidr::new(STACK, 15).unwrap(),
+        },
+    );
+    let mut w = World {
+        stack,
+        clock: RealClock::new(),
+        conns: Vec::new(),
+        down,
+        loans: Vec::new(),
+    };
+    connect(&mut w, setup, connections, PORT)?;
+    for &(k, step) in steps {
+        w.run(k, step)?;
+    }
+    let clean = setup.faults.is_none() && !steps.iter().any(|(_, s)| matches!(s, Step::Cut { .. }));
+    w.finish(clean)
+}
+
+/// Mostly one connection, sometimes two or three, each conversation up to 30 steps.
+#[test]
+fn any_conversation_with_linux_delivers_both_streams() {
+    skip_unless_able!("/dev/net/tun");
+    let case = AtomicU32::new(0);
+    let mut runner = TestRunner::new(common::conversation::config(12));
+    let strategy = (
+        setup(),
+        prop_oneof![3 => Just(1usize), 1 => 2..4usize],
+        proptest::collection::vec((0..32usize, step()), 0..30),
+    );
+    let result = runner.run(&strategy, |(setup, connections, steps)| {
+        converse(
+            case.fetch_add(1, Ordering::Relaxed),
+            &setup,
+            connections,
+            &steps,
+        )
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
