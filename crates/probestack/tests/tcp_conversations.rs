@@ -19,8 +19,8 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use common::conversation::{bytes, step, How, Step, Stream};
 use common::tamper::{SeededFaults, Tamper, Tampered};
-use common::transfer::pattern;
 use probestack::buf::{Loan, PacketBuf};
 use probestack::driver::pcap::{PcapMode, PcapWriter};
 use probestack::driver::{ChecksumOffload, CopyMode, Device, FaultConfig, TxMeta};
@@ -78,51 +78,6 @@ struct Setup {
     hosts: [Host; 2],
 }
 
-#[derive(Clone, Copy, Debug)]
-enum How {
-    Copy,
-    Loan,
-    Urgent,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Step {
-    Write {
-        side: usize,
-        len: usize,
-        how: How,
-    },
-    Read {
-        side: usize,
-        max: usize,
-    },
-    Wait {
-        ms: u64,
-    },
-    Shutdown {
-        side: usize,
-    },
-    /// `side` writes `len` bytes while the other reads, until all are read.
-    Stream {
-        side: usize,
-        len: usize,
-    },
-    /// The link is cut both ways for `ms`, then up for a keepalive interval, the
-    /// applications idle meanwhile (so that a probe or a retransmission gets through
-    /// before another cut: cuts in a row, keepalive's 101 s of patience exhausted, would
-    /// end a connection as they should).
-    Cut {
-        ms: u64,
-    },
-    /// `side`'s application changes its socket options mid-stream: Nagle, and how it
-    /// reads (zero-copy or copying).
-    Options {
-        side: usize,
-        nodelay: bool,
-        zero_copy: bool,
-    },
-}
-
 fn host() -> impl Strategy<Value = Host> {
     let buffer = || prop_oneof![Just(4 << 10), Just(16 << 10), Just(64 << 10), Just(1 << 20)];
     (
@@ -176,21 +131,6 @@ fn setup() -> impl Strategy<Value = Setup> {
             faults,
             hosts,
         })
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    let len = prop_oneof![1..64usize, 64..2048usize, 2048..70_000usize];
-    let how = prop_oneof![6 => Just(How::Copy), 3 => Just(How::Loan), 1 => Just(How::Urgent)];
-    prop_oneof![
-        6 => (0..2usize, len.clone(), how).prop_map(|(side, len, how)| Step::Write { side, len, how }),
-        6 => (0..2usize, len).prop_map(|(side, max)| Step::Read { side, max }),
-        4 => prop_oneof![Just(0u64), 1..50u64, 50..3000u64].prop_map(|ms| Step::Wait { ms }),
-        1 => (0..2usize).prop_map(|side| Step::Shutdown { side }),
-        1 => (0..2usize, 1..(1usize << 20)).prop_map(|(side, len)| Step::Stream { side, len }),
-        1 => (1..10_000u64).prop_map(|ms| Step::Cut { ms }),
-        1 => (0..2usize, any::<bool>(), any::<bool>())
-            .prop_map(|(side, nodelay, zero_copy)| Step::Options { side, nodelay, zero_copy }),
-    ]
 }
 
 fn host_config(setup: &Setup, h: &Host, seed: u64) -> HostConfig {
@@ -319,26 +259,6 @@ fn pair(setup: &Setup) -> (Pair, Cut) {
         p.b.add_static_arp(0, ADDR_A, MAC_A);
     }
     (p, cut)
-}
-
-/// One direction of the conversation: what the writer's calls were taken for, what the
-/// reader has read, and whether the writer shut down.
-#[derive(Default)]
-struct Stream {
-    written: usize,
-    read: Vec<u8>,
-    shut: bool,
-    eof_seen: bool,
-}
-
-/// The stream's bytes from `offset`: a pattern per direction, so that bytes crossing
-/// over would show.
-fn bytes(side: usize, offset: usize, len: usize) -> Vec<u8> {
-    let mut b = pattern(offset, len);
-    if side == 1 {
-        b.iter_mut().for_each(|x| *x = !*x);
-    }
-    b
 }
 
 /// One connection between the two applications: its socket on each side, and what each
@@ -501,42 +421,7 @@ impl Apps {
         let from = 1 - side;
         let stream = &mut self.conns[k].streams[from];
         match got {
-            Ok(Some(data)) => {
-                let at = stream.read.len();
-                prop_assert!(
-                    !data.is_empty() && data.len() <= max,
-                    "{} read {} bytes asking for {max}",
-                    SIDES[side],
-                    data.len()
-                );
-                prop_assert!(
-                    at + data.len() <= stream.written,
-                    "{} read past what {} wrote",
-                    SIDES[side],
-                    SIDES[from]
-                );
-                prop_assert!(
-                    data == bytes(from, at, data.len()),
-                    "{} read bytes at {at} that {} did not write there",
-                    SIDES[side],
-                    SIDES[from]
-                );
-                stream.read.extend_from_slice(&data);
-                Ok(true)
-            }
-            Ok(None) => {
-                prop_assert!(
-                    stream.shut && stream.read.len() == stream.written,
-                    "{} saw the end of the stream at {} of {} (shut down: {})",
-                    SIDES[side],
-                    stream.read.len(),
-                    stream.written,
-                    stream.shut
-                );
-                let first = !stream.eof_seen;
-                stream.eof_seen = true;
-                Ok(first)
-            }
+            Ok(got) => stream.take(got, max, SIDES[side], from, SIDES[from]),
             Err(TcpError::WouldBlock) => Ok(false),
             Err(e) => Err(TestCaseError::fail(format!(
                 "{} read: {e} ({:?})",
@@ -569,6 +454,10 @@ impl Apps {
             }
             Step::Stream { side, len } => self.stream(p, k, side, len)?,
             Step::Cut { ms } => {
+                // Then up for a keepalive interval, the applications idle meanwhile (so
+                // that a probe or a retransmission gets through before another cut:
+                // cuts in a row, keepalive's 101 s of patience exhausted, would end a
+                // connection as they should).
                 self.cut.0.store(true, Ordering::Relaxed);
                 p.run_for(Duration::from_millis(ms));
                 self.cut.0.store(false, Ordering::Relaxed);
@@ -761,7 +650,7 @@ proptest! {
         setup in setup(),
         connections in prop_oneof![6 => Just(1usize), 2 => 2..5usize, 1 => 17..21usize],
         shortfall in 0..11usize,
-        steps in proptest::collection::vec((0..32usize, step()), 0..60),
+        steps in proptest::collection::vec((0..32usize, step(3000, 1 << 20, 10_000)), 0..60),
     ) {
         let backlog = if setup.faults.is_none() {
             connections - shortfall.min(connections / 2)

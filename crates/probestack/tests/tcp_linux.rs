@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
+use common::conversation::{bytes, step, How, Step, Stream};
 use common::netns::{skip_unless_able, Netns};
 use common::tamper::{SeededFaults, Tamper, Tampered};
-use common::transfer::pattern;
 use probestack::buf::{Loan, PacketBuf};
 use probestack::driver::tap::{TapConfig, TapDevice};
 use probestack::driver::TxMeta;
@@ -97,48 +97,6 @@ struct Setup {
     faults: Option<(u64, u64, u64, u64, u64)>,
     stack: StackEnd,
     linux: LinuxEnd,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum How {
-    Copy,
-    /// A loan on the stack's side (zero-copy send); Linux copies.
-    Loan,
-    Urgent,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Step {
-    Write {
-        side: usize,
-        len: usize,
-        how: How,
-    },
-    Read {
-        side: usize,
-        max: usize,
-    },
-    Wait {
-        ms: u64,
-    },
-    Shutdown {
-        side: usize,
-    },
-    /// `side` writes `len` bytes while the other reads, until all are read.
-    Stream {
-        side: usize,
-        len: usize,
-    },
-    /// The link is cut both ways for `ms`.
-    Cut {
-        ms: u64,
-    },
-    /// `side`'s application changes Nagle, and on the stack how it reads.
-    Options {
-        side: usize,
-        nodelay: bool,
-        zero_copy: bool,
-    },
 }
 
 fn stack_end() -> impl Strategy<Value = StackEnd> {
@@ -218,21 +176,6 @@ fn setup() -> impl Strategy<Value = Setup> {
         )
 }
 
-fn step() -> impl Strategy<Value = Step> {
-    let len = prop_oneof![1..64usize, 64..2048usize, 2048..70_000usize];
-    let how = prop_oneof![6 => Just(How::Copy), 3 => Just(How::Loan), 1 => Just(How::Urgent)];
-    prop_oneof![
-        6 => (0..2usize, len.clone(), how).prop_map(|(side, len, how)| Step::Write { side, len, how }),
-        6 => (0..2usize, len).prop_map(|(side, max)| Step::Read { side, max }),
-        3 => prop_oneof![Just(0u64), 1..50u64, 50..300u64].prop_map(|ms| Step::Wait { ms }),
-        1 => (0..2usize).prop_map(|side| Step::Shutdown { side }),
-        1 => (0..2usize, 1..(1usize << 19)).prop_map(|(side, len)| Step::Stream { side, len }),
-        1 => (1..1500u64).prop_map(|ms| Step::Cut { ms }),
-        1 => (0..2usize, any::<bool>(), any::<bool>())
-            .prop_map(|(side, nodelay, zero_copy)| Step::Options { side, nodelay, zero_copy }),
-    ]
-}
-
 /// The link between the stack and the TAP: cut both ways while `down`, and losing some
 /// of what Linux sends (`lose_in` per thousand frames).
 struct Link {
@@ -284,26 +227,6 @@ fn set_buffers(fd: &impl AsRawFd, linux: &LinuxEnd) {
     if let Some(n) = linux.send_buffer {
         set_option(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, n as i32);
     }
-}
-
-/// One direction of a connection: what the writer's calls were taken for, what the
-/// reader has read, and whether the writer shut down.
-#[derive(Default)]
-struct Stream {
-    written: usize,
-    read: Vec<u8>,
-    shut: bool,
-    eof_seen: bool,
-}
-
-/// The stream's bytes from `offset`: a pattern per direction, so that bytes crossing
-/// over would show.
-fn bytes(side: usize, offset: usize, len: usize) -> Vec<u8> {
-    let mut b = pattern(offset, len);
-    if side == 1 {
-        b.iter_mut().for_each(|x| *x = !*x);
-    }
-    b
 }
 
 struct Conn {
@@ -386,6 +309,7 @@ impl World {
         } else {
             let sock = &mut self.conns[k].linux;
             let r = match how {
+                // Linux has no loans: it copies.
                 How::Copy | How::Loan => sock.write(&data),
                 How::Urgent => {
                     // SAFETY: send reads `data.len()` bytes at `data`, which outlives
@@ -454,39 +378,8 @@ impl World {
             }
         };
         let from = 1 - side;
-        let stream = &mut self.conns[k].streams[from];
         match got {
-            Ok(Some(data)) => {
-                let at = stream.read.len();
-                prop_assert!(data.len() <= max, "{} read past {max}", SIDES[side]);
-                prop_assert!(
-                    at + data.len() <= stream.written,
-                    "{} read past what {} wrote",
-                    SIDES[side],
-                    SIDES[from]
-                );
-                prop_assert!(
-                    data == bytes(from, at, data.len()),
-                    "{} read bytes at {at} that {} did not write there",
-                    SIDES[side],
-                    SIDES[from]
-                );
-                stream.read.extend_from_slice(&data);
-                Ok(true)
-            }
-            Ok(None) => {
-                prop_assert!(
-                    stream.shut && stream.read.len() == stream.written,
-                    "{} saw the end of the stream at {} of {} (shut down: {})",
-                    SIDES[side],
-                    stream.read.len(),
-                    stream.written,
-                    stream.shut
-                );
-                let first = !stream.eof_seen;
-                stream.eof_seen = true;
-                Ok(first)
-            }
+            Ok(got) => self.conns[k].streams[from].take(got, max, SIDES[side], from, SIDES[from]),
             Err(e) => Err(TestCaseError::fail(format!("{} read: {e}", SIDES[side]))),
         }
     }
@@ -812,7 +705,8 @@ fn any_conversation_with_linux_delivers_both_streams() {
     let strategy = (
         setup(),
         prop_oneof![3 => Just(1usize), 1 => 2..4usize],
-        proptest::collection::vec((0..32usize, step()), 0..30),
+        // Real time: waits under 300 ms, streams under 512 KB, cuts under 1.5 s.
+        proptest::collection::vec((0..32usize, step(300, 1 << 19, 1500)), 0..30),
     );
     let result = runner.run(&strategy, |(setup, connections, steps)| {
         converse(

@@ -1,12 +1,16 @@
 //! How many random conversations a run holds, and from which seed: a fixed seed by
 //! default, so that CI runs the same ones each time; `PROBESTACK_CONVERSATIONS=N` runs N,
 //! and `PROBESTACK_CONVERSATION_SEED=random` (or a number) explores others
-//! (`tcp_conversations.rs`, `tcp_smoltcp.rs`, `tcp_linux.rs`, `udp.rs`); and the tuning
-//! they draw.
+//! (`tcp_conversations.rs`, `tcp_smoltcp.rs`, `tcp_linux.rs`, `udp.rs`); the tuning
+//! they draw; and what the TCP conversations with two applications share (with itself in
+//! `tcp_conversations.rs`, with Linux in `tcp_linux.rs`): the steps, and the model of a
+//! byte stream that checks what a reader gets.
 
 use probestack::tuning::Tuning;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
+
+use super::transfer::pattern;
 
 pub fn config(default_cases: u32) -> Config {
     let var = |name| std::env::var(name).ok();
@@ -47,4 +51,131 @@ pub fn tuning() -> impl Strategy<Value = Tuning> {
             ..base
         }
     })
+}
+
+/// How a write is made: copied, loaned (zero-copy send, where the side can), or urgent.
+#[derive(Clone, Copy, Debug)]
+pub enum How {
+    Copy,
+    Loan,
+    Urgent,
+}
+
+/// One step of a conversation, on one connection; `side` 0 or 1.
+#[derive(Clone, Copy, Debug)]
+pub enum Step {
+    Write {
+        side: usize,
+        len: usize,
+        how: How,
+    },
+    Read {
+        side: usize,
+        max: usize,
+    },
+    Wait {
+        ms: u64,
+    },
+    Shutdown {
+        side: usize,
+    },
+    /// `side` writes `len` bytes while the other reads, until all are read.
+    Stream {
+        side: usize,
+        len: usize,
+    },
+    /// The link is cut both ways for `ms` (what follows is the test's to say).
+    Cut {
+        ms: u64,
+    },
+    /// `side`'s application changes its socket options mid-stream: Nagle, and how it
+    /// reads (zero-copy or copying) where it can.
+    Options {
+        side: usize,
+        nodelay: bool,
+        zero_copy: bool,
+    },
+}
+
+/// A step: writes and reads of up to 70 KB, waits under `wait_ms`, streams under
+/// `stream_len` bytes, cuts under `cut_ms`.
+pub fn step(wait_ms: u64, stream_len: usize, cut_ms: u64) -> impl Strategy<Value = Step> {
+    let len = prop_oneof![1..64usize, 64..2048usize, 2048..70_000usize];
+    let how = prop_oneof![6 => Just(How::Copy), 3 => Just(How::Loan), 1 => Just(How::Urgent)];
+    prop_oneof![
+        6 => (0..2usize, len.clone(), how).prop_map(|(side, len, how)| Step::Write { side, len, how }),
+        6 => (0..2usize, len).prop_map(|(side, max)| Step::Read { side, max }),
+        4 => prop_oneof![Just(0u64), 1..50u64, 50..wait_ms].prop_map(|ms| Step::Wait { ms }),
+        1 => (0..2usize).prop_map(|side| Step::Shutdown { side }),
+        1 => (0..2usize, 1..stream_len).prop_map(|(side, len)| Step::Stream { side, len }),
+        1 => (1..cut_ms).prop_map(|ms| Step::Cut { ms }),
+        1 => (0..2usize, any::<bool>(), any::<bool>())
+            .prop_map(|(side, nodelay, zero_copy)| Step::Options { side, nodelay, zero_copy }),
+    ]
+}
+
+/// One direction of a connection: what the writer's calls were taken for, what the
+/// reader has read, and whether the writer shut down.
+#[derive(Default)]
+pub struct Stream {
+    pub written: usize,
+    pub read: Vec<u8>,
+    pub shut: bool,
+    pub eof_seen: bool,
+}
+
+/// The stream's bytes from `offset`: a pattern per direction (`side` is the writer), so
+/// that bytes crossing over would show.
+pub fn bytes(side: usize, offset: usize, len: usize) -> Vec<u8> {
+    let mut b = pattern(offset, len);
+    if side == 1 {
+        b.iter_mut().for_each(|x| *x = !*x);
+    }
+    b
+}
+
+impl Stream {
+    /// Takes what `reader` got from a read of up to `max` bytes of the stream that side
+    /// `writer` (named `writer_name`) writes: data, or the end (`None`). It must be the
+    /// next bytes written, or the end after a shutdown and everything read. Whether it
+    /// was new (data, or the end seen the first time).
+    pub fn take(
+        &mut self,
+        got: Option<Vec<u8>>,
+        max: usize,
+        reader: &str,
+        writer: usize,
+        writer_name: &str,
+    ) -> Result<bool, TestCaseError> {
+        match got {
+            Some(data) => {
+                let at = self.read.len();
+                prop_assert!(
+                    !data.is_empty() && data.len() <= max,
+                    "{reader} read {} bytes asking for {max}",
+                    data.len()
+                );
+                prop_assert!(
+                    at + data.len() <= self.written,
+                    "{reader} read past what {writer_name} wrote"
+                );
+                prop_assert!(
+                    data == bytes(writer, at, data.len()),
+                    "{reader} read bytes at {at} that {writer_name} did not write there"
+                );
+                self.read.extend_from_slice(&data);
+                Ok(true)
+            }
+            None => {
+                prop_assert!(
+                    self.shut && self.read.len() == self.written,
+                    "{reader} saw the end of the stream at {} of {} (shut down: {})",
+                    self.read.len(),
+                    self.written,
+                    self.shut
+                );
+                Ok(!std::mem::replace(&mut self.eof_seen, true))
+            }
+        }
+    }
 }
