@@ -19,7 +19,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::conversation::{bytes, step, How, Step, Stream};
+use common::conversation::{bytes, stack_read, stack_write, step, How, Step, Stream};
 use common::tamper::{SeededFaults, Tamper, Tampered};
 use probestack::buf::{Loan, PacketBuf};
 use probestack::driver::pcap::{PcapMode, PcapWriter};
@@ -368,34 +368,17 @@ impl Apps {
     ) -> Result<(), TestCaseError> {
         let h = self.conns[k].handles[side];
         let data = bytes(side, self.conns[k].streams[side].written, len);
-        let st = stack(p, side);
-        let r = match how {
-            How::Copy => st.tcp_send(h, &data),
-            How::Urgent => st.tcp_send_urgent(h, &data),
-            How::Loan => {
-                let loan = Loan::new(data);
-                let r = st.tcp_send_loan(h, &loan.ext());
-                self.loans.push(loan);
-                r
-            }
-        };
         let shut = self.conns[k].streams[side].shut;
-        match r {
-            Ok(n) => {
-                prop_assert!(!shut, "{} wrote after its shutdown", SIDES[side]);
-                prop_assert!(n > 0 && n <= len, "{} took {n} of {len}", SIDES[side]);
-                self.conns[k].streams[side].written += n;
-            }
-            Err(TcpError::WouldBlock) => {
-                prop_assert!(!shut, "{} would block after its shutdown", SIDES[side]);
-                let room = st.tcp_send_capacity(h).unwrap();
-                prop_assert_eq!(room, 0, "{} would block with room", SIDES[side]);
-            }
-            Err(TcpError::Shutdown) => {
-                prop_assert!(shut, "{} refused before shutdown", SIDES[side])
-            }
-            Err(e) => return Err(TestCaseError::fail(format!("{} write: {e}", SIDES[side]))),
-        }
+        let n = stack_write(
+            stack(p, side),
+            h,
+            data,
+            how,
+            shut,
+            SIDES[side],
+            &mut self.loans,
+        )?;
+        self.conns[k].streams[side].written += n;
         Ok(())
     }
 
@@ -408,16 +391,7 @@ impl Apps {
         max: usize,
     ) -> Result<bool, TestCaseError> {
         let h = self.conns[k].handles[side];
-        let st = stack(p, side);
-        let got: Result<Option<Vec<u8>>, TcpError> = if self.conns[k].zero_copy[side] {
-            st.tcp_recv_zero_copy(h, max).map(|b| b.map(|b| b.to_vec()))
-        } else {
-            let mut buf = vec![0u8; max];
-            st.tcp_recv(h, &mut buf).map(|n| {
-                buf.truncate(n);
-                (n > 0).then_some(buf)
-            })
-        };
+        let got = stack_read(stack(p, side), h, max, self.conns[k].zero_copy[side]);
         let from = 1 - side;
         let stream = &mut self.conns[k].streams[from];
         match got {

@@ -6,6 +6,9 @@
 //! `tcp_conversations.rs`, with Linux in `tcp_linux.rs`): the steps, and the model of a
 //! byte stream that checks what a reader gets.
 
+use probestack::buf::Loan;
+use probestack::socket::tcp::{TcpError, TcpHandle};
+use probestack::stack::Stack;
 use probestack::tuning::Tuning;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
@@ -177,5 +180,68 @@ impl Stream {
                 Ok(!std::mem::replace(&mut self.eof_seen, true))
             }
         }
+    }
+}
+
+/// A write of `data` by the application of the stack `st` (named `name`) on `h`, made as
+/// `how` (a loan is kept in `loans`, to be checked for coming back), held to the model:
+/// it takes bytes only before the writer's shutdown (`shut`), `WouldBlock` only with no
+/// room, `Shutdown` only after it. How many bytes it took.
+pub fn stack_write(
+    st: &mut Stack,
+    h: TcpHandle,
+    data: Vec<u8>,
+    how: How,
+    shut: bool,
+    name: &str,
+    loans: &mut Vec<Loan>,
+) -> Result<usize, TestCaseError> {
+    let len = data.len();
+    let r = match how {
+        How::Copy => st.tcp_send(h, &data),
+        How::Urgent => st.tcp_send_urgent(h, &data),
+        How::Loan => {
+            let loan = Loan::new(data);
+            let r = st.tcp_send_loan(h, &loan.ext());
+            loans.push(loan);
+            r
+        }
+    };
+    match r {
+        Ok(n) => {
+            prop_assert!(!shut, "{name} wrote after its shutdown");
+            prop_assert!(n > 0 && n <= len, "{name} took {n} of {len}");
+            Ok(n)
+        }
+        Err(TcpError::WouldBlock) => {
+            prop_assert!(!shut, "{name} would block after its shutdown");
+            let room = st.tcp_send_capacity(h).unwrap();
+            prop_assert_eq!(room, 0, "{} would block with room", name);
+            Ok(0)
+        }
+        Err(TcpError::Shutdown) => {
+            prop_assert!(shut, "{name} refused before shutdown");
+            Ok(0)
+        }
+        Err(e) => Err(TestCaseError::fail(format!("{name} write: {e}"))),
+    }
+}
+
+/// A read of up to `max` bytes by the application of the stack `st` on `h`, zero-copy
+/// or copying: the data, or the end of the stream (`None`).
+pub fn stack_read(
+    st: &mut Stack,
+    h: TcpHandle,
+    max: usize,
+    zero_copy: bool,
+) -> Result<Option<Vec<u8>>, TcpError> {
+    if zero_copy {
+        st.tcp_recv_zero_copy(h, max).map(|b| b.map(|b| b.to_vec()))
+    } else {
+        let mut buf = vec![0u8; max];
+        st.tcp_recv(h, &mut buf).map(|n| {
+            buf.truncate(n);
+            (n > 0).then_some(buf)
+        })
     }
 }
