@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use common::netns::{python_module_missing, skip_unless_able, Netns, StopOnDrop};
-use probestack::driver::tap::{TapConfig, TapDevice};
+use probestack::driver::tap::TapConfig;
 use probestack::ip::reassembly::ReassemblyConfig;
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Counter;
@@ -405,9 +405,7 @@ fn adversarial_packets_are_dropped_counted_and_survived() {
         return;
     };
     ns.enter();
-    let tap = TapDevice::open(TAP_NAME, TapConfig::default()).expect("open TAP");
-    ns.ip(&["link", "set", TAP_NAME, "up"]);
-    ns.ip(&["addr", "add", "198.18.0.1/15", "dev", TAP_NAME]);
+    let tap = ns.tap(TAP_NAME, TapConfig::default());
     let linux_mac = ns
         .mac_of(TAP_NAME)
         .iter()

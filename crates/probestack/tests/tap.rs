@@ -62,11 +62,8 @@ fn setup_wrapped(
 ) -> Option<Setup> {
     let mut ns = Netns::create("tap", n)?;
     ns.enter();
-    let tap = TapDevice::open(TAP_NAME, config).expect("open TAP");
-    assert_eq!(tap.name(), TAP_NAME);
+    let tap = ns.tap(TAP_NAME, config);
     let offloads = tap.offloads();
-    ns.ip(&["link", "set", TAP_NAME, "up"]);
-    ns.ip(&["addr", "add", "198.18.0.1/15", "dev", TAP_NAME]);
     let (tap, stats) = Watched::new(tap, TapDevice::stats);
     let mut stack = Stack::new(StackConfig::default());
     stack.add_interface(
@@ -247,16 +244,13 @@ fn transmit_checksums_reach_linux() {
             return;
         };
         ns.enter();
-        let mut tap = TapDevice::open(
+        let mut tap = ns.tap(
             TAP_NAME,
             TapConfig {
                 offload,
                 ..TapConfig::default()
             },
-        )
-        .expect("open TAP");
-        ns.ip(&["link", "set", TAP_NAME, "up"]);
-        ns.ip(&["addr", "add", "198.18.0.1/15", "dev", TAP_NAME]);
+        );
         let mac = ns.mac_of(TAP_NAME);
         let udp = UdpFrame {
             src_mac: STACK_MAC,

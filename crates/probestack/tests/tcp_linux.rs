@@ -25,11 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use common::conversation::{bytes, stack_read, stack_write, step, How, Step, Stream};
-use common::netns::{skip_unless_able, Netns};
-use common::tamper::{SeededFaults, Tamper, Tampered};
-use probestack::buf::{Loan, PacketBuf};
-use probestack::driver::tap::{TapConfig, TapDevice};
-use probestack::driver::TxMeta;
+use common::netns::{set_option, skip_unless_able, Netns};
+use common::tamper::{Link, SeededFaults, Tampered};
+use probestack::buf::Loan;
+use probestack::driver::tap::TapConfig;
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Counter;
 use probestack::rng::Rng;
@@ -176,47 +175,10 @@ fn setup() -> impl Strategy<Value = Setup> {
         )
 }
 
-/// The link between the stack and the TAP: cut both ways while `down`, and losing some
-/// of what Linux sends (`lose_in` per thousand frames).
-struct Link {
-    down: Arc<AtomicBool>,
-    lose_in: u64,
-    rng: Rng,
-}
-
-impl Tamper for Link {
-    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
-        if self.down.load(Ordering::Relaxed) {
-            Vec::new()
-        } else {
-            vec![(frame, meta)]
-        }
-    }
-    fn deliver(&mut self, _frame: &[u8]) -> bool {
-        !self.down.load(Ordering::Relaxed) && self.rng.below(1000) >= self.lose_in
-    }
-}
-
 /// Sets one of the namespace's sysctls (the calling thread is in it).
 fn sysctl(name: &str, value: impl ToString) {
     let path = format!("/proc/sys/net/ipv4/{name}");
     std::fs::write(&path, value.to_string()).unwrap_or_else(|e| panic!("{path}: {e}"));
-}
-
-/// Sets an integer socket option on a Linux socket.
-fn set_option(fd: &impl AsRawFd, level: i32, name: i32, value: i32) {
-    // SAFETY: setsockopt reads an int at `&value`, which outlives the call, from an open
-    // socket's descriptor.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
 }
 
 /// Sets a Linux socket's buffers, as drawn.
@@ -629,16 +591,13 @@ fn converse(
     sysctl("tcp_timestamps", u8::from(l.timestamps));
     sysctl("tcp_window_scaling", u8::from(l.window_scaling));
     sysctl("tcp_ecn", l.ecn);
-    let tap = TapDevice::open(
+    let tap = ns.tap(
         TAP_NAME,
         TapConfig {
             mtu: setup.mtu,
             offload: setup.offload,
         },
-    )
-    .expect("open TAP");
-    ns.ip(&["link", "set", TAP_NAME, "mtu", &setup.mtu.to_string(), "up"]);
-    ns.ip(&["addr", "add", "198.18.0.1/15", "dev", TAP_NAME]);
+    );
     let down = Arc::new(AtomicBool::new(false));
     let (lose, duplicate, hold, lose_in, seed) = setup.faults.unwrap_or_default();
     let dev = Tampered {

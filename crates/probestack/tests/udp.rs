@@ -5,6 +5,7 @@
 mod common;
 
 use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
+use common::datagrams::{intact, payload, send_how, stack_send, udp_tuning, SendHow};
 use common::router::{Hop, Routed};
 use common::tamper::refragmenting;
 use probestack::buf::PacketBuf;
@@ -27,22 +28,6 @@ fn pair_with(mtu: usize, ta: Tuning, tb: Tuning) -> Pair {
     a.stack.tuning = ta;
     b.stack.tuning = tb;
     Pair::new(a, b).unwrap()
-}
-
-/// A payload that says what it should be: a 4-byte sequence number, then bytes derived
-/// from it, so a receiver can tell an intact datagram from a corrupted one.
-fn payload(seq: u32, len: usize) -> Vec<u8> {
-    let mut v: Vec<u8> = (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seq) as u8)
-        .collect();
-    if len >= 4 {
-        v[..4].copy_from_slice(&seq.to_be_bytes());
-    }
-    v
-}
-
-fn intact(d: &[u8]) -> bool {
-    d.len() < 4 || payload(u32::from_be_bytes([d[0], d[1], d[2], d[3]]), d.len()) == d
 }
 
 fn recv_one(p: &mut Pair, h: UdpHandle) -> Option<(Vec<u8>, (Ipv4Address, u16))> {
@@ -993,18 +978,6 @@ fn each_datagram_of_a_batch_is_a_ledger_message() {
 // Random traffic against a model of what was sent.
 
 #[derive(Clone, Copy, Debug)]
-enum SendHow {
-    /// `udp_send` on a connected socket, `udp_send_to` on an unconnected one.
-    Plain,
-    /// `udp_send_msg` with the datagram in two parts.
-    Gathered,
-    /// `udp_send_batch` of this many datagrams of the length.
-    Batch(usize),
-    /// `udp_send_loan` (zero-copy).
-    Loaned,
-}
-
-#[derive(Clone, Copy, Debug)]
 enum Traffic {
     Send { len: usize, how: SendHow },
     Recv { max: usize },
@@ -1021,28 +994,6 @@ struct UdpSetup {
     connected: bool,
     no_checksum: bool,
     recv_buffer: usize,
-}
-
-fn udp_tuning() -> impl proptest::strategy::Strategy<Value = Tuning> {
-    use proptest::prelude::*;
-    (any::<bool>(), proptest::collection::vec(any::<bool>(), 12)).prop_map(|(fast, b)| {
-        let base = if fast { Tuning::fast() } else { Tuning::bsd() };
-        Tuning {
-            buffer_cache: b[0],
-            inline_ip_header_checksum: b[1],
-            defrag_check_only_fragments: b[2],
-            udp_fast_path: b[3],
-            sendto_without_connect: b[4],
-            udp_header_template: b[5],
-            udp_rx_short_path: b[6],
-            pcb_recv_cache: b[7],
-            pcb_send_cache: b[8],
-            checksum_elision: b[9],
-            fused_copy_checksum: b[10],
-            checksum_offload: b[11],
-            ..base
-        }
-    })
 }
 
 fn udp_setup() -> impl proptest::strategy::Strategy<Value = UdpSetup> {
@@ -1075,14 +1026,8 @@ fn udp_setup() -> impl proptest::strategy::Strategy<Value = UdpSetup> {
 fn traffic() -> impl proptest::strategy::Strategy<Value = Traffic> {
     use proptest::prelude::*;
     let len = prop_oneof![4 => 4..600usize, 2 => 600..9000usize, 1 => 9000..=MAX_UDP_PAYLOAD];
-    let how = prop_oneof![
-        3 => Just(SendHow::Plain),
-        1 => Just(SendHow::Gathered),
-        1 => (2..8usize).prop_map(SendHow::Batch),
-        1 => Just(SendHow::Loaned),
-    ];
     prop_oneof![
-        5 => (len, how).prop_map(|(len, how)| Traffic::Send { len, how }),
+        5 => (len, send_how()).prop_map(|(len, how)| Traffic::Send { len, how }),
         4 => prop_oneof![4..64usize, 64..70_000usize].prop_map(|max| Traffic::Recv { max }),
         2 => prop_oneof![Just(0u64), 1..50u64, 50..40_000u64].prop_map(|ms| Traffic::Wait { ms }),
     ]
@@ -1198,33 +1143,10 @@ fn udp_traffic(setup: &UdpSetup, ops: &[Traffic]) {
         match op {
             Traffic::Send { len, how } => {
                 let len = len.min(largest);
-                let n = match how {
-                    SendHow::Batch(n) => n,
-                    _ => 1,
-                };
-                let datagrams: Vec<Vec<u8>> = (0..n)
+                let datagrams: Vec<Vec<u8>> = (0..how.datagrams())
                     .map(|i| payload((sent.len() + i) as u32, len))
                     .collect();
-                let d = &datagrams[0];
-                let r = match how {
-                    SendHow::Plain => match to {
-                        Some((addr, port)) => p.a.udp_send_to(tx, d, addr, port),
-                        None => p.a.udp_send(tx, d),
-                    }
-                    .map(|_| 1),
-                    SendHow::Gathered => {
-                        let (x, y) = d.split_at(len / 2);
-                        p.a.udp_send_msg(tx, &[x, y], to).map(|_| 1)
-                    }
-                    SendHow::Batch(_) => {
-                        let parts: Vec<&[u8]> = datagrams.iter().map(|d| &d[..]).collect();
-                        p.a.udp_send_batch(tx, &parts, to)
-                    }
-                    SendHow::Loaned => {
-                        let loan = probestack::buf::Loan::new(d.clone());
-                        p.a.udp_send_loan(tx, &loan.ext(), to).map(|_| 1)
-                    }
-                };
+                let r = stack_send(&mut p.a, tx, how, &datagrams, to);
                 match r {
                     Ok(k) => sent.extend(std::iter::repeat_n(len, k)),
                     // The device's queue is full: nothing sent (a batch stops there).

@@ -5,12 +5,14 @@
 //! `tcp.rs`, `zero_copy.rs`), `router` for one with a router behind it that answers with
 //! ICMP errors (`tcp.rs`, `icmp_errors.rs`), `conversation` for the proptest settings of
 //! the random conversations and the tuning they draw (`tcp_conversations.rs`,
-//! `tcp_smoltcp.rs`, `tcp_linux.rs`, `udp.rs`). Each test file uses
+//! `tcp_smoltcp.rs`, `tcp_linux.rs`, `udp.rs`, `udp_linux.rs`), `datagrams` for what the random
+//! UDP traffic shares (`udp.rs`, `udp_linux.rs`). Each test file uses
 //! a part of them.
 #![allow(dead_code, unused_macros, unused_imports)]
 
 pub mod capture;
 pub mod conversation;
+pub mod datagrams;
 pub mod netns;
 pub mod router;
 pub mod tamper;

@@ -17,6 +17,7 @@ use std::time::Duration as StdDuration;
 
 use probestack::buf::PacketBuf;
 use probestack::checksum;
+use probestack::driver::tap::{TapConfig, TapDevice};
 use probestack::driver::{Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta};
 use probestack::runner;
 use probestack::sim::{ipv4_frame, ipv4_header};
@@ -75,6 +76,22 @@ macro_rules! skip_unless_able {
 }
 pub(crate) use skip_unless_able;
 
+/// Sets an integer socket option on a Linux socket.
+pub fn set_option(fd: &impl AsRawFd, level: i32, name: i32, value: i32) {
+    // SAFETY: setsockopt reads an int at `&value`, which outlives the call, from an open
+    // socket's descriptor.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
 /// Runs a command, which must succeed.
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("run command");
@@ -129,6 +146,16 @@ impl Netns {
         for f in ["all", "default"] {
             let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{f}/disable_ipv6"), "1");
         }
+    }
+
+    /// Opens the TAP `name` in the namespace (the calling thread is in it), gives it
+    /// `config.mtu` and 198.18.0.1/15 on the Linux side, and brings it up.
+    pub fn tap(&self, name: &str, config: TapConfig) -> TapDevice {
+        let tap = TapDevice::open(name, config).expect("open TAP");
+        assert_eq!(tap.name(), name);
+        self.ip(&["link", "set", name, "mtu", &config.mtu.to_string(), "up"]);
+        self.ip(&["addr", "add", "198.18.0.1/15", "dev", name]);
+        tap
     }
 
     /// `ip -n <ns> args...`, which must succeed.

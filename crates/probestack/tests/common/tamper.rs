@@ -5,7 +5,10 @@
 
 use probestack::buf::PacketBuf;
 use probestack::driver::{Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta};
+use probestack::rng::Rng;
 use probestack::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// What a test's link does to the frames.
 pub trait Tamper: Send {
@@ -301,5 +304,27 @@ impl Tamper for SeededFaults {
         self.held = kept;
         out.extend(due.into_iter().map(|(_, f, m)| (f, m)));
         out
+    }
+}
+
+/// The link between a stack and a real device (a TAP): cut both ways while `down`, and
+/// losing some of what the device receives (`lose_in` per thousand frames; `tcp_linux.rs`,
+/// `udp_linux.rs`).
+pub struct Link {
+    pub down: Arc<AtomicBool>,
+    pub lose_in: u64,
+    pub rng: Rng,
+}
+
+impl Tamper for Link {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        if self.down.load(Ordering::Relaxed) {
+            Vec::new()
+        } else {
+            vec![(frame, meta)]
+        }
+    }
+    fn deliver(&mut self, _frame: &[u8]) -> bool {
+        !self.down.load(Ordering::Relaxed) && self.rng.below(1000) >= self.lose_in
     }
 }
