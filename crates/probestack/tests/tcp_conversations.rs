@@ -17,10 +17,11 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use common::conversation::{bytes, stack_read, stack_write, step, How, Step, Stream};
 use common::tamper::{SeededFaults, Tamper, Tampered};
+use common::wire_rules::Watch;
 use probestack::buf::{Loan, PacketBuf};
 use probestack::driver::pcap::{PcapMode, PcapWriter};
 use probestack::driver::{ChecksumOffload, CopyMode, Device, FaultConfig, TxMeta};
@@ -210,17 +211,20 @@ impl Tamper for Cut {
     }
 }
 
-/// The pair `setup` describes, and the switch that cuts its link. With
-/// `PROBESTACK_CONVERSATION_PCAP=FILE` set, each end's frames go to FILE.a and FILE.b as
-/// that end sends them (before the link's faults) and receives them (after), for a failing
-/// case run alone.
-fn pair(setup: &Setup) -> (Pair, Cut) {
+/// The pair `setup` describes, the switch that cuts its link, and what the watch on each
+/// end's wire found broken (`common::wire_rules`; not kept where frames are corrupted,
+/// whose headers it would read as sent). With `PROBESTACK_CONVERSATION_PCAP=FILE` set,
+/// each end's frames go to FILE.a and FILE.b as that end sends them (before the link's
+/// faults) and receives them (after), for a failing case run alone.
+fn pair(setup: &Setup) -> (Pair, Cut, Arc<Mutex<Vec<String>>>) {
     let [a, b] = [0, 1].map(|i| host_config(setup, &setup.hosts[i], i as u64));
     let pcap = std::env::var("PROBESTACK_CONVERSATION_PCAP").ok();
     let cut = Cut::default();
     let faults = setup.faults.filter(|_| setup.on_frame_queue);
+    let corrupts = setup.faults.is_some_and(|f| f.3 > 0);
+    let broken = Arc::new(Mutex::new(Vec::new()));
     let end = |name: &'static str, s: u64| {
-        let (cut, pcap) = (cut.clone(), pcap.clone());
+        let (cut, pcap, broken) = (cut.clone(), pcap.clone(), broken.clone());
         move |dev: Box<dyn Device + Send>| -> Box<dyn Device + Send> {
             let dev: Box<dyn Device + Send> = match faults {
                 Some((lose, duplicate, hold, corrupt, seed)) => {
@@ -229,7 +233,14 @@ fn pair(setup: &Setup) -> (Pair, Cut) {
                 }
                 None => dev,
             };
-            let dev = Box::new(Tampered { dev, tamper: cut });
+            let dev: Box<dyn Device + Send> = Box::new(Tampered { dev, tamper: cut });
+            let dev: Box<dyn Device + Send> = if corrupts {
+                dev
+            } else {
+                let names = if s == 1 { ["A", "B"] } else { ["B", "A"] };
+                let tamper = Watch::new(names, broken);
+                Box::new(Tampered { dev, tamper })
+            };
             match pcap {
                 Some(path) => {
                     let file = std::fs::File::create(format!("{path}.{name}")).unwrap();
@@ -258,7 +269,7 @@ fn pair(setup: &Setup) -> (Pair, Cut) {
         p.a.add_static_arp(0, ADDR_B, MAC_B);
         p.b.add_static_arp(0, ADDR_A, MAC_A);
     }
-    (p, cut)
+    (p, cut, broken)
 }
 
 /// One connection between the two applications: its socket on each side, and what each
@@ -599,13 +610,16 @@ fn converse_on(
     backlog: usize,
     steps: &[(usize, Step)],
 ) -> Result<(), TestCaseError> {
-    let (mut p, cut) = pair(setup);
+    let (mut p, cut, broken) = pair(setup);
     let mut apps = Apps::connect(&mut p, cut, setup, connections, backlog)?;
     for &(k, step) in steps {
         apps.run(&mut p, k, step)?;
     }
     let faults = setup.faults.is_some();
-    apps.finish(&mut p, faults, faults && setup.on_frame_queue)
+    apps.finish(&mut p, faults, faults && setup.on_frame_queue)?;
+    let broken = broken.lock().unwrap();
+    prop_assert!(broken.is_empty(), "rules broken on the wire: {broken:#?}");
+    Ok(())
 }
 
 proptest! {

@@ -7,7 +7,8 @@
 //! and Nagle; seeded loss, duplication and reordering of what the stack sends, loss of
 //! what it receives, and cuts of the link. Each side must read exactly what the other's
 //! writes were taken for, then the end of the stream; the stack's calls fail only as the
-//! model says; on a clean link neither side resets; every loan comes back.
+//! model says; on a clean link neither side resets; every loan comes back; and the
+//! stack's segments keep the rules a watch on the wire checks (`common::wire_rules`).
 //!
 //! Each case takes about 1.5 s of real time; `cargo test --workspace` runs 12 from a
 //! fixed seed, and `PROBESTACK_CONVERSATIONS` / `PROBESTACK_CONVERSATION_SEED` run more
@@ -21,12 +22,13 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use common::conversation::{bytes, stack_read, stack_write, step, How, Step, Stream};
 use common::netns::{set_option, skip_unless_able, Netns};
 use common::tamper::{Link, SeededFaults, Tampered};
+use common::wire_rules::Watch;
 use probestack::buf::Loan;
 use probestack::driver::tap::TapConfig;
 use probestack::ip::route::Ipv4Cidr;
@@ -600,16 +602,22 @@ fn converse(
     );
     let down = Arc::new(AtomicBool::new(false));
     let (lose, duplicate, hold, lose_in, seed) = setup.faults.unwrap_or_default();
+    let broken = Arc::new(Mutex::new(Vec::new()));
+    // The watch sees what the stack sends before the link cuts or the faults touch it,
+    // and what it receives after.
     let dev = Tampered {
         dev: Tampered {
-            dev: tap,
-            tamper: SeededFaults::new(seed, lose, duplicate, hold, 0),
+            dev: Tampered {
+                dev: tap,
+                tamper: SeededFaults::new(seed, lose, duplicate, hold, 0),
+            },
+            tamper: Link {
+                down: down.clone(),
+                lose_in,
+                rng: Rng::new(seed ^ 1),
+            },
         },
-        tamper: Link {
-            down: down.clone(),
-            lose_in,
-            rng: Rng::new(seed ^ 1),
-        },
+        tamper: Watch::new(["the stack", "Linux"], broken.clone()),
     };
     let mut stack = Stack::new(stack_config(setup));
     stack.add_interface(
@@ -632,7 +640,10 @@ fn converse(
     }
     let faults = setup.faults.is_some();
     let cuts = steps.iter().any(|(_, s)| matches!(s, Step::Cut { .. }));
-    w.finish(!faults && !cuts, faults)
+    w.finish(!faults && !cuts, faults)?;
+    let broken = broken.lock().unwrap();
+    prop_assert!(broken.is_empty(), "rules broken on the wire: {broken:#?}");
+    Ok(())
 }
 
 /// Mostly one connection, sometimes two or three, each conversation up to 30 steps.

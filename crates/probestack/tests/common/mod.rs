@@ -6,7 +6,8 @@
 //! ICMP errors (`tcp.rs`, `icmp_errors.rs`), `conversation` for the proptest settings of
 //! the random conversations and the tuning they draw (`tcp_conversations.rs`,
 //! `tcp_smoltcp.rs`, `tcp_linux.rs`, `udp.rs`, `udp_linux.rs`), `datagrams` for what the random
-//! UDP traffic shares (`udp.rs`, `udp_linux.rs`). Each test file uses
+//! UDP traffic shares (`udp.rs`, `udp_linux.rs`), `wire_rules` for TCP's rules checked on
+//! the wire (`tcp_conversations.rs`, `tcp_linux.rs`). Each test file uses
 //! a part of them.
 #![allow(dead_code, unused_macros, unused_imports)]
 
@@ -17,3 +18,4 @@ pub mod netns;
 pub mod router;
 pub mod tamper;
 pub mod transfer;
+pub mod wire_rules;
