@@ -90,28 +90,38 @@ impl Watch {
         }
     }
 
-    /// A segment the end sends.
-    fn sent(&mut self, t: &TcpRepr, data: u32) {
-        let key = (t.src_port, t.dst_port);
+    /// The connection a segment `side` (0 the end, 1 its peer) sent belongs to, begun
+    /// anew by a SYN, with the window scale a SYN offers noted; `None` for a RST or a
+    /// connection the watch did not see begin.
+    fn connection(&mut self, t: &TcpRepr, side: usize) -> Option<&mut Watched> {
+        let key = if side == 0 {
+            (t.src_port, t.dst_port)
+        } else {
+            (t.dst_port, t.src_port)
+        };
         if t.control == Control::Syn && t.ack_number.is_none() {
             self.conns.insert(key, Watched::default());
         }
-        let Some(c) = self.conns.get_mut(&key) else {
+        let c = self.conns.get_mut(&key)?;
+        if t.control == Control::Syn {
+            c.offered[side] = t.window_scale;
+        }
+        (t.control != Control::Rst).then_some(c)
+    }
+
+    /// A segment the end sends.
+    fn sent(&mut self, t: &TcpRepr, data: u32) {
+        let names = self.names;
+        let Some(c) = self.connection(t, 0) else {
             return;
         };
-        if t.control == Control::Syn {
-            c.offered[0] = t.window_scale;
-        }
-        if t.control == Control::Rst {
-            return;
-        }
         let mut broken = Vec::new();
         if let (Some(edge), true) = (c.peer_edge, data > 0) {
             let end = t.seq_number + data as usize;
             if end.gt(edge + 1) {
                 broken.push(format!(
                     "{} sent {data} bytes at {} past {}'s window, whose right edge is {}",
-                    self.names[0], t.seq_number.0, self.names[1], edge.0
+                    names[0], t.seq_number.0, names[1], edge.0
                 ));
             }
         }
@@ -119,9 +129,9 @@ impl Watch {
             if c.peer_sent.is_none_or(|sent| ack.gt(sent)) {
                 broken.push(format!(
                     "{} acknowledged {} of {}'s data, which has sent up to {:?}",
-                    self.names[0],
+                    names[0],
                     ack.0,
-                    self.names[1],
+                    names[1],
                     c.peer_sent.map(|s| s.0)
                 ));
             }
@@ -135,7 +145,7 @@ impl Watch {
                 match c.own_edge {
                     Some(before) if (edge + slack).lt(before) => broken.push(format!(
                         "{} moved its window's right edge left, {} to {}",
-                        self.names[0], before.0, edge.0
+                        names[0], before.0, edge.0
                     )),
                     Some(before) if edge.le(before) => {}
                     _ => c.own_edge = Some(edge),
@@ -143,25 +153,15 @@ impl Watch {
             }
         }
         for b in broken {
-            self.broke(format!("port {} to {}: {b}", key.0, key.1));
+            self.broke(format!("port {} to {}: {b}", t.src_port, t.dst_port));
         }
     }
 
     /// A segment the end receives.
     fn received(&mut self, t: &TcpRepr, data: u32) {
-        let key = (t.dst_port, t.src_port);
-        if t.control == Control::Syn && t.ack_number.is_none() {
-            self.conns.insert(key, Watched::default());
-        }
-        let Some(c) = self.conns.get_mut(&key) else {
+        let Some(c) = self.connection(t, 1) else {
             return;
         };
-        if t.control == Control::Syn {
-            c.offered[1] = t.window_scale;
-        }
-        if t.control == Control::Rst {
-            return;
-        }
         let end = t.seq_number + (data as usize + t.control.len());
         if c.peer_sent.is_none_or(|sent| end.gt(sent)) {
             c.peer_sent = Some(end);
