@@ -976,3 +976,66 @@ fn a_loan_is_not_held_by_a_nic_that_emptied_its_last_frame() {
         panic!("{e}");
     }
 }
+
+/// The watch on the wire's first find (`common::wire_rules`): A's first write of 65,537
+/// bytes went whole into B's window of 65,535, which A had read from B's SYN-ACK scaled
+/// by B's shift of 1, where a SYN's window is never scaled (RFC 7323 §2.2). B took what
+/// its buffer held and A resent the rest, so the streams alone did not show it.
+#[test]
+fn the_window_of_a_syn_ack_is_not_scaled() {
+    let a = Host {
+        window_scaling: true,
+        max_ooo_ranges: 1,
+        ..plain(1 << 20, 4096, 0)
+    };
+    let b = Host {
+        window_scaling: true,
+        max_ooo_ranges: 1,
+        ..plain(4096, 65536, 0)
+    };
+    regression(
+        65535,
+        false,
+        None,
+        [a, b],
+        &[Step::Write {
+            side: 0,
+            len: 65537,
+            how: How::Copy,
+        }],
+    );
+}
+
+/// The watch on the wire's second find: B resent a segment older than A's SND.WL1
+/// carrying its newest ACK and a window shrunk to 344 bytes; A took the ACK but, by RFC
+/// 9293's SND.WL1 test alone, not the window, so SND.UNA + SND.WND ran past B's right
+/// edge and A sent 2 bytes over it. The window now comes with every ACK that advances
+/// SND.UNA (as Linux's `tcp_may_update_window` has it).
+#[test]
+fn the_window_of_a_resent_segment_with_a_new_ack_is_taken() {
+    let a = Host {
+        max_ooo_ranges: 1,
+        ..plain(65536, 65536, 40)
+    };
+    let b = Host {
+        max_ooo_ranges: 1,
+        ..plain(65536, 4096, 0)
+    };
+    regression(
+        576,
+        true,
+        Some((1, 0, 30, 0, 8038772821606705240)),
+        [a, b],
+        &[
+            Step::Write {
+                side: 1,
+                len: 55209,
+                how: How::Copy,
+            },
+            Step::Stream {
+                side: 0,
+                len: 11602,
+            },
+        ],
+    );
+}

@@ -25,6 +25,10 @@ mod common;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use common::tamper::Tampered;
+use common::wire_rules::Watch;
 
 use probestack::buf::PacketBuf;
 use probestack::driver::{
@@ -354,6 +358,18 @@ struct World {
     /// Instants at which the two stacks were still busy after many polls (the clock was
     /// then nudged on): a sign of a livelock, expected to stay zero.
     spins: u64,
+    /// What the watch on probestack's wire found broken (`common::wire_rules`), checked
+    /// when the world ends.
+    broken: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let broken = self.broken.lock().unwrap();
+        if !std::thread::panicking() {
+            assert!(broken.is_empty(), "rules broken on the wire: {broken:#?}");
+        }
+    }
 }
 
 impl World {
@@ -374,8 +390,13 @@ impl World {
         let mut config = StackConfig::default();
         config.tcp.msl = msl;
         let mut ps = Stack::new(config);
+        let broken = Arc::new(Mutex::new(Vec::new()));
+        let watch = Watch::new(["probestack", "smoltcp"], broken.clone());
         ps.add_interface(
-            Box::new(nic_ps),
+            Box::new(Tampered {
+                dev: nic_ps,
+                tamper: watch,
+            }),
             InterfaceConfig {
                 mac: MAC_A,
                 cidr: Ipv4Cidr {
@@ -412,6 +433,7 @@ impl World {
             sockets,
             sock,
             spins: 0,
+            broken,
         }
     }
 

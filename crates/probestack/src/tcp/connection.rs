@@ -1709,7 +1709,11 @@ impl Connection {
             if self.snd_nxt.lt(ack) {
                 self.snd_nxt = ack;
             }
-            self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;
+            // RFC 7323 §2.2: a SYN's window, the SYN-ACK's too, is never scaled. (Until
+            // the thirty-second session it was: a peer with a shift of s seemed to offer
+            // 2^s times its window until its next segment, and a large first write
+            // overran it; found by the watch on the wire, tests/common/wire_rules.rs.)
+            self.snd_wnd = usize::from(seg.window_len);
             self.max_snd_wnd = self.snd_wnd;
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;
@@ -2006,12 +2010,19 @@ impl Connection {
         if self.undo.is_some_and(|u| u.all_proven()) {
             self.undo_response(ledger);
         }
-        // The send window (RFC 9293 §3.10.7.4, SND.WL1/WL2).
-        if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
+        // The send window (RFC 9293 §3.10.7.4, SND.WL1/WL2), and from every segment
+        // whose ACK advances SND.UNA, as Linux's `tcp_may_update_window` takes it: a
+        // resent segment of the peer's, older than SND.WL1, carries its newest ACK and
+        // window, and with the window left as it was, SND.UNA + SND.WND moved past the
+        // peer's right edge by as much as the window had shrunk (found by the watch on
+        // the wire, tests/common/wire_rules.rs). SND.WL1 does not move back.
+        if advanced || self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
             let was_zero = self.snd_wnd == 0;
             self.snd_wnd = window_field;
             self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
-            self.snd_wl1 = seq;
+            if self.snd_wl1.lt(seq) {
+                self.snd_wl1 = seq;
+            }
             self.snd_wl2 = ack;
             if was_zero && self.snd_wnd > 0 {
                 self.persist_deadline = None;

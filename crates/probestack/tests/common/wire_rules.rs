@@ -12,10 +12,17 @@ use probestack::wire::{Checksum, Ipv4Address};
 
 use super::tamper::Tamper;
 
-/// The TCP header of an Ethernet frame's IPv4 datagram (from the frame's first part,
-/// which holds the headers; the data may follow in fragments) and how many data bytes the
-/// segment carries, by the IP header's total length.
-fn tcp_header(frame: &[u8]) -> Option<(TcpRepr<'_>, u32)> {
+/// A TCP segment on the wire: its header, how many data bytes it carries (by the IP
+/// header's total length: the frame's first part holds the headers, the data may follow
+/// in fragments), and how long its TCP header is with options.
+struct Segment<'a> {
+    t: TcpRepr<'a>,
+    data: usize,
+    header_len: usize,
+}
+
+/// The TCP segment in an Ethernet frame's IPv4 datagram, if it holds one.
+fn segment(frame: &[u8]) -> Option<Segment<'_>> {
     if frame.len() < 34 || frame[12..14] != [0x08, 0x00] || frame[23] != 6 {
         return None;
     }
@@ -26,17 +33,29 @@ fn tcp_header(frame: &[u8]) -> Option<(TcpRepr<'_>, u32)> {
     );
     let packet = TcpPacket::new_checked(frame.get(14 + ihl..)?).ok()?;
     let header_len = packet.header_len();
-    let repr = TcpRepr::parse(&packet, src, dst, Checksum::Skip).ok()?;
+    let t = TcpRepr::parse(&packet, src, dst, Checksum::Skip).ok()?;
     let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
     let data = total.checked_sub(ihl + header_len)?;
-    Some((repr, data as u32))
+    Some(Segment {
+        t,
+        data,
+        header_len,
+    })
 }
 
 /// What [`Watch`] knows of one connection (by its own end's port and the peer's).
 #[derive(Default)]
 struct Watched {
-    /// The window scale each end's SYN offered (its own, the peer's).
+    /// The sequence number of each end's SYN, once seen (its own, the peer's).
+    isn: [Option<SeqNumber>; 2],
+    /// The window scale each end's SYN offered.
     offered: [Option<u8>; 2],
+    /// Whether each end's SYN carried timestamps, and SACK-permitted.
+    timestamps: [bool; 2],
+    sack_permitted: [bool; 2],
+    /// The largest segment the peer takes: its SYN's MSS option, or 536 without one
+    /// (RFC 9293 §3.7.1).
+    peer_mss: Option<usize>,
     /// The right edge of the peer's window (ACK + window, scaled) the end has been told,
     /// the furthest so far.
     peer_edge: Option<SeqNumber>,
@@ -64,8 +83,11 @@ impl Watched {
 /// zero-window probe), does not move the right edge of its own window left
 /// (§3.8.6.2.2, SHOULD NOT shrink; by less than a window-scale unit it may, below),
 /// and acknowledges nothing the peer has not sent
-/// (§3.10.7.4). A model of the byte streams cannot see these broken: TCP heals them (a
-/// peer drops what overran its window, and the end resends it). What the watch finds
+/// (§3.10.7.4); no segment's data and options exceed the peer's MSS (§3.7.1); once both
+/// SYNs carried timestamps, every segment but a RST carries them (RFC 7323 §3.2); and
+/// SACK blocks go only to a peer that permitted them (RFC 2018 §2). A model of the byte
+/// streams cannot see these broken: TCP heals them, or the peer does not mind (a peer
+/// drops what overran its window, and the end resends it). What the watch finds
 /// broken goes to `broken` (at most eight findings).
 pub struct Watch {
     /// How the findings name the end and its peer.
@@ -90,34 +112,66 @@ impl Watch {
         }
     }
 
-    /// The connection a segment `side` (0 the end, 1 its peer) sent belongs to, begun
-    /// anew by a SYN, with the window scale a SYN offers noted; `None` for a RST or a
-    /// connection the watch did not see begin.
+    /// The connection a segment `side` (0 the end, 1 its peer) sent belongs to, with
+    /// what a SYN offers noted (a SYN without ACK from a side whose SYN was seen with
+    /// another sequence number begins it anew; one with the same is a copy, late or
+    /// resent); `None` for a RST or a connection the watch did not see begin.
     fn connection(&mut self, t: &TcpRepr, side: usize) -> Option<&mut Watched> {
         let key = if side == 0 {
             (t.src_port, t.dst_port)
         } else {
             (t.dst_port, t.src_port)
         };
-        if t.control == Control::Syn && t.ack_number.is_none() {
+        let syn = t.control == Control::Syn;
+        let isn = Some(t.seq_number);
+        let new = |c: &Watched| c.isn[side].is_some_and(|seen| seen != t.seq_number);
+        if syn && t.ack_number.is_none() && self.conns.get(&key).is_none_or(new) {
             self.conns.insert(key, Watched::default());
         }
         let c = self.conns.get_mut(&key)?;
-        if t.control == Control::Syn {
+        if syn {
+            c.isn[side] = isn;
             c.offered[side] = t.window_scale;
+            c.timestamps[side] = t.timestamp.is_some();
+            c.sack_permitted[side] = t.sack_permitted;
+            if side == 1 {
+                c.peer_mss = Some(t.max_seg_size.map_or(536, usize::from));
+            }
         }
         (t.control != Control::Rst).then_some(c)
     }
 
-    /// A segment the end sends.
-    fn sent(&mut self, t: &TcpRepr, data: u32) {
+    /// A segment the end sends (a super-frame the device cuts into segments of
+    /// `gso_size` bytes, when that is not 0).
+    fn sent(&mut self, seg: &Segment, gso_size: usize) {
         let names = self.names;
+        let (t, data) = (&seg.t, seg.data);
         let Some(c) = self.connection(t, 0) else {
             return;
         };
         let mut broken = Vec::new();
+        // RFC 9293 §3.7.1: data and TCP options together no more than the peer's MSS.
+        let piece = if gso_size > 0 { gso_size } else { data };
+        if let (Some(mss), true) = (c.peer_mss, piece > 0) {
+            if piece + seg.header_len - 20 > mss {
+                broken.push(format!(
+                    "{} sent a segment of {piece} bytes and {} of options, over {}'s MSS of {mss}",
+                    names[0],
+                    seg.header_len - 20,
+                    names[1]
+                ));
+            }
+        }
+        // RFC 7323 §3.2: once both SYNs carried timestamps, every segment but a RST does.
+        if c.timestamps == [true, true] && t.control != Control::Syn && t.timestamp.is_none() {
+            broken.push(format!("{} sent a segment without timestamps", names[0]));
+        }
+        // RFC 2018 §2: SACK blocks only to a peer whose SYN permitted them.
+        if t.sack_ranges[0].is_some() && !c.sack_permitted[1] {
+            broken.push(format!("{} sent SACK blocks unpermitted", names[0]));
+        }
         if let (Some(edge), true) = (c.peer_edge, data > 0) {
-            let end = t.seq_number + data as usize;
+            let end = t.seq_number + data;
             if end.gt(edge + 1) {
                 broken.push(format!(
                     "{} sent {data} bytes at {} past {}'s window, whose right edge is {}",
@@ -158,11 +212,12 @@ impl Watch {
     }
 
     /// A segment the end receives.
-    fn received(&mut self, t: &TcpRepr, data: u32) {
+    fn received(&mut self, seg: &Segment) {
+        let t = &seg.t;
         let Some(c) = self.connection(t, 1) else {
             return;
         };
-        let end = t.seq_number + (data as usize + t.control.len());
+        let end = t.seq_number + (seg.data + t.control.len());
         if c.peer_sent.is_none_or(|sent| end.gt(sent)) {
             c.peer_sent = Some(end);
         }
@@ -182,14 +237,14 @@ impl Watch {
 
 impl Tamper for Watch {
     fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
-        if let Some((t, data)) = tcp_header(frame.data()) {
-            self.sent(&t, data);
+        if let Some(seg) = segment(frame.data()) {
+            self.sent(&seg, usize::from(meta.gso_size));
         }
         vec![(frame, meta)]
     }
     fn deliver(&mut self, frame: &[u8]) -> bool {
-        if let Some((t, data)) = tcp_header(frame) {
-            self.received(&t, data);
+        if let Some(seg) = segment(frame) {
+            self.received(&seg);
         }
         true
     }
