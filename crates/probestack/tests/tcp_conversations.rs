@@ -1039,3 +1039,67 @@ fn the_window_of_a_resent_segment_with_a_new_ack_is_taken() {
         ],
     );
 }
+
+/// B, reading zero-copy from a 1 MiB buffer with no window scaling (a field of at most
+/// 65,535), sent a "window update" after each read that offered the same 65,535: to A,
+/// duplicate ACKs, three of which fast-retransmitted A's FIN; B acknowledged the copy
+/// too, and that late ACK reached A closed, which answered it with a RST on a clean
+/// link. A read now asks for an update only for more window than the field already says.
+#[test]
+fn a_read_sends_no_window_update_the_field_cannot_say() {
+    let a = Host {
+        max_ooo_ranges: 1,
+        ..plain(65536, 4096, 0)
+    };
+    let mut b = Host {
+        max_ooo_ranges: 1,
+        zero_copy_receive: true,
+        ..plain(4096, 1 << 20, 40)
+    };
+    b.tuning.tcp_send_by_reference = true;
+    let setup = Setup {
+        mtu: 9000,
+        on_frame_queue: true,
+        faults: None,
+        hosts: [a, b],
+    };
+    let steps = [
+        (
+            21,
+            Step::Write {
+                side: 0,
+                len: 1,
+                how: How::Loan,
+            },
+        ),
+        (
+            3,
+            Step::Write {
+                side: 0,
+                len: 8960,
+                how: How::Copy,
+            },
+        ),
+        (3, Step::Shutdown { side: 1 }),
+        (
+            3,
+            Step::Write {
+                side: 0,
+                len: 1,
+                how: How::Copy,
+            },
+        ),
+        (0, Step::Cut { ms: 40 }),
+        (
+            0,
+            Step::Write {
+                side: 0,
+                len: 8961,
+                how: How::Loan,
+            },
+        ),
+    ];
+    if let Err(e) = converse_on(&setup, 3, 3, &steps) {
+        panic!("{e}");
+    }
+}

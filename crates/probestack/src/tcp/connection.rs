@@ -1399,7 +1399,12 @@ impl Connection {
             return;
         }
         let advertised = self.rcv_adv.bytes_since(self.rcv_nxt);
-        let possible = self.rx.free();
+        // What the window field can say: free space past it cannot be offered, and an
+        // "update" offering the same window is a duplicate ACK to the peer (three of
+        // them, from reads of a large buffer under a field of 65,535 without window
+        // scaling, set off a fast retransmission of a FIN, whose late copy then drew a
+        // RST from the closed end; found by tests/tcp_conversations.rs).
+        let possible = self.rx.free().min(0xffff << self.rcv_shift);
         if possible > advertised {
             let gain = possible - advertised;
             if gain >= 2 * self.rcv_mss || gain >= self.rx.capacity() / 2 {

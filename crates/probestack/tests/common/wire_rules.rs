@@ -63,6 +63,8 @@ struct Watched {
     own_edge: Option<SeqNumber>,
     /// The end of what the peer has sent the end (its FIN included).
     peer_sent: Option<SeqNumber>,
+    /// The furthest the end has acknowledged.
+    own_ack: Option<SeqNumber>,
 }
 
 impl Watched {
@@ -85,7 +87,8 @@ impl Watched {
 /// and acknowledges nothing the peer has not sent
 /// (§3.10.7.4); no segment's data and options exceed the peer's MSS (§3.7.1); once both
 /// SYNs carried timestamps, every segment but a RST carries them (RFC 7323 §3.2); and
-/// SACK blocks go only to a peer that permitted them (RFC 2018 §2). A model of the byte
+/// SACK blocks go only to a peer that permitted them (RFC 2018 §2); and its ACK never
+/// goes back. A model of the byte
 /// streams cannot see these broken: TCP heals them, or the peer does not mind (a peer
 /// drops what overran its window, and the end resends it). What the watch finds
 /// broken goes to `broken` (at most eight findings).
@@ -169,6 +172,16 @@ impl Watch {
         // RFC 2018 §2: SACK blocks only to a peer whose SYN permitted them.
         if t.sack_ranges[0].is_some() && !c.sack_permitted[1] {
             broken.push(format!("{} sent SACK blocks unpermitted", names[0]));
+        }
+        // RCV.NXT, which the ACK field carries, never goes back. (Whether the sequence
+        // space goes out without gaps cannot be told here: a segment ARP or a full
+        // device queue drops before the device is sent as far as TCP knows.)
+        if let Some(ack) = t.ack_number {
+            if c.own_ack.is_some_and(|before| ack.lt(before)) {
+                broken.push(format!("{}'s ACK went back to {}", names[0], ack.0));
+            } else {
+                c.own_ack = Some(ack);
+            }
         }
         if let (Some(edge), true) = (c.peer_edge, data > 0) {
             let end = t.seq_number + data;
