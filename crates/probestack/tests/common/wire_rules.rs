@@ -19,6 +19,8 @@ struct Segment<'a> {
     t: TcpRepr<'a>,
     data: usize,
     header_len: usize,
+    /// The IP header's ECN field (RFC 3168 §5: 0 not ECT, 1 and 2 ECT, 3 CE).
+    ecn: u8,
 }
 
 /// The TCP segment in an Ethernet frame's IPv4 datagram, if it holds one.
@@ -40,6 +42,7 @@ fn segment(frame: &[u8]) -> Option<Segment<'_>> {
         t,
         data,
         header_len,
+        ecn: frame[15] & 3,
     })
 }
 
@@ -65,6 +68,11 @@ struct Watched {
     peer_sent: Option<SeqNumber>,
     /// The furthest the end has acknowledged.
     own_ack: Option<SeqNumber>,
+    /// Whether each end's SYN asked for ECN as its place in the handshake says (the
+    /// initiator's ECE and CWR, the responder's ECE alone; RFC 3168 §6.1.1).
+    ecn: [bool; 2],
+    /// The end of the data the end has sent, the furthest so far.
+    own_data_end: Option<SeqNumber>,
 }
 
 impl Watched {
@@ -87,8 +95,9 @@ impl Watched {
 /// and acknowledges nothing the peer has not sent
 /// (§3.10.7.4); no segment's data and options exceed the peer's MSS (§3.7.1); once both
 /// SYNs carried timestamps, every segment but a RST carries them (RFC 7323 §3.2); and
-/// SACK blocks go only to a peer that permitted them (RFC 2018 §2); and its ACK never
-/// goes back. A model of the byte
+/// SACK blocks go only to a peer that permitted them (RFC 2018 §2); ECN-capable marks
+/// only on data sent the first time, with ECN agreed, and ECE or CWR only then (RFC 3168
+/// §6.1); and its ACK never goes back. A model of the byte
 /// streams cannot see these broken: TCP heals them, or the peer does not mind (a peer
 /// drops what overran its window, and the end resends it). What the watch finds
 /// broken goes to `broken` (at most eight findings).
@@ -137,6 +146,7 @@ impl Watch {
             c.offered[side] = t.window_scale;
             c.timestamps[side] = t.timestamp.is_some();
             c.sack_permitted[side] = t.sack_permitted;
+            c.ecn[side] = t.ece && t.cwr == t.ack_number.is_none();
             if side == 1 {
                 c.peer_mss = Some(t.max_seg_size.map_or(536, usize::from));
             }
@@ -172,6 +182,33 @@ impl Watch {
         // RFC 2018 §2: SACK blocks only to a peer whose SYN permitted them.
         if t.sack_ranges[0].is_some() && !c.sack_permitted[1] {
             broken.push(format!("{} sent SACK blocks unpermitted", names[0]));
+        }
+        // RFC 3168 §6.1: ECT only on data segments sent the first time, and only with
+        // ECN agreed in both SYNs; ECE and CWR outside the SYNs only with it agreed.
+        let agreed = c.ecn == [true, true];
+        let end = t.seq_number + data;
+        let first_time = c.own_data_end.is_none_or(|e| end.gt(e));
+        if seg.ecn != 0 {
+            let why = if t.control == Control::Syn {
+                Some("a SYN")
+            } else if data == 0 {
+                Some("a segment without data")
+            } else if !agreed {
+                Some("a connection without ECN agreed")
+            } else if !first_time {
+                Some("data sent again")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                broken.push(format!("{} marked {why} ECN-capable", names[0]));
+            }
+        }
+        if data > 0 && first_time {
+            c.own_data_end = Some(end);
+        }
+        if (t.ece || t.cwr) && t.control != Control::Syn && !agreed {
+            broken.push(format!("{} set ECE or CWR without ECN agreed", names[0]));
         }
         // RCV.NXT, which the ACK field carries, never goes back. (Whether the sequence
         // space goes out without gaps cannot be told here: a segment ARP or a full
