@@ -2,7 +2,7 @@
 //! the end sends and receives and records the rules its segments break (`tcp_linux.rs`
 //! with Linux as the peer, `tcp_conversations.rs` with the stack as both ends).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use probestack::buf::PacketBuf;
@@ -73,6 +73,11 @@ struct Watched {
     ecn: [bool; 2],
     /// The end of the data the end has sent, the furthest so far.
     own_data_end: Option<SeqNumber>,
+    /// Where the end's FIN is, once sent.
+    own_fin: Option<SeqNumber>,
+    /// The end's last TSval, and every TSval the peer has sent it.
+    own_tsval: Option<u32>,
+    peer_tsvals: HashSet<u32>,
 }
 
 impl Watched {
@@ -97,7 +102,8 @@ impl Watched {
 /// SYNs carried timestamps, every segment but a RST carries them (RFC 7323 §3.2); and
 /// SACK blocks go only to a peer that permitted them (RFC 2018 §2); ECN-capable marks
 /// only on data sent the first time, with ECN agreed, and ECE or CWR only then (RFC 3168
-/// §6.1); and its ACK never goes back. A model of the byte
+/// §6.1); no data past its FIN; its TSval never goes back and its TSecr echoes one the
+/// peer sent (RFC 7323 §5.4, §4.3); and its ACK never goes back. A model of the byte
 /// streams cannot see these broken: TCP heals them, or the peer does not mind (a peer
 /// drops what overran its window, and the end resends it). What the watch finds
 /// broken goes to `broken` (at most eight findings).
@@ -210,6 +216,32 @@ impl Watch {
         if (t.ece || t.cwr) && t.control != Control::Syn && !agreed {
             broken.push(format!("{} set ECE or CWR without ECN agreed", names[0]));
         }
+        // Nothing after the FIN (RFC 9293 §3.6: it is the last of the stream).
+        if t.control == Control::Fin {
+            c.own_fin = Some(t.seq_number + data);
+        }
+        if let (Some(fin), true) = (c.own_fin, data > 0) {
+            if end.gt(fin) {
+                broken.push(format!("{} sent data past its FIN at {}", names[0], fin.0));
+            }
+        }
+        // RFC 7323 §5.4 and §4.3: TSval never goes back, and TSecr echoes a TSval the
+        // peer sent (TS.Recent), 0 in the first SYN.
+        if let Some(ts) = t.timestamp {
+            if c.own_tsval
+                .is_some_and(|before| (ts.tsval.wrapping_sub(before) as i32) < 0)
+            {
+                broken.push(format!("{}'s TSval went back to {}", names[0], ts.tsval));
+            }
+            c.own_tsval = Some(ts.tsval);
+            let echo = t.ack_number.is_some() && c.timestamps[1];
+            if echo && !c.peer_tsvals.contains(&ts.tsecr) {
+                broken.push(format!(
+                    "{} echoed TSecr {}, which {} never sent",
+                    names[0], ts.tsecr, names[1]
+                ));
+            }
+        }
         // RCV.NXT, which the ACK field carries, never goes back. (Whether the sequence
         // space goes out without gaps cannot be told here: a segment ARP or a full
         // device queue drops before the device is sent as far as TCP knows.)
@@ -267,6 +299,9 @@ impl Watch {
         let Some(c) = self.connection(t, 1) else {
             return;
         };
+        if let Some(ts) = t.timestamp {
+            c.peer_tsvals.insert(ts.tsval);
+        }
         let end = t.seq_number + (seg.data + t.control.len());
         if c.peer_sent.is_none_or(|sent| end.gt(sent)) {
             c.peer_sent = Some(end);
