@@ -102,7 +102,8 @@ impl Watched {
 /// SYNs carried timestamps, every segment but a RST carries them (RFC 7323 §3.2); and
 /// SACK blocks go only to a peer that permitted them (RFC 2018 §2); ECN-capable marks
 /// only on data sent the first time, with ECN agreed, and ECE or CWR only then (RFC 3168
-/// §6.1); no data past its FIN; its TSval never goes back and its TSecr echoes one the
+/// §6.1); SACK blocks only of data the peer sent, above the ACK or reporting a duplicate
+/// (RFC 2018 §4, RFC 2883 §4); an MSS option on every SYN; no data past its FIN; its TSval never goes back and its TSecr echoes one the
 /// peer sent (RFC 7323 §5.4, §4.3); and its ACK never goes back. A model of the byte
 /// streams cannot see these broken: TCP heals them, or the peer does not mind (a peer
 /// drops what overran its window, and the end resends it). What the watch finds
@@ -185,9 +186,39 @@ impl Watch {
         if c.timestamps == [true, true] && t.control != Control::Syn && t.timestamp.is_none() {
             broken.push(format!("{} sent a segment without timestamps", names[0]));
         }
-        // RFC 2018 §2: SACK blocks only to a peer whose SYN permitted them.
+        // RFC 2018 §2: SACK blocks only to a peer whose SYN permitted them; each block
+        // (§4) data the peer sent, above the ACK, but a first one below it or inside the
+        // second, which reports a duplicate (RFC 2883 §4).
         if t.sack_ranges[0].is_some() && !c.sack_permitted[1] {
             broken.push(format!("{} sent SACK blocks unpermitted", names[0]));
+        }
+        let blocks: Vec<(SeqNumber, SeqNumber)> = t
+            .sack_ranges
+            .iter()
+            .flatten()
+            .map(|&(l, r)| (SeqNumber(l), SeqNumber(r)))
+            .collect();
+        for (i, &(l, r)) in blocks.iter().enumerate() {
+            let ack = t.ack_number.unwrap_or(l);
+            let duplicate = i == 0
+                && (l.lt(ack) || blocks.get(1).is_some_and(|&(l2, r2)| l2.le(l) && r.le(r2)));
+            let received = c.peer_sent.is_some_and(|sent| r.le(sent));
+            if !l.lt(r) || !received || !(duplicate || l.gt(ack)) {
+                broken.push(format!(
+                    "{} sent a SACK block [{}, {}) with ACK {} of data {} sent up to {:?}",
+                    names[0],
+                    l.0,
+                    r.0,
+                    ack.0,
+                    names[1],
+                    c.peer_sent.map(|s| s.0)
+                ));
+            }
+        }
+        // RFC 9293 §3.7.1 (SHLD-5): a SYN carries the MSS option where the MSS is not
+        // the default 536; the stack sends it always (MAY-3).
+        if t.control == Control::Syn && t.max_seg_size.is_none() {
+            broken.push(format!("{} sent a SYN without an MSS option", names[0]));
         }
         // RFC 3168 §6.1: ECT only on data segments sent the first time, and only with
         // ECN agreed in both SYNs; ECE and CWR outside the SYNs only with it agreed.
