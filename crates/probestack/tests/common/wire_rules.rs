@@ -80,6 +80,8 @@ struct Watched {
     peer_tsvals: HashSet<u32>,
 }
 
+// The rules, each kept by a segment the end sends: what it breaks, with `{end}` and
+// `{peer}` for the names.
 impl Watched {
     /// The shift that applies to `side`'s windows outside SYNs (RFC 7323 §2.2: both
     /// SYNs carried the option).
@@ -89,25 +91,195 @@ impl Watched {
             _ => 0,
         }
     }
+
+    /// MSS, timestamps and SACK.
+    fn options_kept(&mut self, seg: &Segment, gso_size: usize) -> Vec<String> {
+        let (t, data) = (&seg.t, seg.data);
+        let mut broken = Vec::new();
+        // RFC 9293 §3.7.1: data and TCP options together no more than the peer's MSS;
+        // and (SHLD-5) a SYN carries the MSS option where the MSS is not the default
+        // 536; the stack sends it always (MAY-3).
+        let piece = if gso_size > 0 { gso_size } else { data };
+        let options = seg.header_len - 20;
+        if let (Some(mss), true) = (self.peer_mss, piece > 0) {
+            if piece + options > mss {
+                broken.push(format!(
+                    "{{end}} sent a segment of {piece} bytes and {options} of options, over {{peer}}'s MSS of {mss}"
+                ));
+            }
+        }
+        if t.control == Control::Syn && t.max_seg_size.is_none() {
+            broken.push("{end} sent a SYN without an MSS option".into());
+        }
+        // RFC 7323 §3.2: once both SYNs carried timestamps, every segment but a RST
+        // does; §5.4 and §4.3: TSval never goes back, and TSecr echoes a TSval the peer
+        // sent (TS.Recent), 0 in the first SYN.
+        if self.timestamps == [true, true] && t.control != Control::Syn && t.timestamp.is_none() {
+            broken.push("{end} sent a segment without timestamps".into());
+        }
+        if let Some(ts) = t.timestamp {
+            if self
+                .own_tsval
+                .is_some_and(|before| (ts.tsval.wrapping_sub(before) as i32) < 0)
+            {
+                broken.push(format!("{{end}}'s TSval went back to {}", ts.tsval));
+            }
+            self.own_tsval = Some(ts.tsval);
+            let echo = t.ack_number.is_some() && self.timestamps[1];
+            if echo && !self.peer_tsvals.contains(&ts.tsecr) {
+                broken.push(format!(
+                    "{{end}} echoed TSecr {}, which {{peer}} never sent",
+                    ts.tsecr
+                ));
+            }
+        }
+        // RFC 2018 §2: SACK blocks only to a peer whose SYN permitted them; each block
+        // (§4) data the peer sent, above the ACK, but a first one below it or inside the
+        // second, which reports a duplicate (RFC 2883 §4).
+        if t.sack_ranges[0].is_some() && !self.sack_permitted[1] {
+            broken.push("{end} sent SACK blocks unpermitted".into());
+        }
+        let blocks: Vec<(SeqNumber, SeqNumber)> = t
+            .sack_ranges
+            .iter()
+            .flatten()
+            .map(|&(l, r)| (SeqNumber(l), SeqNumber(r)))
+            .collect();
+        for (i, &(l, r)) in blocks.iter().enumerate() {
+            let ack = t.ack_number.unwrap_or(l);
+            let inside_next = blocks.get(1).is_some_and(|&(l2, r2)| l2.le(l) && r.le(r2));
+            let duplicate = i == 0 && (l.lt(ack) || inside_next);
+            let received = self.peer_sent.is_some_and(|sent| r.le(sent));
+            if !l.lt(r) || !received || !(duplicate || l.gt(ack)) {
+                broken.push(format!(
+                    "{{end}} sent a SACK block [{}, {}) with ACK {} of data {{peer}} sent up to {:?}",
+                    l.0,
+                    r.0,
+                    ack.0,
+                    self.peer_sent.map(|s| s.0)
+                ));
+            }
+        }
+        broken
+    }
+
+    /// RFC 3168 §6.1: ECT only on data segments sent the first time, and only with ECN
+    /// agreed in both SYNs; ECE and CWR outside the SYNs only with it agreed.
+    fn marks_kept(&mut self, seg: &Segment) -> Vec<String> {
+        let (t, data) = (&seg.t, seg.data);
+        let mut broken = Vec::new();
+        let agreed = self.ecn == [true, true];
+        let end = t.seq_number + data;
+        let first_time = self.own_data_end.is_none_or(|e| end.gt(e));
+        if seg.ecn != 0 {
+            let why = if t.control == Control::Syn {
+                Some("a SYN")
+            } else if data == 0 {
+                Some("a segment without data")
+            } else if !agreed {
+                Some("a connection without ECN agreed")
+            } else if !first_time {
+                Some("data sent again")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                broken.push(format!("{{end}} marked {why} ECN-capable"));
+            }
+        }
+        if data > 0 && first_time {
+            self.own_data_end = Some(end);
+        }
+        if (t.ece || t.cwr) && t.control != Control::Syn && !agreed {
+            broken.push("{end} set ECE or CWR without ECN agreed".into());
+        }
+        broken
+    }
+
+    /// The windows, the ACK and the FIN.
+    fn sequence_kept(&mut self, seg: &Segment) -> Vec<String> {
+        let (t, data) = (&seg.t, seg.data);
+        let mut broken = Vec::new();
+        let end = t.seq_number + data;
+        if let (Some(edge), true) = (self.peer_edge, data > 0) {
+            if end.gt(edge + 1) {
+                broken.push(format!(
+                    "{{end}} sent {data} bytes at {} past {{peer}}'s window, whose right edge is {}",
+                    t.seq_number.0, edge.0
+                ));
+            }
+        }
+        // Nothing after the FIN (RFC 9293 §3.6: it is the last of the stream).
+        if t.control == Control::Fin {
+            self.own_fin = Some(end);
+        }
+        if let (Some(fin), true) = (self.own_fin, data > 0) {
+            if end.gt(fin) {
+                broken.push(format!("{{end}} sent data past its FIN at {}", fin.0));
+            }
+        }
+        let Some(ack) = t.ack_number else {
+            return broken;
+        };
+        if self.peer_sent.is_none_or(|sent| ack.gt(sent)) {
+            broken.push(format!(
+                "{{end}} acknowledged {} of {{peer}}'s data, which has sent up to {:?}",
+                ack.0,
+                self.peer_sent.map(|s| s.0)
+            ));
+        }
+        // RCV.NXT, which the ACK field carries, never goes back. (Whether the sequence
+        // space goes out without gaps cannot be told here: a segment ARP or a full
+        // device queue drops before the device is sent as far as TCP knows.)
+        if self.own_ack.is_some_and(|before| ack.lt(before)) {
+            broken.push(format!("{{end}}'s ACK went back to {}", ack.0));
+        } else {
+            self.own_ack = Some(ack);
+        }
+        if t.control != Control::Syn {
+            let edge = ack + (usize::from(t.window_len) << self.shift(0));
+            // A scaled field counts units of 2^shift bytes from RCV.NXT, which can
+            // rarely say the edge kept exactly: the stack rounds down, and the edge
+            // steps back by less than a unit (Linux rounds up and takes the bytes over
+            // its buffer; the stack's ring has no room for them).
+            let slack = (1usize << self.shift(0)) - 1;
+            match self.own_edge {
+                Some(before) if (edge + slack).lt(before) => broken.push(format!(
+                    "{{end}} moved its window's right edge left, {} to {}",
+                    before.0, edge.0
+                )),
+                Some(before) if edge.le(before) => {}
+                _ => self.own_edge = Some(edge),
+            }
+        }
+        broken
+    }
 }
 
 /// Rules an end's TCP segments must keep whatever the peer and the link, checked on the
 /// wire as a tamper over the end's device (outermost: it sees what the end sends before
-/// any fault, and what it receives after them): the end sends no data past the right
-/// edge of the window the peer gave it (RFC 9293 §3.8.6.2.1; one byte past it for a
-/// zero-window probe), does not move the right edge of its own window left
-/// (§3.8.6.2.2, SHOULD NOT shrink; by less than a window-scale unit it may, below),
-/// and acknowledges nothing the peer has not sent
-/// (§3.10.7.4); no segment's data and options exceed the peer's MSS (§3.7.1); once both
-/// SYNs carried timestamps, every segment but a RST carries them (RFC 7323 §3.2); and
-/// SACK blocks go only to a peer that permitted them (RFC 2018 §2); ECN-capable marks
-/// only on data sent the first time, with ECN agreed, and ECE or CWR only then (RFC 3168
-/// §6.1); SACK blocks only of data the peer sent, above the ACK or reporting a duplicate
-/// (RFC 2018 §4, RFC 2883 §4); an MSS option on every SYN; no data past its FIN; its TSval never goes back and its TSecr echoes one the
-/// peer sent (RFC 7323 §5.4, §4.3); and its ACK never goes back. A model of the byte
-/// streams cannot see these broken: TCP heals them, or the peer does not mind (a peer
-/// drops what overran its window, and the end resends it). What the watch finds
-/// broken goes to `broken` (at most eight findings).
+/// any fault, and what it receives after them). The end sends:
+///
+/// - no data past the right edge of the window the peer gave it (RFC 9293 §3.8.6.2.1;
+///   one byte past it for a zero-window probe);
+/// - no right edge of its own window left of one it advertised (§3.8.6.2.2), but by
+///   less than a window-scale unit (the field's precision; see `sequence_kept`);
+/// - no acknowledgment of data the peer has not sent (§3.10.7.4), and no ACK field that
+///   goes back;
+/// - no segment whose data and options exceed the peer's MSS (§3.7.1), and an MSS
+///   option on every SYN;
+/// - timestamps on every segment but a RST once both SYNs carried them (RFC 7323 §3.2),
+///   a TSval that never goes back and a TSecr that echoes a TSval the peer sent (§5.4,
+///   §4.3);
+/// - SACK blocks only to a peer that permitted them (RFC 2018 §2), and only of data the
+///   peer sent, above the ACK or reporting a duplicate (§4, RFC 2883 §4);
+/// - ECN-capable marks only on data sent the first time, with ECN agreed, and ECE or
+///   CWR only then (RFC 3168 §6.1);
+/// - no data past its FIN.
+///
+/// A model of the byte streams cannot see these broken: TCP heals them, or the peer
+/// does not mind (a peer drops what overran its window, and the end resends it). What
+/// the watch finds broken goes to `broken` (at most eight findings).
 pub struct Watch {
     /// How the findings name the end and its peer.
     names: [&'static str; 2],
@@ -165,162 +337,18 @@ impl Watch {
     /// `gso_size` bytes, when that is not 0).
     fn sent(&mut self, seg: &Segment, gso_size: usize) {
         let names = self.names;
-        let (t, data) = (&seg.t, seg.data);
-        let Some(c) = self.connection(t, 0) else {
+        let Some(c) = self.connection(&seg.t, 0) else {
             return;
         };
-        let mut broken = Vec::new();
-        // RFC 9293 §3.7.1: data and TCP options together no more than the peer's MSS.
-        let piece = if gso_size > 0 { gso_size } else { data };
-        if let (Some(mss), true) = (c.peer_mss, piece > 0) {
-            if piece + seg.header_len - 20 > mss {
-                broken.push(format!(
-                    "{} sent a segment of {piece} bytes and {} of options, over {}'s MSS of {mss}",
-                    names[0],
-                    seg.header_len - 20,
-                    names[1]
-                ));
-            }
-        }
-        // RFC 7323 §3.2: once both SYNs carried timestamps, every segment but a RST does.
-        if c.timestamps == [true, true] && t.control != Control::Syn && t.timestamp.is_none() {
-            broken.push(format!("{} sent a segment without timestamps", names[0]));
-        }
-        // RFC 2018 §2: SACK blocks only to a peer whose SYN permitted them; each block
-        // (§4) data the peer sent, above the ACK, but a first one below it or inside the
-        // second, which reports a duplicate (RFC 2883 §4).
-        if t.sack_ranges[0].is_some() && !c.sack_permitted[1] {
-            broken.push(format!("{} sent SACK blocks unpermitted", names[0]));
-        }
-        let blocks: Vec<(SeqNumber, SeqNumber)> = t
-            .sack_ranges
-            .iter()
-            .flatten()
-            .map(|&(l, r)| (SeqNumber(l), SeqNumber(r)))
-            .collect();
-        for (i, &(l, r)) in blocks.iter().enumerate() {
-            let ack = t.ack_number.unwrap_or(l);
-            let duplicate = i == 0
-                && (l.lt(ack) || blocks.get(1).is_some_and(|&(l2, r2)| l2.le(l) && r.le(r2)));
-            let received = c.peer_sent.is_some_and(|sent| r.le(sent));
-            if !l.lt(r) || !received || !(duplicate || l.gt(ack)) {
-                broken.push(format!(
-                    "{} sent a SACK block [{}, {}) with ACK {} of data {} sent up to {:?}",
-                    names[0],
-                    l.0,
-                    r.0,
-                    ack.0,
-                    names[1],
-                    c.peer_sent.map(|s| s.0)
-                ));
-            }
-        }
-        // RFC 9293 §3.7.1 (SHLD-5): a SYN carries the MSS option where the MSS is not
-        // the default 536; the stack sends it always (MAY-3).
-        if t.control == Control::Syn && t.max_seg_size.is_none() {
-            broken.push(format!("{} sent a SYN without an MSS option", names[0]));
-        }
-        // RFC 3168 §6.1: ECT only on data segments sent the first time, and only with
-        // ECN agreed in both SYNs; ECE and CWR outside the SYNs only with it agreed.
-        let agreed = c.ecn == [true, true];
-        let end = t.seq_number + data;
-        let first_time = c.own_data_end.is_none_or(|e| end.gt(e));
-        if seg.ecn != 0 {
-            let why = if t.control == Control::Syn {
-                Some("a SYN")
-            } else if data == 0 {
-                Some("a segment without data")
-            } else if !agreed {
-                Some("a connection without ECN agreed")
-            } else if !first_time {
-                Some("data sent again")
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                broken.push(format!("{} marked {why} ECN-capable", names[0]));
-            }
-        }
-        if data > 0 && first_time {
-            c.own_data_end = Some(end);
-        }
-        if (t.ece || t.cwr) && t.control != Control::Syn && !agreed {
-            broken.push(format!("{} set ECE or CWR without ECN agreed", names[0]));
-        }
-        // Nothing after the FIN (RFC 9293 §3.6: it is the last of the stream).
-        if t.control == Control::Fin {
-            c.own_fin = Some(t.seq_number + data);
-        }
-        if let (Some(fin), true) = (c.own_fin, data > 0) {
-            if end.gt(fin) {
-                broken.push(format!("{} sent data past its FIN at {}", names[0], fin.0));
-            }
-        }
-        // RFC 7323 §5.4 and §4.3: TSval never goes back, and TSecr echoes a TSval the
-        // peer sent (TS.Recent), 0 in the first SYN.
-        if let Some(ts) = t.timestamp {
-            if c.own_tsval
-                .is_some_and(|before| (ts.tsval.wrapping_sub(before) as i32) < 0)
-            {
-                broken.push(format!("{}'s TSval went back to {}", names[0], ts.tsval));
-            }
-            c.own_tsval = Some(ts.tsval);
-            let echo = t.ack_number.is_some() && c.timestamps[1];
-            if echo && !c.peer_tsvals.contains(&ts.tsecr) {
-                broken.push(format!(
-                    "{} echoed TSecr {}, which {} never sent",
-                    names[0], ts.tsecr, names[1]
-                ));
-            }
-        }
-        // RCV.NXT, which the ACK field carries, never goes back. (Whether the sequence
-        // space goes out without gaps cannot be told here: a segment ARP or a full
-        // device queue drops before the device is sent as far as TCP knows.)
-        if let Some(ack) = t.ack_number {
-            if c.own_ack.is_some_and(|before| ack.lt(before)) {
-                broken.push(format!("{}'s ACK went back to {}", names[0], ack.0));
-            } else {
-                c.own_ack = Some(ack);
-            }
-        }
-        if let (Some(edge), true) = (c.peer_edge, data > 0) {
-            let end = t.seq_number + data;
-            if end.gt(edge + 1) {
-                broken.push(format!(
-                    "{} sent {data} bytes at {} past {}'s window, whose right edge is {}",
-                    names[0], t.seq_number.0, names[1], edge.0
-                ));
-            }
-        }
-        if let Some(ack) = t.ack_number {
-            if c.peer_sent.is_none_or(|sent| ack.gt(sent)) {
-                broken.push(format!(
-                    "{} acknowledged {} of {}'s data, which has sent up to {:?}",
-                    names[0],
-                    ack.0,
-                    names[1],
-                    c.peer_sent.map(|s| s.0)
-                ));
-            }
-            if t.control != Control::Syn {
-                let edge = ack + (usize::from(t.window_len) << c.shift(0));
-                // A scaled field counts units of 2^shift bytes from RCV.NXT, which can
-                // rarely say the edge kept exactly: the stack rounds down, and the edge
-                // steps back by less than a unit (Linux rounds up and takes the bytes
-                // over its buffer; the stack's ring has no room for them).
-                let slack = (1usize << c.shift(0)) - 1;
-                match c.own_edge {
-                    Some(before) if (edge + slack).lt(before) => broken.push(format!(
-                        "{} moved its window's right edge left, {} to {}",
-                        names[0], before.0, edge.0
-                    )),
-                    Some(before) if edge.le(before) => {}
-                    _ => c.own_edge = Some(edge),
-                }
-            }
-        }
+        let mut broken = c.options_kept(seg, gso_size);
+        broken.extend(c.marks_kept(seg));
+        broken.extend(c.sequence_kept(seg));
         for b in broken {
-            self.broke(format!("port {} to {}: {b}", t.src_port, t.dst_port));
+            let b = b.replace("{end}", names[0]).replace("{peer}", names[1]);
+            self.broke(format!(
+                "port {} to {}: {b}",
+                seg.t.src_port, seg.t.dst_port
+            ));
         }
     }
 
