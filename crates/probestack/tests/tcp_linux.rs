@@ -28,7 +28,7 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use common::conversation::{bytes, stack_read, stack_write, step, How, Step, Stream};
 use common::netns::{set_option, skip_unless_able, Netns};
 use common::tamper::{Link, SeededFaults, Tampered};
-use common::wire_rules::Watch;
+use common::wire_rules::{Mirrored, Watch};
 use probestack::buf::Loan;
 use probestack::driver::tap::TapConfig;
 use probestack::ip::route::Ipv4Cidr;
@@ -608,7 +608,10 @@ fn converse(
     let dev = Tampered {
         dev: Tampered {
             dev: Tampered {
-                dev: tap,
+                dev: Tampered {
+                    dev: tap,
+                    tamper: Mirrored::new(["Linux", "the stack"], broken.clone()),
+                },
                 tamper: SeededFaults::new(seed, lose, duplicate, hold, 0),
             },
             tamper: Link {
