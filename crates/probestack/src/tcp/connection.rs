@@ -968,9 +968,15 @@ impl Connection {
         if self.ts_enabled {
             options += 12;
         }
-        if self.sack_enabled && !self.ooo.is_empty() {
+        // The SACK option as `header` writes it: a D-SACK block first, then the
+        // out-of-order ranges, as many as fit. (Until the thirty-second session the
+        // D-SACK block was left out here, and a segment carrying one went over the
+        // peer's MSS by its bytes; found by the watch on the wire with smoltcp as the
+        // peer, tests/tcp_smoltcp.rs.)
+        if self.sack_enabled && (!self.ooo.is_empty() || self.dsack.is_some()) {
             let max_blocks = if self.ts_enabled { 3 } else { 4 };
-            options += 4 + 8 * self.ooo.range_count().min(max_blocks);
+            let blocks = usize::from(self.dsack.is_some()) + self.ooo.range_count();
+            options += 4 + 8 * blocks.min(max_blocks);
         }
         self.snd_mss.saturating_sub(options).max(1)
     }
