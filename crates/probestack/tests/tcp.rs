@@ -15,6 +15,7 @@ use common::tamper::{
     Tamper, Tampered,
 };
 use common::transfer::{accepted_on_a, accepted_on_b, fnv, pattern, transfer};
+use common::wire_rules::Watch;
 use probestack::buf::PacketBuf;
 use probestack::driver::{Device, FaultConfig, NicConfig, TxMeta};
 use probestack::ip::IpFields;
@@ -173,12 +174,23 @@ fn bulk_under_faults(mtu: usize, total: usize, tuning: Tuning) {
     let mut b = host(mtu, tuning);
     a.nic.rx_faults = FaultConfig::lossy(7);
     b.nic.rx_faults = FaultConfig::lossy(8);
-    let mut p = Pair::new(a, b).unwrap();
+    // Each end's segments held to TCP's rules on the wire (`common::wire_rules`).
+    let broken = Arc::new(Mutex::new(Vec::new()));
+    let watched = |names| {
+        let broken = broken.clone();
+        move |nic| -> Box<dyn Device + Send> {
+            let tamper = Watch::new(names, broken);
+            Box::new(Tampered { dev: nic, tamper })
+        }
+    };
+    let mut p = Pair::with_devices(a, b, watched(["A", "B"]), watched(["B", "A"])).unwrap();
     let (c, _l, s) = connect(&mut p);
     transfer(&mut p, c, s, total, Duration::from_secs(600));
     let ca = p.a.ledger().counters();
     assert!(ca.get(Counter::TcpRetransmittedSegments) > 0);
     assert!(ca.get(Counter::TcpFastRetransmits) > 0);
+    let broken = broken.lock().unwrap();
+    assert!(broken.is_empty(), "rules broken on the wire: {broken:#?}");
 }
 
 #[test]
