@@ -31,12 +31,13 @@ use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use common::datagrams::{payload, send_how, stack_send, udp_tuning, SendHow};
 use common::netns::{set_option, skip_unless_able, Netns};
 use common::tamper::{Link, SeededFaults, Tampered};
+use common::wire_rules::IpWatch;
 use probestack::driver::tap::TapConfig;
 use probestack::ip::route::Ipv4Cidr;
 use probestack::probe::Counter;
@@ -602,16 +603,21 @@ fn exchange(case: u32, setup: &Setup, ops: &[Op]) -> Result<(), TestCaseError> {
         "permanent",
     ]);
     let (lose, duplicate, hold, lose_in, seed) = setup.faults.unwrap_or_default();
+    // The IP watch sees the stack's datagrams before any fault.
+    let broken = Arc::new(Mutex::new(Vec::new()));
     let dev = Tampered {
         dev: Tampered {
-            dev: tap,
-            tamper: SeededFaults::new(seed, lose, duplicate, hold, 0),
+            dev: Tampered {
+                dev: tap,
+                tamper: SeededFaults::new(seed, lose, duplicate, hold, 0),
+            },
+            tamper: Link {
+                down: Arc::new(AtomicBool::new(false)),
+                lose_in,
+                rng: Rng::new(seed ^ 1),
+            },
         },
-        tamper: Link {
-            down: Arc::new(AtomicBool::new(false)),
-            lose_in,
-            rng: Rng::new(seed ^ 1),
-        },
+        tamper: IpWatch::new(broken.clone()),
     };
     let mut stack = Stack::new(StackConfig {
         tuning: setup.tuning,
@@ -674,6 +680,11 @@ fn exchange(case: u32, setup: &Setup, ops: &[Op]) -> Result<(), TestCaseError> {
         "the stack saw bad UDP checksums"
     );
     prop_assert_eq!(c.get(Counter::UdpDropMalformed), 0);
+    let broken = broken.lock().unwrap();
+    prop_assert!(
+        broken.is_empty(),
+        "IP's rules broken on the wire: {broken:#?}"
+    );
     if clean {
         for (d, dir) in w.dirs.iter().enumerate() {
             prop_assert!(

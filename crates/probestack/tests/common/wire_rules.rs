@@ -1,6 +1,8 @@
-//! Rules of TCP checked on the wire: a [`Watch`] over an end's device sees each segment
-//! the end sends and receives and records the rules its segments break (`tcp_linux.rs`
-//! with Linux as the peer, `tcp_conversations.rs` with the stack as both ends).
+//! Rules of TCP and IP checked on the wire: a [`Watch`] over an end's device sees each
+//! segment the end sends and receives and records the rules its segments break
+//! (`tcp_linux.rs` with Linux as the peer, `tcp_conversations.rs` with the stack as both
+//! ends, `tcp_smoltcp.rs`, `tcp.rs`); an [`IpWatch`] does the same for the fragments of
+//! the datagrams it sends (`udp_linux.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -430,5 +432,70 @@ impl Tamper for Watch {
             self.received(&seg);
         }
         true
+    }
+}
+
+/// Rules of the IPv4 datagrams an end sends, checked as a tamper over its device: each
+/// frame's total length is the bytes it carries (RFC 791 §3.1); a fragment but the last
+/// carries More Fragments and a multiple of 8 bytes, and none reaches past 65,535 bytes
+/// (§3.2); and a fragmented datagram's identification is not one an earlier fragmented
+/// datagram of the end used (RFC 6864 §4.1: unique for as long as its fragments may
+/// meet another's; a case sends far fewer than 65,536), since a reused one can splice
+/// two datagrams' fragments at the receiver, which then fails the checksum and counts a
+/// drop, or worse. What it finds broken goes to `broken` (at most eight findings).
+pub struct IpWatch {
+    /// The identifications of the fragmented datagrams sent so far.
+    ids: HashSet<u16>,
+    broken: Arc<Mutex<Vec<String>>>,
+}
+
+impl IpWatch {
+    pub fn new(broken: Arc<Mutex<Vec<String>>>) -> IpWatch {
+        IpWatch {
+            ids: HashSet::new(),
+            broken,
+        }
+    }
+
+    fn check(&mut self, header: &[u8], frame_len: usize) -> Option<String> {
+        if header.len() < 34 || header[12..14] != [0x08, 0x00] {
+            return None;
+        }
+        let ip = &header[14..];
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        let id = u16::from_be_bytes([ip[4], ip[5]]);
+        let flags_offset = u16::from_be_bytes([ip[6], ip[7]]);
+        let more = flags_offset & 0x2000 != 0;
+        let offset = usize::from(flags_offset & 0x1fff) * 8;
+        let payload = total.checked_sub(usize::from(ip[0] & 0x0f) * 4)?;
+        if total != frame_len - 14 {
+            return Some(format!(
+                "a frame of {frame_len} bytes holds a datagram of {total}"
+            ));
+        }
+        if offset + payload > 65_535 {
+            return Some(format!("fragment {id} at {offset} reaches past 65,535"));
+        }
+        if more && payload % 8 != 0 {
+            return Some(format!("fragment {id} at {offset} carries {payload} bytes"));
+        }
+        if more && offset == 0 && !self.ids.insert(id) {
+            return Some(format!(
+                "identification {id} used again by a fragmented datagram"
+            ));
+        }
+        None
+    }
+}
+
+impl Tamper for IpWatch {
+    fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+        if let Some(what) = self.check(frame.data(), frame.total_len()) {
+            let mut broken = self.broken.lock().unwrap();
+            if broken.len() < 8 {
+                broken.push(what);
+            }
+        }
+        vec![(frame, meta)]
     }
 }
