@@ -289,16 +289,12 @@ struct World {
     clock: RealClock,
     sock: UdpHandle,
     linux: UdpSocket,
-    /// Where each side sends: `None` for a connected socket.
-    to_linux: Option<(Ipv4Address, u16)>,
-    to_stack: Option<SocketAddr>,
     dirs: [Direction; 2],
     /// Whether each side's socket may report a refusal: connected, after the other
     /// closed its socket.
     refusable: [bool; 2],
-    /// The link duplicates what the stack sends.
-    duplicates: bool,
-    largest_segment: usize,
+    /// Whether Linux may cut a send into datagrams (`UDP_SEGMENT`): not without
+    /// checksums, nor once the kernel refused it here.
     linux_segments: bool,
     setup: Setup,
 }
@@ -320,7 +316,8 @@ impl World {
         let datagrams: Vec<Vec<u8>> = (0..how.datagrams())
             .map(|i| payload((first + i) as u32, len))
             .collect();
-        match stack_send(&mut self.stack, self.sock, how, &datagrams, self.to_linux) {
+        let to = (!self.setup.connected[0]).then_some((LINUX, LINUX_PORT));
+        match stack_send(&mut self.stack, self.sock, how, &datagrams, to) {
             Ok(n) => self.dirs[0].sent.extend(std::iter::repeat_n(len, n)),
             // The device's queue is full: nothing sent (a batch stops there).
             Err(UdpError::WouldBlock | UdpError::NoBuffer) => {}
@@ -332,9 +329,10 @@ impl World {
 
     /// One `send`/`sendto` of `data` on Linux's socket: whether it went.
     fn linux_send(&mut self, data: &[u8]) -> Result<bool, std::io::Error> {
-        let r = match self.to_stack {
-            Some(to) => self.linux.send_to(data, to),
-            None => self.linux.send(data),
+        let r = if self.setup.connected[1] {
+            self.linux.send(data)
+        } else {
+            self.linux.send_to(data, SocketAddr::from(STACK_ADDR))
         };
         match r {
             Ok(n) => {
@@ -358,7 +356,7 @@ impl World {
         // of them, 65,507 bytes in all; and not without checksums.
         let cut = n > 1
             && self.linux_segments
-            && len <= self.largest_segment
+            && len <= self.setup.mtu - 28
             && n * len <= MAX_UDP_PAYLOAD;
         let fail = |e: std::io::Error| TestCaseError::fail(format!("Linux's send: {e}"));
         if cut {
@@ -442,7 +440,7 @@ impl World {
             );
             prop_assert_eq!(source, (STACK, STACK_PORT));
             let data = &buf[..len.min(max)];
-            let duplicates = self.duplicates;
+            let duplicates = self.setup.faults.is_some_and(|f| f.1 > 0);
             self.dirs[0].take(1, data, len, max, len > max, duplicates)?;
             Ok(true)
         }
@@ -640,12 +638,8 @@ fn exchange(case: u32, setup: &Setup, ops: &[Op]) -> Result<(), TestCaseError> {
         clock: RealClock::new(),
         sock,
         linux,
-        to_linux: (!setup.connected[0]).then_some((LINUX, LINUX_PORT)),
-        to_stack: (!setup.connected[1]).then_some(STACK_ADDR.into()),
         dirs: Default::default(),
         refusable: [false; 2],
-        duplicates: duplicate > 0,
-        largest_segment: setup.mtu - 28,
         linux_segments: !setup.no_checksum[1],
         setup: setup.clone(),
     };

@@ -89,7 +89,7 @@ impl Watched {
     /// SYNs carried the option).
     fn shift(&self, side: usize) -> u8 {
         match self.offered {
-            [Some(_), Some(_)] => self.offered[side].unwrap().min(14),
+            [Some(own), Some(peer)] => [own, peer][side].min(14),
             _ => 0,
         }
     }
@@ -391,7 +391,7 @@ impl Watch {
 /// the MSS (frames from a device with receive offloads may be super-frames of several
 /// segments) and the window's edge, which Linux moves left on purpose when it runs out
 /// of receive memory (`tcp_select_window` offers a zero window under `ICSK_ACK_NOMEM`).
-/// Linux's edge stepped back by 20-45 KB in two of the first 60 or so conversations,
+/// Linux's edge stepped back by 12-45 KB in two of the first 60 or so conversations,
 /// both on a link with faults; that is the likeliest cause, not one this test can see.
 pub struct Mirrored(Watch);
 
