@@ -1103,3 +1103,41 @@ fn a_read_sends_no_window_update_the_field_cannot_say() {
         panic!("{e}");
     }
 }
+
+/// B, with a 1 MiB buffer (window shift 5), answered a keepalive probe that reached it in
+/// SYN-RECEIVED with an ACK offering the whole MiB, then sent its SYN-ACK again, which
+/// pulled B's record of the edge it had offered back to the SYN-ACK's unscaled 65,535.
+/// The windows after (each rounded down to 32 bytes from the edge on record) moved the
+/// edge left by 62 bytes from the one the ACK had offered. Found by the watch on the wire
+/// in the thirty-third session.
+#[test]
+fn a_syn_ack_sent_again_keeps_the_edge_an_earlier_ack_offered() {
+    let a = Host {
+        window_scaling: true,
+        keepalive: true,
+        max_ooo_ranges: 1,
+        ..plain(4096, 4096, 0)
+    };
+    let b = Host {
+        window_scaling: true,
+        max_ooo_ranges: 1,
+        ..plain(4096, 1 << 20, 0)
+    };
+    let setup = Setup {
+        mtu: 576,
+        on_frame_queue: true,
+        faults: Some((0, 0, 7, 0, 7455779948663113123)),
+        hosts: [a, b],
+    };
+    let steps = [(
+        20,
+        Step::Write {
+            side: 0,
+            len: 1,
+            how: How::Copy,
+        },
+    )];
+    if let Err(e) = converse_on(&setup, 3, 3, &steps) {
+        panic!("{e}");
+    }
+}

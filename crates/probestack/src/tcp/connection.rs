@@ -2972,7 +2972,15 @@ impl Connection {
         // Once the peer's SYN is in (SYN-RECEIVED, or closed from there), it is a SYN-ACK.
         if self.state != State::SynSent {
             repr.ack_number = Some(self.rcv_nxt);
-            self.rcv_adv = self.rcv_nxt + usize::from(repr.window_len);
+            // Never back: an ACK sent in SYN-RECEIVED (to an unacceptable segment) may
+            // have offered the scaled window, larger than a SYN-ACK's unscaled one. (Until
+            // the thirty-third session a SYN-ACK sent again pulled the recorded edge back
+            // to its own; the windows after it, each rounded down to the scale unit from
+            // that edge, then moved the edge left by more than a unit.)
+            let edge = self.rcv_nxt + usize::from(repr.window_len);
+            if edge.gt(self.rcv_adv) {
+                self.rcv_adv = edge;
+            }
         }
         let retransmission = self.snd_max != self.iss;
         self.snd_nxt = self.iss + 1;
