@@ -1340,6 +1340,14 @@ mod tests {
         a.stack.tcp.send_buffer = 16 * 1024;
         a.stack.tcp.recv_buffer = 16 * 1024;
         b.stack.tcp = a.stack.tcp;
+        // A connection whose peer is gone gives up at most (max_retransmissions + 1)
+        // longest RTOs after its last ACK, and some draw no RST to end them sooner: with
+        // checksum elision their segments carry no checksum, agreed with a peer now
+        // closed, whose stack drops them as corrupt. After that, TIME-WAIT and FIN-WAIT-2
+        // (a minute each) and the ARP entries' last timers.
+        let config = a.stack.tcp;
+        let settle_secs =
+            (u64::from(config.max_retransmissions) + 1) * config.rto.max.as_millis() / 1000 + 300;
         let mut p = Pair::new(a, b).unwrap();
         let listener = p.b.tcp_listen((ADDR_B, 80), 64).unwrap();
         let (mut ends_a, mut ends_b) = (Vec::new(), Vec::new());
@@ -1395,7 +1403,7 @@ mod tests {
         for h in ends_b {
             let _ = p.b.tcp_close(h);
         }
-        for _ in 0..600 {
+        for _ in 0..settle_secs {
             p.run_for(Duration::from_secs(1));
             assert_queue_matches(&mut p.a);
             assert_queue_matches(&mut p.b);

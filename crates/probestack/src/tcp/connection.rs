@@ -665,6 +665,11 @@ fn ts_clock(now: Instant) -> u32 {
     (now.as_nanos() / 1_000_000) as u32
 }
 
+/// Whether timestamp `a` is before `b` on the wrapping clock (RFC 7323 §5.2).
+fn tsval_before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
 /// The window shift that lets `buffer` bytes be advertised (RFC 7323 §2.3).
 fn shift_for(buffer: usize) -> u8 {
     let mut shift = 0u8;
@@ -1658,7 +1663,7 @@ impl Connection {
         self.snd_wl1 = seg.seq_number;
         self.snd_wl2 = ack;
         if ack.gt(self.snd_una) {
-            self.ack_new_data(ack, now);
+            self.ack_new_data(ack, seg, now);
         }
         if len == 0 {
             self.stats.hp_ack_hits += 1;
@@ -1728,9 +1733,7 @@ impl Connection {
             self.max_snd_wnd = self.snd_wnd;
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;
-            if let Some(rtt) = self.rtt_timer.on_ack(ack, now) {
-                self.rtt.sample(rtt);
-            }
+            self.take_rtt_sample(ack, seg, now);
             self.retries = 0;
             self.rtx_deadline = None;
             self.state = State::Established;
@@ -1747,6 +1750,50 @@ impl Connection {
             self.rtt_timer.cancel();
         }
         None
+    }
+
+    /// The RTT sample, if any, of `seg`, an ACK that advanced SND.UNA to `ack`: the timed
+    /// segment's round trip if it covers it (RFC 6298 §3); else, for an ACK of data sent
+    /// more than once, which Karn's algorithm cannot time, the time since the TSval the
+    /// peer echoes (RFC 7323 §4.2's RTTM: the echo is of the copy that arrived, §4.3).
+    /// Like Linux (`tcp_ack_update_rtt`), the echo is used only where the sender's own
+    /// timing has nothing, being a millisecond tick beside it, and then only as
+    /// [`RttEstimator::sample_echoed`] takes it. Either ends an RTO's back-off, which
+    /// Karn's algorithm alone keeps until new data is timed: on a lossy path, for many
+    /// timeouts.
+    fn take_rtt_sample(&mut self, ack: SeqNumber, seg: &TcpRepr, now: Instant) {
+        let resent = self.rtt_timer.acked_resent(ack);
+        match (self.rtt_timer.on_ack(ack, now), resent, seg.timestamp) {
+            (Some(rtt), _, _) => self.rtt.sample(rtt),
+            // Only an echo of the latest retransmission or later: an older one is of a
+            // copy sent before it whose ACK was lost (or the timeout came early), and its
+            // round trip would count the wait for the timeout (RFC 3522's Eifel test
+            // tells a spurious retransmission the same way). With the first
+            // retransmission's time instead, `examples/tcp_loss` through 20% loss took
+            // three times as long: an ACK lost after a retransmission filled the hole made
+            // the next echo a timeout long, and RTO grew on itself.
+            (None, Some(latest), Some(ts))
+                if self.ts_enabled && !tsval_before(ts.tsecr, ts_clock(latest)) =>
+            {
+                if let Some(rtt) = self.echoed_rtt(ts.tsecr, now) {
+                    self.rtt.sample_echoed(rtt);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The round trip since this end's timestamp clock read `tsecr`, at least one tick (a
+    /// round trip within the millisecond, as Linux counts it). None for an echo of zero
+    /// (Linux's "no echo"; our clock reads zero only in a simulation's first
+    /// millisecond), from the future, or older than the longest RTO: not a TSval this
+    /// connection sent for data still unacknowledged.
+    fn echoed_rtt(&self, tsecr: u32, now: Instant) -> Option<Duration> {
+        let ticks = u64::from(ts_clock(now).wrapping_sub(tsecr));
+        if tsecr == 0 || ticks > self.rtt.config().max.as_millis() {
+            return None;
+        }
+        Some(Duration::from_millis(ticks.max(1)))
     }
 
     /// The initial congestion window (RFC 6928: min(10·MSS, max(2·MSS, 14600)), with
@@ -1969,7 +2016,7 @@ impl Connection {
         let window_field = usize::from(seg.window_len) << self.snd_shift;
         let advanced = ack.gt(self.snd_una);
         if advanced {
-            self.ack_new_data(ack, now);
+            self.ack_new_data(ack, seg, now);
         } else if ack == self.snd_una
             && seg.payload.is_empty()
             && seg.control == Control::None
@@ -2124,9 +2171,9 @@ impl Connection {
         None
     }
 
-    /// New data acknowledged: the send buffer, the RTT, the timers and the congestion
-    /// window (RFC 5681 §3.1, RFC 6582 §3.2 for partial ACKs).
-    fn ack_new_data(&mut self, ack: SeqNumber, now: Instant) {
+    /// New data acknowledged (up to `ack`, by `seg`): the send buffer, the RTT, the timers
+    /// and the congestion window (RFC 5681 §3.1, RFC 6582 §3.2 for partial ACKs).
+    fn ack_new_data(&mut self, ack: SeqNumber, seg: &TcpRepr, now: Instant) {
         // Whether the window was what held the sender back (RFC 7661's "cwnd-limited",
         // in Linux's form: in slow start, while cwnd is under twice the flight). A flow
         // held back by the receiver's window or the application does not grow cwnd,
@@ -2156,9 +2203,7 @@ impl Connection {
         // The peer is reached: an earlier ICMP error says nothing now.
         self.soft_error = None;
         self.scoreboard.advance(ack);
-        if let Some(rtt) = self.rtt_timer.on_ack(ack, now) {
-            self.rtt.sample(rtt);
-        }
+        self.take_rtt_sample(ack, seg, now);
         self.retries = 0;
         // The peer is taking data: probes start from the base interval again (4.4BSD).
         self.persist_backoff = 0;
@@ -2988,7 +3033,9 @@ impl Connection {
         if self.snd_nxt.gt(self.snd_max) {
             self.snd_max = self.snd_nxt;
         }
-        if !retransmission {
+        if retransmission {
+            self.rtt_timer.resent(self.snd_nxt, now);
+        } else {
             self.rtt_timer.start(self.snd_nxt, now);
         }
         if self.rtx_deadline.is_none() {
@@ -3077,7 +3124,7 @@ impl Connection {
         match kind {
             Send::Next | Send::Retransmit if retransmission => {
                 // Karn: no RTT sample from a segment sent twice.
-                self.rtt_timer.cancel();
+                self.rtt_timer.resent(seg_end, now);
                 self.stats.retransmitted_segments += 1;
                 if self.undo.as_mut().is_some_and(|u| !u.resent(seq, end)) {
                     self.undo = None;
@@ -3645,7 +3692,14 @@ mod tests {
 
     /// Two connections joined by hand, ESTABLISHED, with SACK (and timestamps) agreed.
     fn established(ledger: &Ledger, now: Instant) -> (Connection, Connection) {
-        let config = TcpConfig::default();
+        established_with(TcpConfig::default(), ledger, now)
+    }
+
+    fn established_with(
+        config: TcpConfig,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> (Connection, Connection) {
         let mut a = Connection::new(END_A, END_B, config, SeqNumber(1000), 1460, false);
         a.connect();
         let syn = a.next_segment(now, 0).expect("SYN");
@@ -3761,6 +3815,60 @@ mod tests {
         a.config.spurious_undo = false;
         a.enter_recovery(&ledger);
         assert!(a.undo.is_none());
+    }
+
+    /// After a retransmission timeout, the ACK of the segment sent again ends the RTO's
+    /// back-off when timestamps say which copy arrived (RFC 7323 §4.2); without
+    /// timestamps Karn's algorithm takes no sample and the back-off stays (RFC 6298 §5).
+    /// Until the thirty-third session the echo was not used at all.
+    #[test]
+    fn an_ack_of_resent_data_ends_the_back_off_only_with_timestamps() {
+        for timestamps in [true, false] {
+            let ledger = Ledger::new();
+            let start = Instant::from_nanos(1_000_000_000);
+            let config = TcpConfig {
+                timestamps,
+                ..TcpConfig::default()
+            };
+            let (mut a, mut b) = established_with(config, &ledger, start);
+            assert_eq!(a.ts_enabled, timestamps);
+            // The handshake's round trip took no time: SRTT 0, RTO its minimum.
+            let base = a.rtt.rto();
+            assert_eq!(base, config.rto.min);
+            let backed_off = base + base;
+            let mut written = 0;
+            write(&mut a, &mut written, 1000, false);
+            assert!(a.next_segment(start, 0).is_some_and(|o| o.data_len == 1000)); // lost
+            let resend = start + base;
+            assert!(a.retransmit_timeout(resend, &ledger).is_none());
+            assert_eq!(a.rtt.rto(), backed_off);
+            assert_eq!(flush(&mut a, &mut b, &ledger, resend, || false), 1);
+            b.ack_now = true;
+            let acked = resend + Duration::from_millis(5);
+            assert_eq!(flush(&mut b, &mut a, &ledger, acked, || false), 1);
+            assert_eq!(a.snd_una, a.snd_max, "all acknowledged");
+            // A round trip of 5 ms, under the RTO: SRTT is left to the sender's own timing.
+            assert_eq!(a.rtt.srtt(), Some(Duration::ZERO));
+            assert_eq!(a.rtt.rto(), if timestamps { base } else { backed_off });
+        }
+    }
+
+    /// The echo of a TSval is a round trip only if it could be one this connection sent:
+    /// not zero, not from the future, not older than the longest RTO; and a round trip
+    /// inside the millisecond counts as one tick.
+    #[test]
+    fn an_echoed_timestamp_is_a_round_trip_only_within_bounds() {
+        let ledger = Ledger::new();
+        let now = Instant::from_millis(100_000);
+        let (a, _b) = established(&ledger, now);
+        let ms = Duration::from_millis;
+        assert_eq!(a.echoed_rtt(100_000, now), Some(ms(1)));
+        assert_eq!(a.echoed_rtt(99_993, now), Some(ms(7)));
+        assert_eq!(a.echoed_rtt(100_001, now), None, "from the future");
+        assert_eq!(a.echoed_rtt(0, now), None, "no echo");
+        let max = a.rtt.config().max.as_millis() as u32;
+        assert_eq!(a.echoed_rtt(100_000 - max, now), Some(a.rtt.config().max));
+        assert_eq!(a.echoed_rtt(100_000 - max - 1, now), None, "too old");
     }
 
     /// A segment that arrives twice draws an ACK whose first SACK block is the duplicate
