@@ -530,6 +530,9 @@ pub struct Connection {
     // Options in force.
     ts_enabled: bool,
     ts_recent: u32,
+    /// RFC 7323's Last.ACK.sent: the ACK field of the last segment sent, the sequence
+    /// number a segment must start at or before for its TSval to be echoed (§4.3).
+    last_ack_sent: SeqNumber,
     sack_enabled: bool,
     /// Whether we ask for, and whether the peers agreed to, no checksums (RFC 1146).
     want_no_checksum: bool,
@@ -733,6 +736,7 @@ impl Connection {
             urgent_signal: false,
             ts_enabled: false,
             ts_recent: 0,
+            last_ack_sent: SeqNumber(0),
             sack_enabled: false,
             want_no_checksum: no_checksum,
             no_checksum: false,
@@ -1033,6 +1037,7 @@ impl Connection {
         self.irs = syn.seq_number;
         self.rcv_nxt = syn.seq_number + 1;
         self.rcv_adv = self.rcv_nxt;
+        self.last_ack_sent = self.rcv_nxt;
         self.snd_wnd = usize::from(syn.window_len);
         self.max_snd_wnd = self.snd_wnd;
         self.snd_wl1 = syn.seq_number;
@@ -1064,6 +1069,7 @@ impl Connection {
         // The window the cookie SYN-ACK advertised (`Stack::tcp_send_syn_cookie`, no
         // scaling), which the ACK's data may fill.
         self.rcv_adv = self.rcv_nxt + self.config.recv_buffer.min(usize::from(u16::MAX));
+        self.last_ack_sent = self.rcv_nxt;
         self.snd_wnd = usize::from(ack.window_len);
         self.max_snd_wnd = self.snd_wnd;
         self.snd_wl1 = ack.seq_number;
@@ -1354,9 +1360,12 @@ impl Connection {
     /// unverified one that checked (its data is readable already).
     fn take_verified(&mut self, v: Verified, now: Instant) {
         self.note_segment_in(now);
-        // RFC 7323 §4.3: the segment starts at RCV.NXT.
+        // RFC 7323 §4.3: the segment starts at RCV.NXT, which must not be past the last
+        // ACK sent ([`update_ts_recent`](Self::update_ts_recent)).
         if let (true, Some(tsval)) = (self.ts_enabled, v.tsval) {
-            if (tsval.wrapping_sub(self.ts_recent) as i32) >= 0 {
+            if (tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+                && self.rcv_nxt.le(self.last_ack_sent)
+            {
                 self.ts_recent = tsval;
             }
         }
@@ -1678,10 +1687,14 @@ impl Connection {
     }
 
     fn update_ts_recent(&mut self, seg: &TcpRepr) {
-        // RFC 7323 §4.3: remember TSval of a segment covering the last ACK we sent (here:
-        // starting at RCV.NXT, which is what we last acknowledged or earlier).
+        // RFC 7323 §4.3, §5.3 R3: remember the TSval of a segment starting at or before
+        // the last ACK sent (PAWS has already refused one older than TS.Recent). With an
+        // ACK delayed, the segments after the first it will acknowledge start past it, so
+        // the ACK echoes the earliest, and the sender's round trip counts the delay.
+        // (Until the thirty-third session the test was against RCV.NXT, which every
+        // in-order segment passes: the ACK echoed the latest.)
         if let (true, Some(ts)) = (self.ts_enabled, seg.timestamp) {
-            if seg.seq_number.le(self.rcv_nxt) {
+            if seg.seq_number.le(self.last_ack_sent) {
                 self.ts_recent = ts.tsval;
             }
         }
@@ -1717,6 +1730,7 @@ impl Connection {
         self.irs = seg.seq_number;
         self.rcv_nxt = seg.seq_number + 1;
         self.rcv_adv = self.rcv_nxt;
+        self.last_ack_sent = self.rcv_nxt;
         self.negotiate(seg, now);
         self.cwnd = self.initial_window();
         if let Some(ack) = seg.ack_number {
@@ -3001,6 +3015,9 @@ impl Connection {
         self.unacked_segments = 0;
         self.short_unacked = false;
         self.delack_deadline = None;
+        if let Some(ack) = repr.ack_number {
+            self.last_ack_sent = ack;
+        }
         if repr.control != Control::Syn {
             // RFC 7323 §2.3: the field is the window shifted right by our scale.
             let edge = self.rcv_nxt + (usize::from(repr.window_len) << self.rcv_shift);
@@ -3851,6 +3868,48 @@ mod tests {
             assert_eq!(a.rtt.srtt(), Some(Duration::ZERO));
             assert_eq!(a.rtt.rto(), if timestamps { base } else { backed_off });
         }
+    }
+
+    /// A delayed ACK echoes the TSval of the earliest segment it acknowledges (RFC 7323
+    /// §4.3 (1)), so the sender's round trip counts the receiver's delay; a segment that
+    /// fills a hole is echoed at once (§4.3 (3)).
+    #[test]
+    fn a_delayed_ack_echoes_the_earliest_segment_it_acknowledges() {
+        let ledger = Ledger::new();
+        let t0 = Instant::from_millis(1_000);
+        let (mut a, mut b) = established(&ledger, t0);
+        let mut written = 0;
+        let ms = Duration::from_millis;
+        let full = a.segment_data_max() as u64;
+        // Two full segments, 5 ms apart: the first's ACK waits for the second.
+        write(&mut a, &mut written, full, false);
+        assert_eq!(flush(&mut a, &mut b, &ledger, t0 + ms(5), || false), 1);
+        assert!(
+            b.next_segment(t0 + ms(5), 0).is_none(),
+            "the ACK is delayed"
+        );
+        write(&mut a, &mut written, full, false);
+        assert_eq!(flush(&mut a, &mut b, &ledger, t0 + ms(10), || false), 1);
+        let ack = b
+            .next_segment(t0 + ms(10), 0)
+            .expect("every second segment");
+        assert_eq!(ack.repr.timestamp.unwrap().tsecr, ts_clock(t0 + ms(5)));
+        // Out of order: the ACK sent at once echoes TS.Recent as it was, the segment
+        // after a hole being past the last ACK; the segment filling the hole is echoed.
+        write(&mut a, &mut written, 2 * full, false);
+        let first = a.next_segment(t0 + ms(20), 0).expect("lost");
+        assert_eq!(first.data_len as u64, full);
+        assert_eq!(flush(&mut a, &mut b, &ledger, t0 + ms(21), || false), 1);
+        let dup = b
+            .next_segment(t0 + ms(21), 0)
+            .expect("a duplicate ACK at once");
+        assert_eq!(dup.repr.timestamp.unwrap().tsecr, ts_clock(t0 + ms(5)));
+        a.snd_nxt = first.repr.seq_number; // sent again
+        assert_eq!(flush(&mut a, &mut b, &ledger, t0 + ms(30), || false), 2);
+        let filled = b
+            .next_segment(t0 + ms(30), 0)
+            .expect("the hole filled: at once");
+        assert_eq!(filled.repr.timestamp.unwrap().tsecr, ts_clock(t0 + ms(30)));
     }
 
     /// The echo of a TSval is a round trip only if it could be one this connection sent:
