@@ -530,6 +530,8 @@ pub struct Connection {
     // Options in force.
     ts_enabled: bool,
     ts_recent: u32,
+    /// When TS.Recent was last set (RFC 7323 §5.5's TS.Recent.Age).
+    ts_recent_at: Instant,
     /// RFC 7323's Last.ACK.sent: the ACK field of the last segment sent, the sequence
     /// number a segment must start at or before for its TSval to be echoed (§4.3).
     last_ack_sent: SeqNumber,
@@ -663,6 +665,10 @@ const OUT_OF_WINDOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// negative advice (it recommends at least 3).
 const NEGATIVE_ADVICE_RETRIES: u32 = 3;
 
+/// How long TS.Recent stays a guide for PAWS (RFC 7323 §5.5: 24 days, under half the
+/// range of the fastest timestamp clock the RFC allows, 1 ms a tick).
+const PAWS_IDLE_LIMIT: Duration = Duration::from_secs(24 * 24 * 60 * 60);
+
 /// The timestamp clock: one tick per millisecond (RFC 7323 §5.4 asks for 1 ms to 1 s).
 fn ts_clock(now: Instant) -> u32 {
     (now.as_nanos() / 1_000_000) as u32
@@ -736,6 +742,7 @@ impl Connection {
             urgent_signal: false,
             ts_enabled: false,
             ts_recent: 0,
+            ts_recent_at: Instant::ZERO,
             last_ack_sent: SeqNumber(0),
             sack_enabled: false,
             want_no_checksum: no_checksum,
@@ -1102,7 +1109,7 @@ impl Connection {
         }
         if let (true, Some(ts)) = (self.config.timestamps, syn.timestamp) {
             self.ts_enabled = true;
-            self.ts_recent = ts.tsval;
+            self.set_ts_recent(ts.tsval, now);
         } else {
             self.ts_enabled = false;
         }
@@ -1366,7 +1373,7 @@ impl Connection {
             if (tsval.wrapping_sub(self.ts_recent) as i32) >= 0
                 && self.rcv_nxt.le(self.last_ack_sent)
             {
-                self.ts_recent = tsval;
+                self.set_ts_recent(tsval, now);
             }
         }
         self.rcv_nxt += v.len;
@@ -1666,7 +1673,7 @@ impl Connection {
         // a request/response exchange sends).
         // 4.4BSD also wanted cwnd >= the send window, i.e. no growth to do; like FreeBSD
         // today we grow cwnd here, so slow start takes the fast path too.
-        self.update_ts_recent(seg);
+        self.update_ts_recent(seg, now);
         self.snd_wnd = window;
         self.max_snd_wnd = self.max_snd_wnd.max(window);
         self.snd_wl1 = seg.seq_number;
@@ -1686,7 +1693,7 @@ impl Connection {
         true
     }
 
-    fn update_ts_recent(&mut self, seg: &TcpRepr) {
+    fn update_ts_recent(&mut self, seg: &TcpRepr, now: Instant) {
         // RFC 7323 §4.3, §5.3 R3: remember the TSval of a segment starting at or before
         // the last ACK sent (PAWS has already refused one older than TS.Recent). With an
         // ACK delayed, the segments after the first it will acknowledge start past it, so
@@ -1695,9 +1702,23 @@ impl Connection {
         // in-order segment passes: the ACK echoed the latest.)
         if let (true, Some(ts)) = (self.ts_enabled, seg.timestamp) {
             if seg.seq_number.le(self.last_ack_sent) {
-                self.ts_recent = ts.tsval;
+                self.set_ts_recent(ts.tsval, now);
             }
         }
+    }
+
+    fn set_ts_recent(&mut self, tsval: u32, now: Instant) {
+        self.ts_recent = tsval;
+        self.ts_recent_at = now;
+    }
+
+    /// Whether `tsval` fails PAWS (RFC 7323 §5.3 R1): older than TS.Recent, unless
+    /// TS.Recent is older than [`PAWS_IDLE_LIMIT`] (§5.5): after so long idle the peer's
+    /// clock may have moved on by half its range or more, and its every timestamp would
+    /// look old; TS.Recent is then no guide, and the segment is taken.
+    fn paws_rejects(&self, tsval: u32, now: Instant) -> bool {
+        tsval_before(tsval, self.ts_recent)
+            && now.saturating_since(self.ts_recent_at) <= PAWS_IDLE_LIMIT
     }
 
     /// RFC 9293 §3.10.7.3: SYN-SENT.
@@ -1867,7 +1888,7 @@ impl Connection {
         // excepted.
         if self.ts_enabled && seg.control != Control::Rst {
             match seg.timestamp {
-                Some(ts) if (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0 => {
+                Some(ts) if self.paws_rejects(ts.tsval, now) => {
                     ledger.counters().inc(Counter::TcpDropPaws);
                     self.ack_now |= self.may_answer_invalid(seg, now, ledger);
                     return None;
@@ -1989,7 +2010,7 @@ impl Connection {
             self.send_challenge_ack(now, ledger);
             return None;
         }
-        self.update_ts_recent(seg);
+        self.update_ts_recent(seg, now);
         self.acked_since_timeout = true;
         // Bytes this ACK's SACK blocks report for the first time.
         let mut newly_sacked = 0;
@@ -3910,6 +3931,41 @@ mod tests {
             .next_segment(t0 + ms(30), 0)
             .expect("the hole filled: at once");
         assert_eq!(filled.repr.timestamp.unwrap().tsecr, ts_clock(t0 + ms(30)));
+    }
+
+    /// PAWS drops a segment whose TSval is older than TS.Recent, but not after TS.Recent
+    /// has gone 24 days without an update (RFC 7323 §5.5): by then the peer's millisecond
+    /// clock has moved on by more than half its range, and its every TSval looks old.
+    #[test]
+    fn paws_forgets_a_timestamp_idle_for_24_days() {
+        let ledger = Ledger::new();
+        let t0 = Instant::from_millis(1_000);
+        let (mut a, mut b) = established(&ledger, t0);
+        let (mut written, mut got) = (0, 0);
+        let day = Duration::from_secs(24 * 60 * 60);
+        let drops = || ledger.counters().get(Counter::TcpDropPaws);
+        // A segment from the past is a duplicate while TS.Recent is fresh.
+        write(&mut a, &mut written, 100, false);
+        let mut out = a.next_segment(t0 + day, 0).expect("data");
+        let ts = out.repr.timestamp.as_mut().unwrap();
+        ts.tsval = b.ts_recent.wrapping_sub(1);
+        let payload: Vec<u8> = (0..100).map(|i| (i % PERIOD) as u8).collect();
+        let seg = TcpRepr {
+            payload: &payload,
+            ..out.repr
+        };
+        let _ = b.input(crate::probe::TESTED, &seg, false, true, &ledger, t0 + day);
+        assert_eq!(drops(), 1);
+        // 25 days on, A's clock has gone 2^31 ticks past B's TS.Recent: it looks older,
+        // and is taken all the same.
+        let later = t0 + Duration::from_secs(25 * 24 * 60 * 60);
+        assert!(tsval_before(ts_clock(later), b.ts_recent));
+        a.snd_nxt = a.snd_una;
+        assert_eq!(flush(&mut a, &mut b, &ledger, later, || false), 1);
+        assert_eq!(drops(), 1);
+        read(&mut b, &mut got, 100);
+        assert_eq!(got, 100);
+        assert_eq!(b.ts_recent, ts_clock(later), "the new TS.Recent");
     }
 
     /// The echo of a TSval is a round trip only if it could be one this connection sent:
