@@ -1768,6 +1768,7 @@ impl Connection {
             self.max_snd_wnd = self.snd_wnd;
             self.snd_wl1 = seg.seq_number;
             self.snd_wl2 = ack;
+            self.handshake_done();
             self.take_rtt_sample(ack, seg, now);
             self.retries = 0;
             self.rtx_deadline = None;
@@ -1785,6 +1786,15 @@ impl Connection {
             self.rtt_timer.cancel();
         }
         None
+    }
+
+    /// The handshake completes: if its timer expired on the way, data starts from the
+    /// RTO of RFC 6298 §5.7 ([`RttEstimator::handshake_timed_out`]; a sample the
+    /// completing ACK brings then supersedes it).
+    fn handshake_done(&mut self) {
+        if self.stats.timeouts > 0 {
+            self.rtt.handshake_timed_out();
+        }
     }
 
     /// The RTT sample, if any, of `seg`, an ACK that advanced SND.UNA to `ack`: the timed
@@ -1990,6 +2000,8 @@ impl Connection {
                 });
             }
             self.state = State::Established;
+            // Before the ACK's own sample below, which supersedes the fallback.
+            self.handshake_done();
             self.snd_wnd = usize::from(seg.window_len) << self.snd_shift;
             self.max_snd_wnd = self.snd_wnd;
             self.snd_wl1 = seq;
@@ -3966,6 +3978,51 @@ mod tests {
         read(&mut b, &mut got, 100);
         assert_eq!(got, 100);
         assert_eq!(b.ts_recent, ts_clock(later), "the new TS.Recent");
+    }
+
+    /// A handshake whose SYN or SYN-ACK timed out starts its data with an RTO of 3 s
+    /// (RFC 6298 §5.7), on both sides, when it took no RTT sample; one that did (the
+    /// SYN-ACK's echo of the SYN sent again) starts from the sample.
+    #[test]
+    fn data_after_a_handshake_that_timed_out_starts_from_three_seconds() {
+        for timestamps in [false, true] {
+            let ledger = Ledger::new();
+            let config = TcpConfig {
+                timestamps,
+                ..TcpConfig::default()
+            };
+            let t0 = Instant::from_millis(1_000);
+            let mut a = Connection::new(END_A, END_B, config, SeqNumber(1000), 1460, false);
+            a.connect();
+            assert!(a.next_segment(t0, 0).is_some(), "the SYN, lost");
+            let t1 = t0 + config.rto.initial;
+            assert!(a.retransmit_timeout(t1, &ledger).is_none());
+            let syn = a.next_segment(t1, 0).expect("the SYN again");
+            let mut b = Connection::new(END_B, END_A, config, SeqNumber(9_000_000), 1460, false);
+            b.accept_syn(&syn.repr, t1);
+            assert!(b.next_segment(t1, 0).is_some(), "the SYN-ACK, lost");
+            let t2 = t1 + config.rto.initial;
+            assert!(b.retransmit_timeout(t2, &ledger).is_none());
+            assert_eq!(flush(&mut b, &mut a, &ledger, t2, || false), 1);
+            let t3 = t2 + Duration::from_millis(10);
+            assert_eq!(flush(&mut a, &mut b, &ledger, t3, || false), 1);
+            assert_eq!((a.state, b.state), (State::Established, State::Established));
+            let three = Duration::from_secs(3);
+            if timestamps {
+                // The SYN-ACK echoes the SYN sent again, 1 s before (B's first SYN-ACK
+                // was lost too): A's first sample, the whole wait.
+                assert_eq!(a.rtt.srtt(), Some(Duration::from_secs(1)));
+            } else {
+                assert_eq!(a.rtt.rto(), three);
+            }
+            // B's SYN-ACK sent again was answered 10 ms after; without the echo, nothing
+            // times it (Karn).
+            if timestamps {
+                assert_eq!(b.rtt.srtt(), Some(Duration::from_millis(10)));
+            } else {
+                assert_eq!(b.rtt.rto(), three);
+            }
+        }
     }
 
     /// The echo of a TSval is a round trip only if it could be one this connection sent:

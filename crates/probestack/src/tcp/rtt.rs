@@ -34,6 +34,9 @@ use crate::wire::tcp::SeqNumber;
 /// nanoseconds but measured by callers with at best microsecond resolution, so 1 µs.
 const GRANULARITY_NS: u64 = 1_000;
 
+/// The RTO data starts from after a handshake whose timer expired (RFC 6298 §5.7).
+const SYN_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3);
+
 /// The RTTVAR multiplier K of RFC 6298 §2.
 const K: u64 = 4;
 
@@ -132,6 +135,17 @@ impl RttEstimator {
             self.backoff = 0;
         } else {
             self.sample(rtt);
+        }
+    }
+
+    /// The handshake is done, and its timer expired on the way with no sample taken
+    /// since: RFC 6298 §5.7 has data start from an RTO of 3 s where the initial RTO was
+    /// less (the SYN's 1 s proved too short for this path, or a SYN was lost), with no
+    /// back-off. Linux does the same (`TCP_TIMEOUT_FALLBACK` in `tcp_init_metrics`).
+    pub fn handshake_timed_out(&mut self) {
+        if self.smoothed.is_none() && self.config.initial < SYN_TIMEOUT_FALLBACK {
+            self.config.initial = SYN_TIMEOUT_FALLBACK;
+            self.backoff = 0;
         }
     }
 
@@ -394,6 +408,30 @@ mod tests {
         let mut f = RttEstimator::new(RtoConfig::default());
         f.sample_echoed(ms(1));
         assert_eq!(f.srtt(), Some(ms(1)));
+    }
+
+    #[test]
+    fn a_handshake_that_timed_out_starts_data_at_three_seconds() {
+        let mut e = RttEstimator::new(RtoConfig::default());
+        e.back_off();
+        assert_eq!(e.rto(), ms(2000));
+        e.handshake_timed_out();
+        assert_eq!(e.rto(), ms(3000));
+        // Backed off from there, and a sample ends it as ever.
+        e.back_off();
+        assert_eq!(e.rto(), ms(6000));
+        e.sample(ms(40));
+        assert_eq!(e.rto(), ms(200));
+        // Nothing changes once a sample was taken, or where the initial RTO is 3 s or more.
+        e.handshake_timed_out();
+        assert_eq!(e.rto(), ms(200));
+        let mut slow = RttEstimator::new(RtoConfig {
+            initial: ms(5000),
+            ..RtoConfig::default()
+        });
+        slow.back_off();
+        slow.handshake_timed_out();
+        assert_eq!(slow.rto(), ms(10_000));
     }
 
     #[test]
