@@ -555,6 +555,8 @@ pub struct Connection {
     /// drains the buffer ([`Self::ack_if_drained`]); one that sends data lets the ACK
     /// ride on it.
     interactive: bool,
+    /// When data was last sent, for RFC 5681 §4.1's restart after idle.
+    last_data_sent: Option<Instant>,
 
     // Timers.
     rtx_deadline: Option<Instant>,
@@ -753,6 +755,7 @@ impl Connection {
             delack_deadline: None,
             short_unacked: false,
             interactive: false,
+            last_data_sent: None,
             rtx_deadline: None,
             rtx_timer: LossTimer::Retransmit,
             tlp_end: None,
@@ -1841,6 +1844,21 @@ impl Connection {
         Some(Duration::from_millis(ticks.max(1)))
     }
 
+    /// RFC 5681 §4.1: with nothing in flight and no data sent for longer than the RTO, the
+    /// ACKs that clocked the congestion window out have stopped, and it may no longer say
+    /// what the path takes: cwnd goes back to at most the restart window, min(IW, cwnd)
+    /// (Linux's `tcp_slow_start_after_idle`, on by default, halves it per RTO idle down
+    /// to the same).
+    fn restart_after_idle(&mut self, now: Instant) {
+        let idle = self.snd_una == self.snd_max
+            && self
+                .last_data_sent
+                .is_some_and(|t| now.saturating_since(t) > self.rtt.rto());
+        if idle {
+            self.cwnd = self.cwnd.min(self.initial_window());
+        }
+    }
+
     /// The initial congestion window (RFC 6928: min(10·MSS, max(2·MSS, 14600)), with
     /// the segment count configurable).
     fn initial_window(&self) -> usize {
@@ -2909,6 +2927,7 @@ impl Connection {
 
         let head = self.tx_head_seq();
         let (sent, unsent) = self.sent_and_unsent();
+        self.restart_after_idle(now);
         let window = self.snd_wnd.min(self.cwnd);
         let in_flight = self.snd_nxt.bytes_since(self.snd_una);
         let usable = window.saturating_sub(in_flight);
@@ -3202,6 +3221,7 @@ impl Connection {
         }
         if len > 0 {
             self.interactive = true;
+            self.last_data_sent = Some(now);
         }
         let ect = self.ecn_enabled && self.ecn_new_data(kind, retransmission, len, &mut repr);
         self.note_ack_sent(&repr);
@@ -4023,6 +4043,44 @@ mod tests {
                 assert_eq!(b.rtt.rto(), three);
             }
         }
+    }
+
+    /// After more than an RTO with no data sent and nothing in flight, cwnd goes back to
+    /// the restart window (RFC 5681 §4.1); a shorter pause leaves it.
+    #[test]
+    fn a_sender_idle_for_an_rto_restarts_from_the_initial_window() {
+        let ledger = Ledger::new();
+        let t0 = Instant::from_millis(1_000);
+        let (mut a, mut b) = established(&ledger, t0);
+        let (mut written, mut got) = (0, 0);
+        let mut t = t0;
+        // Grow cwnd well past the initial window.
+        for _ in 0..20 {
+            write(&mut a, &mut written, 20_000, false);
+            flush(&mut a, &mut b, &ledger, t, || false);
+            b.ack_now = true;
+            flush(&mut b, &mut a, &ledger, t, || false);
+            read(&mut b, &mut got, 1 << 20);
+            t += Duration::from_millis(1);
+        }
+        let iw = a.initial_window();
+        assert!(a.cwnd > 2 * iw, "cwnd {} grew", a.cwnd);
+        assert_eq!(a.snd_una, a.snd_max, "nothing in flight");
+        let grown = a.cwnd;
+        // A pause shorter than the RTO changes nothing.
+        let rto = a.rtt.rto();
+        t += Duration::from_nanos(rto.as_nanos() - 1_000_000);
+        write(&mut a, &mut written, 100, false);
+        flush(&mut a, &mut b, &ledger, t, || false);
+        assert_eq!(a.cwnd, grown);
+        b.ack_now = true;
+        flush(&mut b, &mut a, &ledger, t, || false);
+        // Longer: the next write goes out in the restart window.
+        t += rto + Duration::from_millis(1);
+        write(&mut a, &mut written, 200_000, false);
+        let sent = flush(&mut a, &mut b, &ledger, t, || false);
+        assert_eq!(a.cwnd, iw);
+        assert_eq!(sent, iw / a.segment_data_max());
     }
 
     /// The echo of a TSval is a round trip only if it could be one this connection sent:
