@@ -1849,12 +1849,15 @@ impl Connection {
     /// what the path takes: cwnd goes back to at most the restart window, min(IW, cwnd)
     /// (Linux's `tcp_slow_start_after_idle`, on by default, halves it per RTO idle down
     /// to the same).
+    #[inline]
     fn restart_after_idle(&mut self, now: Instant) {
-        let idle = self.snd_una == self.snd_max
-            && self
-                .last_data_sent
-                .is_some_and(|t| now.saturating_since(t) > self.rtt.rto());
-        if idle {
+        let Some(last) = self.last_data_sent else {
+            return;
+        };
+        let idle = now.saturating_since(last);
+        // The RTO is never under its minimum, so a shorter pause (every pause of a busy
+        // connection) needs no RTO computed.
+        if idle > self.rtt.config().min && self.snd_una == self.snd_max && idle > self.rtt.rto() {
             self.cwnd = self.cwnd.min(self.initial_window());
         }
     }
