@@ -1855,9 +1855,10 @@ impl Connection {
             return;
         };
         let idle = now.saturating_since(last);
-        // The RTO is never under its minimum, so a shorter pause (every pause of a busy
+        // The RTO is never under its floor, so a shorter pause (every pause of a busy
         // connection) needs no RTO computed.
-        if idle > self.rtt.config().min && self.snd_una == self.snd_max && idle > self.rtt.rto() {
+        let RtoConfig { min, max, .. } = self.rtt.config();
+        if idle > min.min(max) && self.snd_una == self.snd_max && idle > self.rtt.rto() {
             self.cwnd = self.cwnd.min(self.initial_window());
         }
     }
