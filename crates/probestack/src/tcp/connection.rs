@@ -922,7 +922,7 @@ impl Connection {
     pub(crate) fn defers_verification(&self, seg: &TcpRepr, len: usize) -> bool {
         let ts_ok = match (self.ts_enabled, seg.timestamp) {
             (false, _) => true,
-            (true, Some(ts)) => (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0,
+            (true, Some(ts)) => !tsval_before(ts.tsval, self.ts_recent),
             (true, None) => false,
         };
         self.state == State::Established
@@ -1373,9 +1373,7 @@ impl Connection {
         // RFC 7323 §4.3: the segment starts at RCV.NXT, which must not be past the last
         // ACK sent ([`update_ts_recent`](Self::update_ts_recent)).
         if let (true, Some(tsval)) = (self.ts_enabled, v.tsval) {
-            if (tsval.wrapping_sub(self.ts_recent) as i32) >= 0
-                && self.rcv_nxt.le(self.last_ack_sent)
-            {
+            if !tsval_before(tsval, self.ts_recent) && self.rcv_nxt.le(self.last_ack_sent) {
                 self.set_ts_recent(tsval, now);
             }
         }
@@ -1665,7 +1663,7 @@ impl Connection {
         // PAWS and the timestamp to echo (RFC 7323 §4.3, §5.3).
         if self.ts_enabled {
             match seg.timestamp {
-                Some(ts) if (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0 => {}
+                Some(ts) if !tsval_before(ts.tsval, self.ts_recent) => {}
                 _ => return false,
             }
         }

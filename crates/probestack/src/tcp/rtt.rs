@@ -279,11 +279,11 @@ impl RttTimer {
     /// was sent. Once an ACK covers all the retransmitted data, later ACKs are not of
     /// retransmitted data.
     pub fn acked_resent(&mut self, ack: SeqNumber) -> Option<Instant> {
-        let (to, first) = self.resent?;
+        let (to, latest) = self.resent?;
         if ack.ge(to) {
             self.resent = None;
         }
-        Some(first)
+        Some(latest)
     }
 
     /// Whether a segment is being timed.
