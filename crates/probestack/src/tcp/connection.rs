@@ -3967,6 +3967,34 @@ mod tests {
         assert_eq!(filled.repr.timestamp.unwrap().tsecr, ts_clock(t0 + ms(30)));
     }
 
+    /// Segments kept unverified for the application's read (`Tuning::tcp_verify_on_read`)
+    /// keep RFC 7323 §4.3's rule when the read takes them: the first after the last ACK
+    /// sets TS.Recent, the one behind it does not, and the ACK echoes the earlier.
+    #[test]
+    fn segments_verified_on_read_echo_the_earliest_too() {
+        let ledger = Ledger::new();
+        let t0 = Instant::from_millis(1_000);
+        let (_a, mut b) = established(&ledger, t0);
+        let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        for tsval in [5005, 5010] {
+            let mut frags = vec![ExtBuf::new(data.clone())];
+            // The "header" sum that completes the data's to all ones: it checks.
+            let header = crate::checksum::Accumulator::with_seed(crate::checksum::finish(
+                crate::checksum::sum(&data),
+            ));
+            b.rx.defer(&mut frags, data.len(), header, Some(tsval));
+            b.note_deferred(t0);
+        }
+        let mut got = vec![0u8; 2 * data.len()];
+        let now = t0 + Duration::from_millis(1);
+        assert_eq!(b.recv_into(&mut got, Kernel::best(), &ledger, now), 2000);
+        assert_eq!(b.ts_recent, 5005);
+        b.ack_now = true;
+        let ack = b.next_segment(now, 0).expect("the ACK");
+        assert_eq!(ack.repr.ack_number, Some(b.rcv_nxt));
+        assert_eq!(ack.repr.timestamp.unwrap().tsecr, 5005);
+    }
+
     /// PAWS drops a segment whose TSval is older than TS.Recent, but not after TS.Recent
     /// has gone 24 days without an update (RFC 7323 §5.5): by then the peer's millisecond
     /// clock has moved on by more than half its range, and its every TSval looks old.
