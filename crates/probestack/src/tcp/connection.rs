@@ -1370,12 +1370,10 @@ impl Connection {
     /// unverified one that checked (its data is readable already).
     fn take_verified(&mut self, v: Verified, now: Instant) {
         self.note_segment_in(now);
-        // RFC 7323 §4.3: the segment starts at RCV.NXT, which must not be past the last
-        // ACK sent ([`update_ts_recent`](Self::update_ts_recent)).
-        if let (true, Some(tsval)) = (self.ts_enabled, v.tsval) {
-            if !tsval_before(tsval, self.ts_recent) && self.rcv_nxt.le(self.last_ack_sent) {
-                self.set_ts_recent(tsval, now);
-            }
+        // The segment starts at RCV.NXT. It passed PAWS when it was kept; TS.Recent may
+        // have moved on since.
+        if v.tsval.is_some_and(|t| !tsval_before(t, self.ts_recent)) {
+            self.update_ts_recent(self.rcv_nxt, v.tsval, now);
         }
         self.rcv_nxt += v.len;
         self.stats.bytes_received += v.len as u64;
@@ -1674,7 +1672,7 @@ impl Connection {
         // a request/response exchange sends).
         // 4.4BSD also wanted cwnd >= the send window, i.e. no growth to do; like FreeBSD
         // today we grow cwnd here, so slow start takes the fast path too.
-        self.update_ts_recent(seg, now);
+        self.update_ts_recent(seg.seq_number, seg.timestamp.map(|ts| ts.tsval), now);
         self.snd_wnd = window;
         self.max_snd_wnd = self.max_snd_wnd.max(window);
         self.snd_wl1 = seg.seq_number;
@@ -1694,16 +1692,17 @@ impl Connection {
         true
     }
 
-    fn update_ts_recent(&mut self, seg: &TcpRepr, now: Instant) {
+    /// A segment starting at `seq` with `tsval` was taken, having passed PAWS.
+    fn update_ts_recent(&mut self, seq: SeqNumber, tsval: Option<u32>, now: Instant) {
         // RFC 7323 §4.3, §5.3 R3: remember the TSval of a segment starting at or before
-        // the last ACK sent (PAWS has already refused one older than TS.Recent). With an
-        // ACK delayed, the segments after the first it will acknowledge start past it, so
-        // the ACK echoes the earliest, and the sender's round trip counts the delay.
-        // (Until the thirty-third session the test was against RCV.NXT, which every
-        // in-order segment passes: the ACK echoed the latest.)
-        if let (true, Some(ts)) = (self.ts_enabled, seg.timestamp) {
-            if seg.seq_number.le(self.last_ack_sent) {
-                self.set_ts_recent(ts.tsval, now);
+        // the last ACK sent. With an ACK delayed, the segments after the first it will
+        // acknowledge start past it, so the ACK echoes the earliest, and the sender's
+        // round trip counts the delay. (Until the thirty-third session the test was
+        // against RCV.NXT, which every in-order segment passes: the ACK echoed the
+        // latest.)
+        if let (true, Some(tsval)) = (self.ts_enabled, tsval) {
+            if seq.le(self.last_ack_sent) {
+                self.set_ts_recent(tsval, now);
             }
         }
     }
@@ -1853,10 +1852,7 @@ impl Connection {
             return;
         };
         let idle = now.saturating_since(last);
-        // The RTO is never under its floor, so a shorter pause (every pause of a busy
-        // connection) needs no RTO computed.
-        let RtoConfig { min, max, .. } = self.rtt.config();
-        if idle > min.min(max) && self.snd_una == self.snd_max && idle > self.rtt.rto() {
+        if self.rtt.outlasts(idle) && self.snd_una == self.snd_max {
             self.cwnd = self.cwnd.min(self.initial_window());
         }
     }
@@ -2042,7 +2038,7 @@ impl Connection {
             self.send_challenge_ack(now, ledger);
             return None;
         }
-        self.update_ts_recent(seg, now);
+        self.update_ts_recent(seg.seq_number, seg.timestamp.map(|ts| ts.tsval), now);
         self.acked_since_timeout = true;
         // Bytes this ACK's SACK blocks report for the first time.
         let mut newly_sacked = 0;

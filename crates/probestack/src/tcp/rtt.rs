@@ -181,6 +181,14 @@ impl RttEstimator {
         Duration::from_nanos(self.clamp(base.saturating_mul(factor)))
     }
 
+    /// Whether `d` is longer than the current RTO. Cheap for any `d` under the RTO's floor
+    /// (the configured minimum, or the maximum where that is lower), which is every pause
+    /// of a busy connection: no RTO is computed.
+    #[inline]
+    pub fn outlasts(&self, d: Duration) -> bool {
+        d > self.config.min.min(self.config.max) && d > self.rto()
+    }
+
     /// Doubles the timeout after a retransmission timeout fired (RFC 6298 §5.5). The RTO
     /// stops growing at `max`, but the count of back-offs keeps going up, so a caller
     /// can give up on the connection after so many (RFC 9293 §3.8.3's R2).
@@ -432,6 +440,24 @@ mod tests {
         slow.back_off();
         slow.handshake_timed_out();
         assert_eq!(slow.rto(), ms(10_000));
+    }
+
+    #[test]
+    fn outlasts_compares_with_the_rto_whatever_its_bounds() {
+        let mut e = RttEstimator::new(RtoConfig::default());
+        e.sample(ms(40));
+        assert_eq!(e.rto(), ms(200));
+        assert!(!e.outlasts(ms(200)) && e.outlasts(ms(201)));
+        e.back_off();
+        assert!(!e.outlasts(ms(400)) && e.outlasts(ms(401)));
+        // A minimum above the maximum: the maximum wins, in the shortcut too.
+        let crossed = RttEstimator::new(RtoConfig {
+            initial: ms(50),
+            min: ms(300),
+            max: ms(100),
+        });
+        assert_eq!(crossed.rto(), ms(100));
+        assert!(!crossed.outlasts(ms(100)) && crossed.outlasts(ms(101)));
     }
 
     #[test]
