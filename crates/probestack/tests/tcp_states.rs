@@ -1200,6 +1200,157 @@ fn time_wait_reacks_a_retransmitted_fin_and_restarts_2msl() {
     assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
 }
 
+/// A's port for the TIME-WAIT reopening tests: fixed, so that A's second connection is
+/// the same 4-tuple as its first.
+const A_PORT: u16 = 6000;
+
+/// A connects from [`A_PORT`] to a listener on B; B sends 1 MiB, more than RFC 6528's
+/// 4 µs clock moves an ISN on in the time it takes, then closes first (a shutdown,
+/// keeping its handle) and ends in TIME-WAIT; A's connection closes and is let go.
+/// Returns B's listener, B's stream in TIME-WAIT and A's FIN as it went.
+fn b_in_time_wait(p: &mut Pair, net: &Net) -> (TcpHandle, TcpHandle, Seg) {
+    let l = p.b.tcp_listen((ADDR_B, PORT), 8).unwrap();
+    let cfg = p.a.tcp_default_config();
+    let c =
+        p.a.tcp_connect_from((ADDR_B, PORT), (ADDR_A, A_PORT), cfg, false)
+            .unwrap();
+    let mut s = None;
+    wait(p, Duration::from_secs(1), "the first connection", |p| {
+        s = s.or_else(|| p.b.tcp_accept(l).ok());
+        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+    });
+    let s = s.unwrap();
+    let data: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let (mut sent, mut got) = (0, Vec::new());
+    while got.len() < data.len() {
+        sent += p.b.tcp_send(s, &data[sent..]).unwrap_or(0);
+        p.run_for(Duration::from_millis(1));
+        got.extend(read_all_a(p, c));
+    }
+    assert!(got == data);
+    p.b.tcp_shutdown(s).unwrap();
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(p.a.tcp_recv(c, &mut [0; 8]), Ok(0));
+    p.a.tcp_close(c).unwrap();
+    wait(p, Duration::from_secs(1), "B in TIME-WAIT", |p| {
+        p.b.tcp_state(s) == Ok(State::TimeWait)
+    });
+    p.run_for(Duration::from_millis(20));
+    assert_eq!(p.a.tcp_state(c), Err(TcpError::BadHandle), "A let go");
+    let a_fin = net
+        .sent()
+        .into_iter()
+        .rfind(|s| s.from == Host::A && s.control == Control::Fin)
+        .unwrap();
+    (l, s, a_fin)
+}
+
+/// TIME-WAIT gives way to a newer SYN from the same port (RFC 9293 §3.6.1 MAY-2, RFC
+/// 6191): A, whose connection ended with B closing first, connects again from the same
+/// port at once. B's TIME-WAIT ends and its listener answers with a SYN-ACK whose ISS lies
+/// past the old SND.NXT, so the connection opens in a round trip: no challenge ACK, no
+/// RST, no second wait. B's handle on the old incarnation finds it CLOSED without error.
+#[test]
+fn time_wait_gives_way_to_a_newer_syn_from_the_same_port() {
+    let (mut p, net) = tapped();
+    let (l, old, _) = b_in_time_wait(&mut p, &net);
+    let old_snd_nxt = p.b.tcp_connection(old).unwrap().snd_nxt();
+    let mark = net.mark();
+    let cfg = p.a.tcp_default_config();
+    let c =
+        p.a.tcp_connect_from((ADDR_B, PORT), (ADDR_A, A_PORT), cfg, false)
+            .unwrap();
+    let mut s = None;
+    wait(
+        &mut p,
+        Duration::from_millis(100),
+        "the second connection",
+        |p| {
+            s = s.or_else(|| p.b.tcp_accept(l).ok());
+            s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+        },
+    );
+    let s = s.unwrap();
+    assert_eq!(counter(&p, Host::B, Counter::TcpTimeWaitReopened), 1);
+    let from_b = net.sent_since(mark, Host::B);
+    assert_eq!(
+        from_b[0].control,
+        Control::Syn,
+        "B answered with a SYN-ACK: {from_b:?}"
+    );
+    assert!(
+        from_b[0].seq.gt(old_snd_nxt),
+        "the new ISS {:?} lies past the old SND.NXT {old_snd_nxt:?}",
+        from_b[0].seq
+    );
+    let all = net.sent_since(mark, Host::A).into_iter().chain(from_b);
+    assert!(all.clone().all(|s| s.control != Control::Rst), "no RST");
+    assert_eq!(counter(&p, Host::B, Counter::TcpChallengeAcks), 0);
+    assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
+    assert_eq!(p.b.tcp_error(old), Ok(None));
+    p.b.tcp_close(old).unwrap();
+    still_works(&mut p, c, s);
+}
+
+/// TIME-WAIT keeps out a SYN that is not newer than the old incarnation by RFC 6191 §2's
+/// test: with timestamps, an older TSval however new its sequence number (which PAWS
+/// answers), or the same TSval with a sequence number not past RCV.NXT (a challenge ACK).
+/// Without a timestamp, a sequence number not past RCV.NXT (dropped, RFC 7323 §3.2).
+/// Each leaves TIME-WAIT as it was; the same TSval with a sequence number past RCV.NXT
+/// opens the new incarnation. (B's answers are kept from A, whose stack would reset them.)
+#[test]
+fn time_wait_keeps_out_a_syn_that_is_not_newer() {
+    let (mut p, net) = tapped();
+    let (_l, old, a_fin) = b_in_time_wait(&mut p, &net);
+    let ts_recent = a_fin.timestamp.unwrap().tsval;
+    let rcv_nxt = p.b.tcp_connection(old).unwrap().rcv_nxt();
+    assert_eq!(rcv_nxt, a_fin.seq + 1);
+    net.drop_into(Host::A, usize::MAX, |_| true);
+    let syn = |seq: SeqNumber, tsval: Option<u32>| TcpRepr {
+        src_port: A_PORT,
+        dst_port: PORT,
+        control: Control::Syn,
+        seq_number: seq,
+        window_len: 8192,
+        max_seg_size: Some(1460),
+        timestamp: tsval.map(|tsval| TcpTimestamp { tsval, tsecr: 0 }),
+        ..TcpRepr::default()
+    };
+    let older = [
+        (rcv_nxt + 100_000, Some(ts_recent.wrapping_sub(1))),
+        (rcv_nxt, Some(ts_recent)),
+        // Without a timestamp the sequence number alone decides.
+        (rcv_nxt, None),
+    ];
+    for (i, (seq, tsval)) in older.into_iter().enumerate() {
+        let mark = net.mark();
+        net.inject(Host::A, &syn(seq, tsval));
+        p.settle();
+        let sent = net.sent_since(mark, Host::B);
+        if tsval.is_some() {
+            assert_eq!(sent.len(), 1, "{i}: one answer: {sent:?}");
+            assert!(
+                sent[0].is_pure_ack() && sent[0].acks(rcv_nxt),
+                "{i}: {sent:?}"
+            );
+        } else {
+            // A connection with timestamps drops a segment without one (RFC 7323 §3.2).
+            assert!(sent.is_empty(), "{i}: {sent:?}");
+        }
+        assert_eq!(p.b.tcp_state(old), Ok(State::TimeWait), "{i}");
+    }
+    assert_eq!(counter(&p, Host::B, Counter::TcpTimeWaitReopened), 0);
+
+    let mark = net.mark();
+    net.inject(Host::A, &syn(rcv_nxt + 1, Some(ts_recent)));
+    p.settle();
+    let sent = net.sent_since(mark, Host::B);
+    assert_eq!(sent[0].control, Control::Syn, "{sent:?}");
+    assert!(sent[0].acks(rcv_nxt + 2), "{sent:?}");
+    assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
+    assert_eq!(counter(&p, Host::B, Counter::TcpTimeWaitReopened), 1);
+}
+
 // ----------------------------------------------------------------------------------------
 // (B) RFC 5961: blind in-window attacks. A is the victim; forged segments claim to be
 // from B's endpoint.

@@ -256,6 +256,9 @@ counters! {
     TcpSynCookiesSent = "tcp.syn_cookies_sent";
     TcpSynCookiesAccepted = "tcp.syn_cookies_accepted";
     TcpSynCookiesRejected = "tcp.syn_cookies_rejected";
+    /// Connections in TIME-WAIT that a newer SYN from the same peer and port replaced
+    /// with a new incarnation through the listener (RFC 9293 §3.6.1 MAY-2, RFC 6191).
+    TcpTimeWaitReopened = "tcp.time_wait_reopened";
     /// RSTs sent and accepted.
     TcpResetsOut = "tcp.resets_out";
     TcpResetsIn = "tcp.resets_in";

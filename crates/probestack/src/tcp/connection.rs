@@ -1515,6 +1515,40 @@ impl Connection {
         self.close_deadline = Some(now + self.config.msl + self.config.msl);
     }
 
+    /// A SYN for this connection in TIME-WAIT that may open a new incarnation of it (RFC
+    /// 9293 §3.6.1 MAY-2, after RFC 1122 §4.2.2.13): the SYN must be newer than anything
+    /// the old incarnation saw, by RFC 6191 §2's test. If the old incarnation used
+    /// timestamps and the SYN carries one, its TSval must be above TS.Recent (or equal
+    /// to it with a sequence number past RCV.NXT); otherwise its sequence number must be
+    /// past RCV.NXT. On success the connection is closed, and the answer is its SND.NXT:
+    /// the new incarnation's ISS must lie beyond it (MAY-2's first condition), so that
+    /// the old incarnation's segments still in flight fall outside the new windows.
+    /// Anything else (an older SYN, another state) returns `None` and leaves the
+    /// connection as it is, for `input` to answer with a challenge ACK.
+    ///
+    /// MAY-2's second condition, going back to TIME-WAIT if the SYN turns out to be an
+    /// old duplicate, is not kept: as in Linux, whose `tcp_timewait_state_process` makes
+    /// the same test, the SYN's connection goes its own way.
+    pub fn reopen_time_wait(&mut self, syn: &TcpRepr) -> Option<SeqNumber> {
+        if self.state != State::TimeWait || syn.control != Control::Syn || syn.ack_number.is_some()
+        {
+            return None;
+        }
+        let newer_seq = syn.seq_number.gt(self.rcv_nxt);
+        let newer = match syn.timestamp {
+            Some(ts) if self.ts_enabled => {
+                tsval_before(self.ts_recent, ts.tsval) || (ts.tsval == self.ts_recent && newer_seq)
+            }
+            _ => newer_seq,
+        };
+        if !newer {
+            return None;
+        }
+        self.state = State::Closed;
+        self.clear_timers();
+        Some(self.snd_nxt)
+    }
+
     /// Whether the connection has ended and its PCB can go once the application lets go.
     pub fn is_closed(&self) -> bool {
         self.state == State::Closed

@@ -574,6 +574,9 @@ impl Stack {
             }
             return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
+        if seg.control == Control::Syn && self.tcp_reopen_time_wait(s, index, ip, seg, now) {
+            return self.free(s, Layer::Tcp, Side::Receive, datagram);
+        }
         if !ip.options.is_empty() {
             self.tcp_route_update(index, ip);
         }
@@ -606,7 +609,7 @@ impl Stack {
                 if !self.tcp_between_unicast(ip) {
                     // Dropped unanswered.
                 } else if syn {
-                    self.tcp_listener_syn(s, index, ip, seg, now);
+                    self.tcp_listener_syn(s, index, ip, seg, now, None);
                 } else if cookie_ack && self.tcp_listener_cookie_ack(s, index, ip, seg, now) {
                     // A connection made from a cookie, or a cookie ACK dropped for want of
                     // room: either way, nothing more to do for this segment.
@@ -699,9 +702,75 @@ impl Stack {
         self.tcp.deferred.clear();
     }
 
+    /// A SYN for connection `index`: if the connection is in TIME-WAIT, a listener
+    /// takes SYNs on its local address and port, and the SYN is newer than anything the
+    /// old incarnation saw ([`Connection::reopen_time_wait`]), the old incarnation ends
+    /// (its PCB goes; a handle the application still holds finds it CLOSED, as after
+    /// 2·MSL) and the listener takes the SYN, with an ISS past the old SND.NXT. Returns
+    /// whether it did; if not, the SYN goes to the connection, which answers it with a
+    /// challenge ACK (RFC 5961 §4), as it does with no listener (Linux answers both
+    /// with an ACK too).
+    ///
+    /// Without this, a client that reuses its port after the server closed first
+    /// (`nc -p`, a fixed-port client, a port range worn round) gets a challenge ACK,
+    /// answers it with a RST that ends TIME-WAIT, and connects only when its SYN is
+    /// sent again, a second later.
+    #[cold]
+    fn tcp_reopen_time_wait(
+        &mut self,
+        s: impl Sampling,
+        index: usize,
+        ip: &Ipv4Repr,
+        syn: &TcpRepr,
+        now: Instant,
+    ) -> bool {
+        let time_wait = match self.tcp.at(index) {
+            Some(TcpSocket {
+                kind: Kind::Stream(c),
+                ..
+            }) => c.state() == State::TimeWait,
+            _ => false,
+        };
+        if !time_wait {
+            return false;
+        }
+        // The most specific listener for the SYN's destination (the connection's own PCB,
+        // being fully specified, is what a lookup finds first).
+        let listener = self
+            .tcp_pcbs
+            .iter()
+            .filter(|(_, b, _)| {
+                b.foreign.is_none() && b.matches(ip.src, syn.src_port, ip.dst, syn.dst_port)
+            })
+            .max_by_key(|(_, b, _)| b.form())
+            .map(|(_, _, &i)| i);
+        let Some(listener) = listener else {
+            return false;
+        };
+        let Some(sock) = self.tcp.at_mut(index) else {
+            return false;
+        };
+        let Kind::Stream(c) = &mut sock.kind else {
+            return false;
+        };
+        let Some(old_snd_nxt) = c.reopen_time_wait(syn) else {
+            return false;
+        };
+        if let Some(id) = sock.pcb.take() {
+            self.tcp_pcbs.remove(id);
+        }
+        self.ledger.counters().inc(Counter::TcpTimeWaitReopened);
+        self.tcp_reap(index);
+        self.tcp_listener_syn(s, listener, ip, syn, now, Some(old_snd_nxt));
+        true
+    }
+
     /// A SYN for a listener: a new connection in SYN-RECEIVED, if the backlog has room;
     /// a SYN cookie instead when it is full of half-open connections (see the module
-    /// documentation).
+    /// documentation). With `beyond`, the SND.NXT of an incarnation of the same
+    /// connection that this SYN ended in TIME-WAIT, the ISS lies past it (RFC 9293
+    /// MAY-2): RFC 6528's, if it does, else 2^16 + 1 past it (as Linux's
+    /// `tcp_timewait_state_process` chooses).
     fn tcp_listener_syn(
         &mut self,
         s: impl Sampling,
@@ -709,6 +778,7 @@ impl Stack {
         ip: &Ipv4Repr,
         syn: &TcpRepr,
         now: Instant,
+        beyond: Option<SeqNumber>,
     ) {
         let Some(TcpSocket {
             kind: Kind::Listener(l),
@@ -737,7 +807,10 @@ impl Stack {
         if !self.reserve_socket_memory(reserved) {
             return;
         }
-        let iss = self.tcp.isn.isn(local, remote, now);
+        let mut iss = self.tcp.isn.isn(local, remote, now);
+        if let Some(old) = beyond.filter(|&old| !iss.gt(old)) {
+            iss = old + 65537;
+        }
         // A SYN that came by a source route is answered along it reversed, and so is
         // every segment of the connection (RFC 9293 MUST-53).
         let route = Self::tcp_route_back(ip);
