@@ -1292,6 +1292,115 @@ fn time_wait_gives_way_to_a_newer_syn_from_the_same_port() {
     still_works(&mut p, c, s);
 }
 
+/// A connection CLOSED at the end of TIME-WAIT, its handle still held by the application,
+/// keeps no hold on its four-tuple (CLOSED has no TCB, RFC 9293 §3.3.2): A's SYN from the
+/// same port goes to B's listener and opens a connection, instead of meeting the RST the
+/// old connection's input gives a segment in CLOSED.
+#[test]
+fn a_closed_connection_still_held_leaves_its_four_tuple_to_the_listener() {
+    let (mut p, net) = tapped();
+    let (l, old, _) = b_in_time_wait(&mut p, &net);
+    p.run_for(MSL + MSL);
+    assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
+    let mark = net.mark();
+    let cfg = p.a.tcp_default_config();
+    let c =
+        p.a.tcp_connect_from((ADDR_B, PORT), (ADDR_A, A_PORT), cfg, false)
+            .unwrap();
+    let mut s = None;
+    wait(
+        &mut p,
+        Duration::from_millis(100),
+        "the new connection",
+        |p| {
+            s = s.or_else(|| p.b.tcp_accept(l).ok());
+            s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+        },
+    );
+    assert!(net
+        .sent_since(mark, Host::B)
+        .iter()
+        .all(|s| s.control != Control::Rst));
+    assert_eq!(counter(&p, Host::B, Counter::TcpTimeWaitReopened), 0);
+    assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
+    still_works(&mut p, c, s.unwrap());
+}
+
+/// A challenge ACK carries the standard checksum on a connection that agreed to none
+/// (RFC 1146): with B's listener gone, A's new SYN from the same port meets B's
+/// TIME-WAIT and draws a challenge ACK (RFC 5961 §4); A's new connection, which agreed to
+/// nothing, takes it in and answers with the RST that ends B's TIME-WAIT. Without the
+/// checksum A dropped it as corrupt, and every SYN A sent met the same fate until
+/// TIME-WAIT ran out.
+#[test]
+fn a_challenge_ack_carries_a_checksum_where_none_was_agreed() {
+    let (mut p, net) = tapped();
+    let (l, old, _) = b_in_time_wait(&mut p, &net);
+    assert!(p.b.tcp_connection(old).unwrap().checksum_elided());
+    p.b.tcp_close(l).unwrap();
+    let mark = net.mark();
+    let cfg = p.a.tcp_default_config();
+    let c =
+        p.a.tcp_connect_from((ADDR_B, PORT), (ADDR_A, A_PORT), cfg, false)
+            .unwrap();
+    p.run_for(Duration::from_millis(10));
+    let from_b = net.sent_since(mark, Host::B);
+    assert!(from_b[0].is_pure_ack(), "the challenge ACK: {from_b:?}");
+    let from_a = net.sent_since(mark, Host::A);
+    assert!(
+        from_a.iter().any(|s| s.control == Control::Rst),
+        "A answered it: {from_a:?}"
+    );
+    assert_eq!(counter(&p, Host::A, Counter::TcpDropBadChecksum), 0);
+    assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
+    assert_eq!(p.a.tcp_state(c), Ok(State::SynSent));
+}
+
+/// B loses A's connection, which agreed to no checksums (RFC 1146), without a word (its
+/// RST is lost): B's stack now drops A's unchecksummed segments as corrupt. After one
+/// retransmission timeout A sends with the standard checksum, and B's answer, the RST for
+/// a segment nobody wants, ends A's connection at once, not after every retransmission.
+#[test]
+fn a_peer_that_lost_the_connection_is_heard_after_one_timeout_despite_elision() {
+    let (mut p, net) = tapped();
+    let (c, _l, s) = connect(&mut p);
+    assert!(p.a.tcp_connection(c).unwrap().checksum_elided());
+    net.drop_into(Host::A, 1, |s| s.control == Control::Rst);
+    p.b.tcp_abort(s).unwrap();
+    p.run_for(Duration::from_millis(10));
+    p.a.tcp_send(c, b"anyone there?").unwrap();
+    wait(
+        &mut p,
+        Duration::from_secs(3),
+        "A's connection reset",
+        |p| p.a.tcp_state(c) == Ok(State::Closed),
+    );
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
+    assert_eq!(counter(&p, Host::B, Counter::TcpDropBadChecksum), 1);
+}
+
+/// The same loss found by a keepalive probe: the probe carries the standard checksum, so
+/// B's stack answers it with a RST instead of dropping it as corrupt (RFC 1122
+/// §4.2.3.6's probe exists to draw that RST from a peer that restarted).
+#[test]
+fn a_keepalive_probe_carries_a_checksum_where_none_was_agreed() {
+    let (mut p, net) = tapped();
+    let (c, _l, s) = connect(&mut p);
+    assert!(p.a.tcp_connection(c).unwrap().checksum_elided());
+    p.a.tcp_set_keepalive(c, Some(Duration::from_secs(1)))
+        .unwrap();
+    net.drop_into(Host::A, 1, |s| s.control == Control::Rst);
+    p.b.tcp_abort(s).unwrap();
+    wait(
+        &mut p,
+        Duration::from_secs(3),
+        "A's connection reset",
+        |p| p.a.tcp_state(c) == Ok(State::Closed),
+    );
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
+    assert_eq!(counter(&p, Host::B, Counter::TcpDropBadChecksum), 0);
+}
+
 /// TIME-WAIT keeps out a SYN that is not newer than the old incarnation by RFC 6191 §2's
 /// test: with timestamps, an older TSval however new its sequence number (which PAWS
 /// answers), or the same TSval with a sequence number not past RCV.NXT (a challenge ACK).

@@ -1341,10 +1341,10 @@ mod tests {
         a.stack.tcp.recv_buffer = 16 * 1024;
         b.stack.tcp = a.stack.tcp;
         // A connection whose peer is gone gives up at most (max_retransmissions + 1)
-        // longest RTOs after its last ACK, and some draw no RST to end them sooner: with
-        // checksum elision their segments carry no checksum, agreed with a peer now
-        // closed, whose stack drops them as corrupt. After that, TIME-WAIT and FIN-WAIT-2
-        // (a minute each) and the ARP entries' last timers.
+        // longest RTOs after its last ACK; the peer's RST usually ends it sooner (its
+        // retransmissions after a timeout carry a checksum even where the two agreed to
+        // none), but the faults may take every RST. After that, TIME-WAIT and
+        // FIN-WAIT-2 (a minute each) and the ARP entries' last timers.
         let config = a.stack.tcp;
         let settle_secs =
             (u64::from(config.max_retransmissions) + 1) * config.rto.max.as_millis() / 1000 + 300;

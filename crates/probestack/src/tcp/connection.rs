@@ -628,6 +628,12 @@ pub struct Connection {
 
     /// RFC 5961 §7: challenge ACKs sent in the current second.
     challenge_window: (Instant, u32),
+    /// The next pure ACK is a challenge ACK, and carries the standard checksum even on a
+    /// connection that agreed to none (RFC 1146): like a keepalive probe or a
+    /// retransmission after a timeout ([`Connection::omits_checksum`]), it asks whether
+    /// the peer is still the end that agreed (a new incarnation in SYN-SENT would drop
+    /// it as corrupt).
+    challenge_checksum: bool,
     /// When the last ACK went out in answer to an invalid segment without data
     /// ([`OUT_OF_WINDOW_ACK_INTERVAL`]).
     invalid_ack_at: Option<Instant>,
@@ -789,6 +795,7 @@ impl Connection {
             scoreboard: Scoreboard::new(),
             ca_acked: 0,
             challenge_window: (Instant::ZERO, 0),
+            challenge_checksum: false,
             invalid_ack_at: None,
             error: None,
             stats: ConnStats::default(),
@@ -1924,6 +1931,7 @@ impl Connection {
         if self.challenge_window.1 < CHALLENGE_ACK_LIMIT {
             self.challenge_window.1 += 1;
             self.ack_now = true;
+            self.challenge_checksum = true;
             self.stats.challenge_acks += 1;
             ledger.counters().inc(Counter::TcpChallengeAcks);
         } else {
@@ -3030,9 +3038,13 @@ impl Connection {
             // RFC 1122 §4.2.3.6: an ACK one byte behind draws an ACK from a live peer.
             self.keepalive_probe = false;
             if matches!(self.state, State::Established | State::CloseWait) {
+                // With the standard checksum, even where none was agreed (RFC 1146): the
+                // probe asks whether the peer is still the end that agreed, and one that
+                // lost the connection drops an unchecksummed segment as corrupt instead of
+                // answering with the RST that ends this one.
                 let repr = self.header(self.snd_una - 1, Control::None, now);
                 self.note_ack_sent(&repr);
-                return Some(Outgoing::header_only(repr, self.no_checksum, false));
+                return Some(Outgoing::header_only(repr, false, false));
             }
         }
 
@@ -3164,7 +3176,8 @@ impl Connection {
         };
         let repr = self.header(seq, Control::None, now);
         self.note_ack_sent(&repr);
-        Outgoing::header_only(repr, self.no_checksum, false)
+        let no_checksum = self.no_checksum && !std::mem::take(&mut self.challenge_checksum);
+        Outgoing::header_only(repr, no_checksum, false)
     }
 
     fn emit_fin(&mut self, now: Instant) -> Outgoing {
@@ -3179,7 +3192,18 @@ impl Connection {
             self.rtx_deadline = Some(now + self.rtt.rto());
         }
         self.note_ack_sent(&repr);
-        Outgoing::header_only(repr, self.no_checksum, retransmission)
+        Outgoing::header_only(repr, self.omits_checksum(), retransmission)
+    }
+
+    /// Whether data and FIN segments go without a checksum: the peers agreed to it (RFC
+    /// 1146), and no retransmission timeout has gone unanswered. After one, segments
+    /// carry the standard checksum until an ACK ends the back-off: the silence may be a
+    /// peer that lost the connection (it restarted, or its TIME-WAIT gave way), whose
+    /// stack drops an unchecksummed segment as corrupt; with the checksum it answers with
+    /// the RST that ends this connection in one more timeout rather than after every
+    /// retransmission (about 15 minutes with the defaults).
+    fn omits_checksum(&self) -> bool {
+        self.no_checksum && self.rtt.backoff_count() == 0
     }
 
     /// A data segment for [seq, seq+len) of the send buffer (clamped to the data held),
@@ -3261,7 +3285,7 @@ impl Connection {
             repr,
             data_offset: offset,
             data_len: len,
-            no_checksum: self.no_checksum,
+            no_checksum: self.omits_checksum(),
             retransmission,
             gso_size: if len > mss { mss as u16 } else { 0 },
             ect,

@@ -756,9 +756,6 @@ impl Stack {
         let Some(old_snd_nxt) = c.reopen_time_wait(syn) else {
             return false;
         };
-        if let Some(id) = sock.pcb.take() {
-            self.tcp_pcbs.remove(id);
-        }
         self.ledger.counters().inc(Counter::TcpTimeWaitReopened);
         self.tcp_reap(index);
         self.tcp_listener_syn(s, listener, ip, syn, now, Some(old_snd_nxt));
@@ -1077,16 +1074,27 @@ impl Stack {
     }
 
     /// Frees a connection's slot and PCB once it is closed and nobody holds it: the
-    /// application closed it, or it never got past its listener.
+    /// application closed it, or it never got past its listener. A closed connection
+    /// the application still holds loses its PCB alone: CLOSED has no TCB (RFC 9293
+    /// §3.3.2), so its four-tuple's segments go to a listener, or draw the RST for no
+    /// connection, as they would once the handle is let go (and as Linux unhashes a
+    /// socket when it closes, whoever holds it).
     pub(crate) fn tcp_reap(&mut self, index: usize) {
-        let reap = match self.tcp.at(index) {
+        let (reap, held) = match self.tcp.at(index) {
             Some(TcpSocket {
                 kind: Kind::Stream(c),
                 parent,
+                pcb,
                 ..
-            }) => c.is_closed() && (c.released || parent.is_some()),
-            _ => false,
+            }) if c.is_closed() => {
+                let reap = c.released || parent.is_some();
+                (reap, !reap && pcb.is_some())
+            }
+            _ => (false, false),
         };
+        if held {
+            self.tcp_unhash(index);
+        }
         if !reap {
             return;
         }
@@ -1109,6 +1117,14 @@ impl Stack {
                     l.embryonic = l.embryonic.saturating_sub(1);
                 }
             }
+        }
+    }
+
+    /// Removes connection `index`'s PCB, leaving its slot.
+    #[cold]
+    fn tcp_unhash(&mut self, index: usize) {
+        if let Some(id) = self.tcp.at_mut(index).and_then(|s| s.pcb.take()) {
+            self.tcp_pcbs.remove(id);
         }
     }
 
