@@ -1292,6 +1292,56 @@ fn time_wait_gives_way_to_a_newer_syn_from_the_same_port() {
     still_works(&mut p, c, s);
 }
 
+/// TSvals carry an offset per pair of hosts (the stack's `IsnGenerator::ts_offset`, as
+/// Linux's `secure_tcp_ts_off`): not the bare millisecond clock, which would tell a peer
+/// how long the stack has run; the same for every connection from A to B, so that a new
+/// incarnation's TSvals continue the old one's (RFC 6191); another from B to A.
+#[test]
+fn timestamps_carry_an_offset_per_pair_of_hosts() {
+    let (mut p, net) = tapped();
+    let (c1, l, _) = connect(&mut p);
+    let c2 = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+    wait(
+        &mut p,
+        Duration::from_secs(1),
+        "the second connection",
+        |p| p.a.tcp_state(c2) == Ok(State::Established),
+    );
+    let ports = [c1, c2].map(|c| p.a.tcp_endpoints(c).unwrap().0 .1);
+    assert_ne!(ports[0], ports[1]);
+    let offset = |s: &Seg| {
+        let clock = (s.at.as_nanos() / 1_000_000) as u32;
+        s.timestamp.unwrap().tsval.wrapping_sub(clock)
+    };
+    let syns: Vec<Seg> = net
+        .sent()
+        .into_iter()
+        .filter(|s| s.control == Control::Syn)
+        .collect();
+    let from_a: Vec<u32> = syns
+        .iter()
+        .filter(|s| s.from == Host::A)
+        .map(offset)
+        .collect();
+    let from_b: Vec<u32> = syns
+        .iter()
+        .filter(|s| s.from == Host::B)
+        .map(offset)
+        .collect();
+    assert_eq!((from_a.len(), from_b.len()), (2, 2), "{syns:?}");
+    assert_eq!(from_a[0], from_a[1], "one offset from A to B");
+    assert_eq!(from_b[0], from_b[1], "one offset from B to A");
+    assert_ne!(from_a[0], 0, "not the bare clock");
+    assert_ne!(from_a[0], from_b[0]);
+    // Every later segment too.
+    assert!(net
+        .sent()
+        .iter()
+        .filter(|s| s.from == Host::A)
+        .all(|s| offset(s) == from_a[0]));
+    p.b.tcp_close(l).unwrap();
+}
+
 /// A connection CLOSED at the end of TIME-WAIT, its handle still held by the application,
 /// keeps no hold on its four-tuple (CLOSED has no TCB, RFC 9293 §3.3.2): A's SYN from the
 /// same port goes to B's listener and opens a connection, instead of meeting the RST the

@@ -529,6 +529,9 @@ pub struct Connection {
 
     // Options in force.
     ts_enabled: bool,
+    /// Added to the timestamp clock in our TSvals ([`Connection::ts_now`]); set by the
+    /// stack when it makes the connection.
+    pub(crate) ts_offset: u32,
     ts_recent: u32,
     /// When TS.Recent was last set (RFC 7323 §5.5's TS.Recent.Age).
     ts_recent_at: Instant,
@@ -749,6 +752,7 @@ impl Connection {
             rcv_up: None,
             urgent_signal: false,
             ts_enabled: false,
+            ts_offset: 0,
             ts_recent: 0,
             ts_recent_at: Instant::ZERO,
             last_ack_sent: SeqNumber(0),
@@ -1522,6 +1526,14 @@ impl Connection {
         self.close_deadline = Some(now + self.config.msl + self.config.msl);
     }
 
+    /// Our timestamp clock as this connection's TSvals read it: the stack's millisecond
+    /// clock plus the offset for the pair of hosts ([`IsnGenerator::ts_offset`]).
+    ///
+    /// [`IsnGenerator::ts_offset`]: crate::tcp::isn::IsnGenerator::ts_offset
+    fn ts_now(&self, now: Instant) -> u32 {
+        ts_clock(now).wrapping_add(self.ts_offset)
+    }
+
     /// A SYN for this connection in TIME-WAIT that may open a new incarnation of it (RFC
     /// 9293 §3.6.1 MAY-2, after RFC 1122 §4.2.2.13): the SYN must be newer than anything
     /// the old incarnation saw, by RFC 6191 §2's test. If the old incarnation used
@@ -1859,7 +1871,7 @@ impl Connection {
             // three times as long: an ACK lost after a retransmission filled the hole made
             // the next echo a timeout long, and RTO grew on itself.
             (None, Some(latest), Some(ts))
-                if self.ts_enabled && !tsval_before(ts.tsecr, ts_clock(latest)) =>
+                if self.ts_enabled && !tsval_before(ts.tsecr, self.ts_now(latest)) =>
             {
                 if let Some(rtt) = self.echoed_rtt(ts.tsecr, now) {
                     self.rtt.sample_echoed(rtt);
@@ -1875,7 +1887,7 @@ impl Connection {
     /// millisecond), from the future, or older than the longest RTO: not a TSval this
     /// connection sent for data still unacknowledged.
     fn echoed_rtt(&self, tsecr: u32, now: Instant) -> Option<Duration> {
-        let ticks = u64::from(ts_clock(now).wrapping_sub(tsecr));
+        let ticks = u64::from(self.ts_now(now).wrapping_sub(tsecr));
         if tsecr == 0 || ticks > self.rtt.config().max.as_millis() {
             return None;
         }
@@ -2882,7 +2894,7 @@ impl Connection {
             }
             if self.config.timestamps && (offer || self.ts_enabled) {
                 repr.timestamp = Some(TcpTimestamp {
-                    tsval: ts_clock(now),
+                    tsval: self.ts_now(now),
                     tsecr: if offer { 0 } else { self.ts_recent },
                 });
             }
@@ -2898,7 +2910,7 @@ impl Connection {
             repr.ece = self.ece_pending;
             if self.ts_enabled {
                 repr.timestamp = Some(TcpTimestamp {
-                    tsval: ts_clock(now),
+                    tsval: self.ts_now(now),
                     tsecr: self.ts_recent,
                 });
             }

@@ -33,8 +33,19 @@
 //! caller advances `next_ephemeral`), which keeps port reuse for one endpoint as rare as
 //! possible (RFC 6056 §3.3.3's rationale over Algorithms 1 and 2).
 //!
-//! Each hash input starts with a different tag byte, so one key may serve both purposes
-//! without the port offsets revealing anything about ISN offsets.
+//! # Timestamp offsets
+//!
+//! [`IsnGenerator::ts_offset`] is added to the timestamp clock in every TSval a
+//! connection sends (RFC 7323 §5.4 leaves the clock's origin free), so that TSvals do not
+//! tell a peer how long the stack has run, or let connections to different hosts be
+//! matched by their clocks. It is F(local address, remote address, key), without the
+//! ports, as Linux's `secure_tcp_ts_off` has it since per-connection offsets were given
+//! up: successive connections between the same two hosts see one clock, so a SYN that
+//! opens a new incarnation from a port in TIME-WAIT carries a TSval above the old
+//! incarnation's, which RFC 6191's test (and PAWS across incarnations) relies on.
+//!
+//! Each hash input starts with a different tag byte, so one key may serve every purpose
+//! without the port or timestamp offsets revealing anything about ISN offsets.
 
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -49,6 +60,7 @@ pub const ISN_TICK_NANOS: u64 = 4_000;
 /// Domain separation tags that start each hash input.
 const TAG_ISN: u8 = b'I';
 const TAG_PORT: u8 = b'P';
+const TAG_TIMESTAMP: u8 = b'T';
 
 /// One SipRound over the state `v`.
 fn sip_round(v: &mut [u64; 4]) {
@@ -159,6 +171,17 @@ impl IsnGenerator {
         // Truncation to 32 bits is the wrap of RFC 6528's 32-bit timer.
         let m = (now.as_nanos() / ISN_TICK_NANOS) as u32;
         SeqNumber(m.wrapping_add(f))
+    }
+
+    /// The offset added to the timestamp clock on connections from `local` to `remote`:
+    /// the low 32 bits of SipHash-2-4 of the two addresses (see the module
+    /// documentation).
+    pub fn ts_offset(&self, local: Ipv4Address, remote: Ipv4Address) -> u32 {
+        let mut input = [0u8; 9];
+        input[0] = TAG_TIMESTAMP;
+        input[1..5].copy_from_slice(&local.0);
+        input[5..9].copy_from_slice(&remote.0);
+        siphash24(&self.key, &input) as u32
     }
 }
 
@@ -312,6 +335,24 @@ mod tests {
 
     const KEY_A: [u8; 16] = *b"probestack-key-A";
     const KEY_B: [u8; 16] = *b"probestack-key-B";
+
+    #[test]
+    fn a_timestamp_offset_is_one_per_pair_of_hosts() {
+        let g = IsnGenerator::new(KEY_A);
+        let (a, b, c) = (ip(198, 18, 0, 1), ip(198, 18, 0, 2), ip(198, 18, 0, 3));
+        let ab = g.ts_offset(a, b);
+        // The ports play no part: every connection between the two hosts shares it.
+        assert_eq!(g.ts_offset(a, b), ab);
+        assert_ne!(g.ts_offset(a, c), ab);
+        assert_ne!(g.ts_offset(b, a), ab);
+        assert_ne!(IsnGenerator::new(KEY_B).ts_offset(a, b), ab);
+        // The same hash as the ISN's, told apart by its tag.
+        let mut input = [0u8; 9];
+        input[0] = b'T';
+        input[1..5].copy_from_slice(&a.0);
+        input[5..9].copy_from_slice(&b.0);
+        assert_eq!(ab, siphash24(&KEY_A, &input) as u32);
+    }
 
     #[test]
     fn isn_advances_with_the_4us_clock() {

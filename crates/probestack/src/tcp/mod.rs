@@ -851,6 +851,7 @@ impl Stack {
         let hop = route.map_or(remote.0, |r| r.first_hop());
         let mss = self.tcp_mss_for(hop);
         let mut conn = Connection::new(local, remote, config, iss, mss, ask);
+        conn.ts_offset = self.tcp.isn.ts_offset(local.0, remote.0);
         conn.send_copy = self.tcp_send_copy_for(hop);
         conn.set_source_route(route);
         conn
