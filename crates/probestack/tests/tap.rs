@@ -691,3 +691,99 @@ fn ecn_with_linux() {
     });
     assert_eq!(agreed, Some(true), "ECN was not agreed");
 }
+
+/// Linux connects three times from one port to a listener on the stack, which closes
+/// each connection first and so holds it in TIME-WAIT when the next SYN comes. Each new
+/// SYN, newer by RFC 6191's test (Linux's TSvals run on between connections of the same
+/// two hosts), ends TIME-WAIT and opens the next connection (RFC 9293 §3.6.1 MAY-2)
+/// instead of drawing a challenge ACK and waiting a second for the SYN to go again.
+#[test]
+fn linux_reconnects_from_one_port_through_time_wait() {
+    use std::os::fd::FromRawFd;
+    skip_unless_able!("/dev/net/tun");
+    let Some(Setup {
+        ns: _ns, mut stack, ..
+    }) = setup(11, TapConfig::default())
+    else {
+        return;
+    };
+    let listener = stack.tcp_listen((STACK, 5001), 4).expect("listen");
+    let stop = AtomicBool::new(false);
+    let served = Mutex::new(0u32);
+    let stack = Mutex::new(stack);
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            let clock = RealClock::new();
+            let mut stack = stack.lock().unwrap();
+            runner::run(&mut stack, &clock, &stop, |st, _| {
+                // Each connection gets a greeting and is closed at once, by the stack.
+                while let Ok(c) = st.tcp_accept(listener) {
+                    st.tcp_send(c, b"hello").expect("send");
+                    st.tcp_close(c).expect("close");
+                    *served.lock().unwrap() += 1;
+                }
+            })
+            .expect("runner");
+        });
+        for round in 0..3 {
+            let started = std::time::Instant::now();
+            // SAFETY: plain socket calls on a descriptor this block creates and then hands
+            // to a `TcpStream`, which closes it; the address is a valid `sockaddr_in`.
+            let sock = unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+                assert!(fd >= 0, "socket");
+                let one: libc::c_int = 1;
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_REUSEADDR,
+                    std::ptr::addr_of!(one).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+                let addr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: port.to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(ip),
+                    },
+                    sin_zero: [0; 8],
+                };
+                let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                let local = addr([198, 18, 0, 1], 40000);
+                let remote = addr(STACK.0, 5001);
+                assert_eq!(
+                    libc::bind(fd, std::ptr::addr_of!(local).cast(), len),
+                    0,
+                    "bind to port 40000 ({round})"
+                );
+                assert_eq!(
+                    libc::connect(fd, std::ptr::addr_of!(remote).cast(), len),
+                    0,
+                    "connect ({round})"
+                );
+                TcpStream::from_raw_fd(fd)
+            };
+            let mut sock = sock;
+            sock.set_read_timeout(Some(StdDuration::from_secs(5)))
+                .unwrap();
+            let mut got = Vec::new();
+            sock.read_to_end(&mut got)
+                .expect("read until the stack's FIN");
+            assert_eq!(got, b"hello", "round {round}");
+            drop(sock);
+            eprintln!(
+                "round {round}: connected and read in {:?}",
+                started.elapsed()
+            );
+            // Linux's LAST-ACK ends when the stack's ACK of its FIN arrives.
+            std::thread::sleep(StdDuration::from_millis(50));
+        }
+    });
+    let stack = stack.into_inner().unwrap();
+    let count = |c| stack.ledger().counters().get(c);
+    assert_eq!(*served.lock().unwrap(), 3);
+    assert_eq!(count(Counter::TcpTimeWaitReopened), 2);
+    assert_eq!(count(Counter::TcpChallengeAcks), 0);
+    assert_eq!(count(Counter::TcpResetsIn), 0);
+}
