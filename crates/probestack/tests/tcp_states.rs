@@ -1204,22 +1204,28 @@ fn time_wait_reacks_a_retransmitted_fin_and_restarts_2msl() {
 /// the same 4-tuple as its first.
 const A_PORT: u16 = 6000;
 
+/// A connects from [`A_PORT`] to B's listener `l`, both ends established within
+/// `limit`. Returns A's stream and B's.
+fn connect_from_a_port(p: &mut Pair, l: TcpHandle, limit: Duration) -> (TcpHandle, TcpHandle) {
+    let cfg = p.a.tcp_default_config();
+    let c =
+        p.a.tcp_connect_from((ADDR_B, PORT), (ADDR_A, A_PORT), cfg, false)
+            .unwrap();
+    let mut s = None;
+    wait(p, limit, "a connection from A's port", |p| {
+        s = s.or_else(|| p.b.tcp_accept(l).ok());
+        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+    });
+    (c, s.unwrap())
+}
+
 /// A connects from [`A_PORT`] to a listener on B; B sends 1 MiB, more than RFC 6528's
 /// 4 µs clock moves an ISN on in the time it takes, then closes first (a shutdown,
 /// keeping its handle) and ends in TIME-WAIT; A's connection closes and is let go.
 /// Returns B's listener, B's stream in TIME-WAIT and A's FIN as it went.
 fn b_in_time_wait(p: &mut Pair, net: &Net) -> (TcpHandle, TcpHandle, Seg) {
     let l = p.b.tcp_listen((ADDR_B, PORT), 8).unwrap();
-    let cfg = p.a.tcp_default_config();
-    let c =
-        p.a.tcp_connect_from((ADDR_B, PORT), (ADDR_A, A_PORT), cfg, false)
-            .unwrap();
-    let mut s = None;
-    wait(p, Duration::from_secs(1), "the first connection", |p| {
-        s = s.or_else(|| p.b.tcp_accept(l).ok());
-        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
-    });
-    let s = s.unwrap();
+    let (c, s) = connect_from_a_port(p, l, Duration::from_secs(1));
     let data: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
     let (mut sent, mut got) = (0, Vec::new());
     while got.len() < data.len() {
@@ -1256,21 +1262,7 @@ fn time_wait_gives_way_to_a_newer_syn_from_the_same_port() {
     let (l, old, _) = b_in_time_wait(&mut p, &net);
     let old_snd_nxt = p.b.tcp_connection(old).unwrap().snd_nxt();
     let mark = net.mark();
-    let cfg = p.a.tcp_default_config();
-    let c =
-        p.a.tcp_connect_from((ADDR_B, PORT), (ADDR_A, A_PORT), cfg, false)
-            .unwrap();
-    let mut s = None;
-    wait(
-        &mut p,
-        Duration::from_millis(100),
-        "the second connection",
-        |p| {
-            s = s.or_else(|| p.b.tcp_accept(l).ok());
-            s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
-        },
-    );
-    let s = s.unwrap();
+    let (c, s) = connect_from_a_port(&mut p, l, Duration::from_millis(100));
     assert_eq!(counter(&p, Host::B, Counter::TcpTimeWaitReopened), 1);
     let from_b = net.sent_since(mark, Host::B);
     assert_eq!(
@@ -1353,27 +1345,14 @@ fn a_closed_connection_still_held_leaves_its_four_tuple_to_the_listener() {
     p.run_for(MSL + MSL);
     assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
     let mark = net.mark();
-    let cfg = p.a.tcp_default_config();
-    let c =
-        p.a.tcp_connect_from((ADDR_B, PORT), (ADDR_A, A_PORT), cfg, false)
-            .unwrap();
-    let mut s = None;
-    wait(
-        &mut p,
-        Duration::from_millis(100),
-        "the new connection",
-        |p| {
-            s = s.or_else(|| p.b.tcp_accept(l).ok());
-            s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
-        },
-    );
+    let (c, s) = connect_from_a_port(&mut p, l, Duration::from_millis(100));
     assert!(net
         .sent_since(mark, Host::B)
         .iter()
         .all(|s| s.control != Control::Rst));
     assert_eq!(counter(&p, Host::B, Counter::TcpTimeWaitReopened), 0);
     assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
-    still_works(&mut p, c, s.unwrap());
+    still_works(&mut p, c, s);
 }
 
 /// A challenge ACK carries the standard checksum on a connection that agreed to none
@@ -1412,20 +1391,10 @@ fn a_challenge_ack_carries_a_checksum_where_none_was_agreed() {
 /// a segment nobody wants, ends A's connection at once, not after every retransmission.
 #[test]
 fn a_peer_that_lost_the_connection_is_heard_after_one_timeout_despite_elision() {
-    let (mut p, net) = tapped();
-    let (c, _l, s) = connect(&mut p);
-    assert!(p.a.tcp_connection(c).unwrap().checksum_elided());
-    net.drop_into(Host::A, 1, |s| s.control == Control::Rst);
-    p.b.tcp_abort(s).unwrap();
+    let (mut p, c) = b_forgets_a_connection_without_checksums();
     p.run_for(Duration::from_millis(10));
     p.a.tcp_send(c, b"anyone there?").unwrap();
-    wait(
-        &mut p,
-        Duration::from_secs(3),
-        "A's connection reset",
-        |p| p.a.tcp_state(c) == Ok(State::Closed),
-    );
-    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
+    reset_within_3_s(&mut p, c);
     assert_eq!(counter(&p, Host::B, Counter::TcpDropBadChecksum), 1);
 }
 
@@ -1434,21 +1403,30 @@ fn a_peer_that_lost_the_connection_is_heard_after_one_timeout_despite_elision() 
 /// §4.2.3.6's probe exists to draw that RST from a peer that restarted).
 #[test]
 fn a_keepalive_probe_carries_a_checksum_where_none_was_agreed() {
+    let (mut p, c) = b_forgets_a_connection_without_checksums();
+    p.a.tcp_set_keepalive(c, Some(Duration::from_secs(1)))
+        .unwrap();
+    reset_within_3_s(&mut p, c);
+    assert_eq!(counter(&p, Host::B, Counter::TcpDropBadChecksum), 0);
+}
+
+/// A connection from A to B that agreed to no checksums (RFC 1146), which B's stack then
+/// forgets without a word (its RST is lost on the way). Returns the pair and A's end.
+fn b_forgets_a_connection_without_checksums() -> (Pair, TcpHandle) {
     let (mut p, net) = tapped();
     let (c, _l, s) = connect(&mut p);
     assert!(p.a.tcp_connection(c).unwrap().checksum_elided());
-    p.a.tcp_set_keepalive(c, Some(Duration::from_secs(1)))
-        .unwrap();
     net.drop_into(Host::A, 1, |s| s.control == Control::Rst);
     p.b.tcp_abort(s).unwrap();
-    wait(
-        &mut p,
-        Duration::from_secs(3),
-        "A's connection reset",
-        |p| p.a.tcp_state(c) == Ok(State::Closed),
-    );
+    (p, c)
+}
+
+/// Runs until A's connection `c` is reset, for at most 3 s.
+fn reset_within_3_s(p: &mut Pair, c: TcpHandle) {
+    wait(p, Duration::from_secs(3), "A's connection reset", |p| {
+        p.a.tcp_state(c) == Ok(State::Closed)
+    });
     assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
-    assert_eq!(counter(&p, Host::B, Counter::TcpDropBadChecksum), 0);
 }
 
 /// TIME-WAIT keeps out a SYN that is not newer than the old incarnation by RFC 6191 §2's

@@ -713,8 +713,8 @@ impl Stack {
     ///
     /// Without this, a client that reuses its port after the server closed first
     /// (`nc -p`, a fixed-port client, a port range worn round) gets a challenge ACK,
-    /// answers it with a RST that ends TIME-WAIT, and connects only when its SYN is
-    /// sent again, a second later.
+    /// answers it with a RST that ends TIME-WAIT, and connects only when its SYN goes
+    /// again (a second later from probestack, about 10 ms from Linux).
     #[cold]
     fn tcp_reopen_time_wait(
         &mut self,
@@ -747,13 +747,11 @@ impl Stack {
         let Some(listener) = listener else {
             return false;
         };
-        let Some(sock) = self.tcp.at_mut(index) else {
-            return false;
-        };
-        let Kind::Stream(c) = &mut sock.kind else {
-            return false;
-        };
-        let Some(old_snd_nxt) = c.reopen_time_wait(syn) else {
+        let reopened = self
+            .tcp
+            .conn_mut(index)
+            .and_then(|c| c.reopen_time_wait(syn));
+        let Some(old_snd_nxt) = reopened else {
             return false;
         };
         self.ledger.counters().inc(Counter::TcpTimeWaitReopened);
