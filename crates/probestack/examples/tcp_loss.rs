@@ -4,11 +4,12 @@
 //! probes, lost retransmissions sent again, retransmission timeouts, congestion responses
 //! undone). Deterministic: the same arguments give the same figures.
 //!
-//! `cargo run --release -p probestack --example tcp_loss -- [MIB] [DROP_%] [REORDER_%] [SEED] [bsd|fast] [no-rack,no-tlp,no-undo|all] [DEPTH]`
+//! `cargo run --release -p probestack --example tcp_loss -- [MIB] [DROP_%] [REORDER_%] [SEED] [bsd|fast] [no-rack,no-tlp,no-undo,no-lt,no-sack|all] [DEPTH]`
 //!
 //! `REORDER_%` also sets the share of duplicated frames (as `FaultConfig::lossy` has them
-//! equal). The last word turns off `TcpConfig::rack`, `TcpConfig::tail_loss_probes` and
-//! `TcpConfig::spurious_undo` at both ends (`all` leaves them on). `DEPTH` is how many
+//! equal). The last word turns off `TcpConfig::rack`, `TcpConfig::tail_loss_probes`,
+//! `TcpConfig::spurious_undo`, `TcpConfig::limited_transmit` and `TcpConfig::sack` at
+//! both ends (`all` leaves them on). `DEPTH` is how many
 //! frames a reordered one lets pass (`FaultConfig::reorder_depth`). Defaults: 16 MiB, 1%
 //! dropped, none reordered, seed 7 (B's wire seed + 1), `Tuning::fast()`, MTU 1500, all
 //! on, depth 1.
@@ -42,6 +43,8 @@ fn main() {
         h.stack.tcp.rack = !off.contains("no-rack");
         h.stack.tcp.tail_loss_probes = !off.contains("no-tlp");
         h.stack.tcp.spurious_undo = !off.contains("no-undo");
+        h.stack.tcp.limited_transmit = !off.contains("no-lt");
+        h.stack.tcp.sack = !off.contains("no-sack");
         h.nic.rx_faults = wire(seed);
         h
     };

@@ -67,6 +67,7 @@ struct Host {
     tail_loss_probes: bool,
     spurious_undo: bool,
     keepalive: bool,
+    limited_transmit: bool,
     max_ooo_ranges: usize,
 }
 
@@ -85,7 +86,7 @@ fn host() -> impl Strategy<Value = Host> {
         common::conversation::tuning(),
         buffer(),
         buffer(),
-        proptest::collection::vec(any::<bool>(), 14),
+        proptest::collection::vec(any::<bool>(), 15),
         prop_oneof![Just(0u64), Just(40), Just(200)],
         prop_oneof![Just(1usize), Just(3), Just(32)],
     )
@@ -109,6 +110,7 @@ fn host() -> impl Strategy<Value = Host> {
                 tail_loss_probes: b[11],
                 spurious_undo: b[12],
                 keepalive: b[13],
+                limited_transmit: b[14],
                 max_ooo_ranges,
             },
         )
@@ -149,6 +151,7 @@ fn host_config(setup: &Setup, h: &Host, seed: u64) -> HostConfig {
     tcp.rack = h.rack;
     tcp.tail_loss_probes = h.tail_loss_probes;
     tcp.spurious_undo = h.spurious_undo;
+    tcp.limited_transmit = h.limited_transmit;
     tcp.max_ooo_ranges = h.max_ooo_ranges;
     if h.keepalive {
         // Probes after a second idle, twenty of them five seconds apart: a peer that the
@@ -677,6 +680,7 @@ fn plain(send_buffer: usize, recv_buffer: usize, delayed_ack_ms: u64) -> Host {
         tail_loss_probes: false,
         spurious_undo: false,
         keepalive: false,
+        limited_transmit: false,
         max_ooo_ranges: 32,
     }
 }
