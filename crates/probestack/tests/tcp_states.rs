@@ -1355,12 +1355,42 @@ fn a_closed_connection_still_held_leaves_its_four_tuple_to_the_listener() {
     still_works(&mut p, c, s);
 }
 
+/// A client that lost its connection (its RST lost too) connects again from the same
+/// port: B's old connection answers the SYN with a challenge ACK (RFC 5961 §4), A's new
+/// connection answers that with the RST that ends it, and sends its SYN again at once
+/// behind the RST, so the connection opens in a round trip or two instead of after A's
+/// one-second retransmission timeout.
+#[test]
+fn a_client_that_lost_its_connection_reconnects_from_the_same_port_at_once() {
+    let (mut p, net) = tapped();
+    let l = p.b.tcp_listen((ADDR_B, PORT), 8).unwrap();
+    let (c, old) = connect_from_a_port(&mut p, l, Duration::from_secs(1));
+    net.drop_into(Host::B, 1, |s| s.control == Control::Rst);
+    p.a.tcp_abort(c).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(p.b.tcp_state(old), Ok(State::Established), "B did not hear");
+    let mark = net.mark();
+    let (c, s) = connect_from_a_port(&mut p, l, Duration::from_millis(100));
+    assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
+    assert_eq!(p.b.tcp_error(old), Ok(Some(TcpError::ConnectionReset)));
+    assert_eq!(counter(&p, Host::B, Counter::TcpChallengeAcks), 1);
+    let from_a: Vec<Control> = net
+        .sent_since(mark, Host::A)
+        .iter()
+        .map(|s| s.control)
+        .filter(|&c| c != Control::None)
+        .collect();
+    assert_eq!(from_a, [Control::Syn, Control::Rst, Control::Syn]);
+    still_works(&mut p, c, s);
+}
+
 /// A challenge ACK carries the standard checksum on a connection that agreed to none
 /// (RFC 1146): with B's listener gone, A's new SYN from the same port meets B's
 /// TIME-WAIT and draws a challenge ACK (RFC 5961 §4); A's new connection, which agreed to
-/// nothing, takes it in and answers with the RST that ends B's TIME-WAIT. Without the
-/// checksum A dropped it as corrupt, and every SYN A sent met the same fate until
-/// TIME-WAIT ran out.
+/// nothing, takes it in and answers with the RST that ends B's TIME-WAIT (then its SYN,
+/// sent again at once, meets no listener and is refused). Without the checksum A dropped
+/// the challenge ACK as corrupt, and every SYN A sent met the same fate until TIME-WAIT
+/// ran out.
 #[test]
 fn a_challenge_ack_carries_a_checksum_where_none_was_agreed() {
     let (mut p, net) = tapped();
@@ -1382,7 +1412,8 @@ fn a_challenge_ack_carries_a_checksum_where_none_was_agreed() {
     );
     assert_eq!(counter(&p, Host::A, Counter::TcpDropBadChecksum), 0);
     assert_eq!(p.b.tcp_state(old), Ok(State::Closed));
-    assert_eq!(p.a.tcp_state(c), Ok(State::SynSent));
+    // A's SYN, sent again behind the RST, finds no listener.
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionRefused)));
 }
 
 /// B loses A's connection, which agreed to no checksums (RFC 1146), without a word (its

@@ -610,6 +610,9 @@ pub struct Connection {
     rtt: RttEstimator,
     rtt_timer: RttTimer,
     retries: u32,
+    /// In SYN-SENT, the SYN went again at once after an ACK for an older connection
+    /// ([`input_syn_sent`](Self::input_syn_sent)); once per open.
+    syn_resent_at_once: bool,
     /// An acceptable ACK arrived since the last retransmission or persist timeout: the
     /// peer is there, so a probe's timeout does not count toward giving up
     /// ([`count_probe_timeout`](Self::count_probe_timeout)).
@@ -795,6 +798,7 @@ impl Connection {
             rtt: RttEstimator::new(config.rto),
             rtt_timer: RttTimer::new(),
             retries: 0,
+            syn_resent_at_once: false,
             acked_since_timeout: false,
             probe_now: false,
             keepalive_probe: false,
@@ -1790,7 +1794,21 @@ impl Connection {
             Some(ack) => {
                 if ack.le(self.iss) || ack.gt(self.snd_max) {
                     // Not for our SYN: reset it unless it is a RST.
-                    return (seg.control != Control::Rst).then_some(RstReply {
+                    if seg.control == Control::Rst {
+                        return None;
+                    }
+                    // Most likely the peer's challenge ACK from an older connection on
+                    // these ports, which it still holds (RFC 5961 §4: a host that lost a
+                    // connection, or a TIME-WAIT that takes no new SYN). The RST ends it
+                    // there, so the SYN goes again at once, behind the RST, instead of a
+                    // retransmission timeout later (Linux's `tcp_rcv_synsent_state_process`
+                    // resends it after two ticks); once per open, so that a peer whose
+                    // state the RST does not clear is not answered SYN for ACK.
+                    if !self.syn_resent_at_once && self.retries == 0 {
+                        self.syn_resent_at_once = true;
+                        self.snd_nxt = self.iss;
+                    }
+                    return Some(RstReply {
                         seq: ack,
                         ack: None,
                     });

@@ -636,8 +636,14 @@ impl Stack {
             self.tcp_handshake_done(s, index, parent, is);
         }
         // Out-of-order data is answered at once even in a batch (RFC 5681 §4.2): each such
-        // ACK is a duplicate ACK, with SACK blocks, for the sender's loss recovery.
+        // ACK is a duplicate ACK, with SACK blocks, for the sender's loss recovery. A
+        // connection this segment closed has nothing to send and gives up its PCB now,
+        // not at the batch's end, so that the batch's next segment for its four-tuple (a
+        // SYN sent right behind the RST that closed it) finds the listener.
         if self.tuning.tcp_output_per_batch && !at_once {
+            if is == State::Closed {
+                return self.tcp_reap(index);
+            }
             return self.tcp_defer_output(index);
         }
         self.tcp_output(s, index);
