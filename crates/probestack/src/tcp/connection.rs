@@ -580,10 +580,13 @@ pub struct Connection {
     tlp_new_data: bool,
     /// A D-SACK came while a retransmitted probe was out: the probe was not needed.
     tlp_dsacked: bool,
-    /// The reordering window in quarters of SRTT, 1 to 4 (RFC 8985 §6.2's
+    /// The reordering window in quarters of the least RTT, 1 to 4 (RFC 8985 §6.2's
     /// `reo_wnd_mult`): widened by a D-SACK, which says a segment arrived twice (a
     /// retransmission that was not needed, or the network's copy).
     reo_wnd_mult: u32,
+    /// RFC 8985's RACK.min_RTT: the least round trip the sender timed, and when; a
+    /// sample replaces it when lower, or when it is [`MIN_RTT_WINDOW`] old.
+    min_rtt: Option<(Duration, Instant)>,
     /// Recoveries left before the window narrows back to a quarter (`reo_wnd_persist`).
     reo_wnd_persist: u32,
     /// SND.NXT when the window last widened: one widening per round trip
@@ -692,6 +695,11 @@ const NEGATIVE_ADVICE_RETRIES: u32 = 3;
 /// range of the fastest timestamp clock the RFC allows, 1 ms a tick).
 const PAWS_IDLE_LIMIT: Duration = Duration::from_secs(24 * 24 * 60 * 60);
 
+/// How long a least RTT stands for RACK's reordering window before a newer sample
+/// replaces it, as Linux's `tcp_min_rtt_wlen` (300 s): a path whose round trip grew
+/// (a new route) would otherwise keep a window sized for the old one.
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(300);
+
 /// The timestamp clock: one tick per millisecond (RFC 7323 §5.4 asks for 1 ms to 1 s).
 fn ts_clock(now: Instant) -> u32 {
     (now.as_nanos() / 1_000_000) as u32
@@ -784,6 +792,7 @@ impl Connection {
             tlp_new_data: false,
             tlp_dsacked: false,
             reo_wnd_mult: 1,
+            min_rtt: None,
             reo_wnd_persist: 0,
             dsack_round: None,
             dsack: None,
@@ -1890,7 +1899,15 @@ impl Connection {
     fn take_rtt_sample(&mut self, ack: SeqNumber, seg: &TcpRepr, now: Instant) {
         let resent = self.rtt_timer.acked_resent(ack);
         match (self.rtt_timer.on_ack(ack, now), resent, seg.timestamp) {
-            (Some(rtt), _, _) => self.rtt.sample(rtt),
+            (Some(rtt), _, _) => {
+                self.rtt.sample(rtt);
+                let replaced = |(min, at): (Duration, Instant)| {
+                    rtt <= min || now.saturating_since(at) > MIN_RTT_WINDOW
+                };
+                if self.min_rtt.is_none_or(replaced) {
+                    self.min_rtt = Some((rtt, now));
+                }
+            }
             // Only an echo of the latest retransmission or later: an older one is of a
             // copy sent before it whose ACK was lost (or the timeout came early), and its
             // round trip would count the wait for the timeout (RFC 3522's Eifel test
@@ -2611,8 +2628,10 @@ impl Connection {
 
     /// How long after an ACK that SACKs data above SND.UNA the segment there is deemed
     /// lost, when the scoreboard's rules (`head_lost`) have not found it so: a quarter of
-    /// the smoothed RTT. This is RACK's reordering window (RFC 8985 §6.2, `min_RTT / 4`,
-    /// here SRTT / 4) in a simplified form: RACK deems a segment lost when a segment sent
+    /// the least RTT, no more than SRTT. This is RACK's reordering window (RFC 8985 §6.2,
+    /// `min(reo_wnd_mult · min_RTT / 4, SRTT)`; SRTT / 4 until the thirty-fourth session,
+    /// which `examples/tcp_loss` found slower: README "TCP") in a simplified form: RACK
+    /// deems a segment lost when a segment sent
     /// after it was delivered and its own RTT plus the window has passed since it was
     /// sent; the SACKed data was sent after SND.UNA's segment, so that moment is at the
     /// latest this ACK's arrival plus the window. (Not so after a timeout, when the SACKed
@@ -2623,13 +2642,13 @@ impl Connection {
     /// `None` before the first RTT sample.
     fn reorder_window(&self) -> Option<Duration> {
         let quarters = u64::from(self.reo_wnd_mult.clamp(1, 4));
-        self.rtt
-            .srtt()
-            .map(|srtt| Duration::from_nanos(srtt.as_nanos() / 4 * quarters))
+        let (srtt, (min, _)) = (self.rtt.srtt()?, self.min_rtt?);
+        let window = min.as_nanos() / 4 * quarters;
+        Some(Duration::from_nanos(window.min(srtt.as_nanos())))
     }
 
-    /// A D-SACK came: the reordering window widens by a quarter of SRTT, at most once a
-    /// round trip and up to SRTT, and stays so for 16 recoveries (RFC 8985 §6.2; a
+    /// A D-SACK came: the reordering window widens by a quarter of the least RTT, at most
+    /// once a round trip and up to SRTT, and stays so for 16 recoveries (RFC 8985 §6.2; a
     /// retransmission that was not needed means reordering went past the window).
     fn widen_reorder_window(&mut self) {
         if self.dsack_round.is_some_and(|round| self.snd_una.ge(round)) {
@@ -3923,6 +3942,49 @@ mod tests {
         (a, b)
     }
 
+    /// RACK's reordering window is a quarter of the least RTT the sender timed (RFC 8985
+    /// §6.2, RACK.min_RTT), not of SRTT, which queueing inflates; a least RTT 300 s old
+    /// gives way to the next sample (`MIN_RTT_WINDOW`, as Linux's `tcp_min_rtt_wlen`).
+    #[test]
+    fn the_reordering_window_is_a_quarter_of_the_least_rtt() {
+        let ledger = Ledger::new();
+        let t0 = Instant::from_millis(1_000);
+        let (mut a, mut b) = established(&ledger, t0);
+        let mut written = 0;
+        // One timed round trip of `rtt` starting at `at`.
+        let mut exchange = |a: &mut Connection, b: &mut Connection, at: Instant, rtt: u64| {
+            write(a, &mut written, 1000, false);
+            assert_eq!(flush(a, b, &ledger, at, || false), 1);
+            b.ack_now = true;
+            assert_eq!(
+                flush(b, a, &ledger, at + Duration::from_millis(rtt), || false),
+                1
+            );
+        };
+        // The handshake's round trip took no time: a least RTT of zero, for 300 s.
+        assert_eq!(a.reorder_window(), Some(Duration::ZERO));
+        let later = t0 + MIN_RTT_WINDOW + Duration::from_secs(1);
+        exchange(&mut a, &mut b, later, 10);
+        exchange(&mut a, &mut b, later + Duration::from_secs(1), 40);
+        // SRTT (0, then 10 and 40 ms) is 6.1 ms: a quarter of it would be 1.5 ms.
+        let srtt = a.rtt.srtt().unwrap();
+        assert!(srtt < Duration::from_micros(8_000), "{srtt:?}");
+        assert_eq!(a.reorder_window(), Some(Duration::from_micros(2_500)));
+        // Another 300 s on, the least RTT is the next sample's.
+        exchange(
+            &mut a,
+            &mut b,
+            later + MIN_RTT_WINDOW + Duration::from_secs(2),
+            40,
+        );
+        let srtt = a.rtt.srtt().unwrap();
+        assert!(srtt > Duration::from_millis(10), "{srtt:?}");
+        assert_eq!(a.reorder_window(), Some(Duration::from_millis(10)));
+        // Widened by D-SACKs to four quarters, it stops at SRTT.
+        a.reo_wnd_mult = 4;
+        assert_eq!(a.reorder_window(), Some(srtt));
+    }
+
     /// Limited Transmit (RFC 3042; RFC 5681 §3.2 step 1) on a connection without SACK:
     /// with the congestion window full, the first and second duplicate ACKs each send one
     /// segment of new data; the third starts fast retransmit, with ssthresh half the
@@ -4347,8 +4409,8 @@ mod tests {
 
     /// A segment that arrives twice draws an ACK whose first SACK block is the duplicate
     /// (a D-SACK block, RFC 2883 §4), once; a segment only partly old reports its old
-    /// part. The sender, given that ACK, widens its reordering window by a quarter of SRTT
-    /// once per round trip (RFC 8985 §6.2), up to SRTT.
+    /// part. The sender, given that ACK, widens its reordering window by a quarter of the
+    /// least RTT once per round trip (RFC 8985 §6.2), up to SRTT.
     #[test]
     fn a_duplicate_segment_is_reported_by_a_d_sack_block_that_widens_the_window() {
         let ledger = Ledger::new();
@@ -4413,17 +4475,26 @@ mod tests {
             Some(((end + 1000).0, (end + 1100).0))
         );
 
-        // The sender: a quarter of SRTT, then half after the D-SACK; once a round trip
-        // (the second D-SACK comes while the data sent before the first is in flight).
-        let quarters = |c: &Connection| {
-            let srtt = c.rtt.srtt().unwrap().as_nanos();
-            c.reorder_window().unwrap().as_nanos() / (srtt / 4)
-        };
+        // The sender: a quarter of the least RTT, then half after the D-SACK; once a
+        // round trip (the second D-SACK comes while the data sent before the first is in
+        // flight). One round trip of 400 µs, so that SRTT, the window's cap, is no less.
+        let quarters = |c: &Connection| c.reorder_window().unwrap().as_micros() / 100;
+        a.rtt = RttEstimator::new(a.config.rto);
         a.rtt.sample(Duration::from_micros(400));
+        a.min_rtt = Some((Duration::from_micros(400), now));
         assert_eq!(quarters(&a), 1);
-        let _ = a.input(crate::probe::TESTED, &ack.repr, false, true, &ledger, now);
+        // The ACKs come a round trip after the data went.
+        let acked = now + Duration::from_micros(400);
+        let _ = a.input(crate::probe::TESTED, &ack.repr, false, true, &ledger, acked);
         assert_eq!(quarters(&a), 2);
-        let _ = a.input(crate::probe::TESTED, &ack2.repr, false, true, &ledger, now);
+        let _ = a.input(
+            crate::probe::TESTED,
+            &ack2.repr,
+            false,
+            true,
+            &ledger,
+            acked,
+        );
         assert_eq!(quarters(&a), 2);
         // Sixteen recoveries without one, and it is a quarter again.
         for _ in 0..16 {
@@ -4433,7 +4504,14 @@ mod tests {
         // A D-SACK block inside the second block (a duplicate of queued data) widens it
         // too, in a new round.
         a.dsack_round = None;
-        let _ = a.input(crate::probe::TESTED, &ack3.repr, false, true, &ledger, now);
+        let _ = a.input(
+            crate::probe::TESTED,
+            &ack3.repr,
+            false,
+            true,
+            &ledger,
+            acked,
+        );
         assert_eq!(quarters(&a), 2);
     }
 }
