@@ -2631,10 +2631,10 @@ impl Connection {
     /// the least RTT, no more than SRTT. This is RACK's reordering window (RFC 8985 §6.2,
     /// `min(reo_wnd_mult · min_RTT / 4, SRTT)`; SRTT / 4 until the thirty-fourth session,
     /// which `examples/tcp_loss` found slower: README "TCP") in a simplified form: RACK
-    /// deems a segment lost when a segment sent
-    /// after it was delivered and its own RTT plus the window has passed since it was
-    /// sent; the SACKed data was sent after SND.UNA's segment, so that moment is at the
-    /// latest this ACK's arrival plus the window. (Not so after a timeout, when the SACKed
+    /// deems a segment lost when a segment sent after it was delivered and its own RTT
+    /// plus the window has passed since it was sent; the SACKed data was sent after
+    /// SND.UNA's segment, so that moment is at the latest this ACK's arrival plus the
+    /// window. (Not so after a timeout, when the SACKed
     /// data may be an original sent before the first segment's retransmission: the window
     /// is not asked until an ACK of new data sets `retries` to 0.) It finds a loss in a
     /// short flight, too short for `IsLost` and too long or too full for early
