@@ -1629,32 +1629,37 @@ impl Connection {
             ledger.counters().inc(Counter::TcpPredictionMisses);
         }
         let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::TcpProto);
-        if self.ecn_enabled {
-            self.ecn_input(seg, ce, ledger);
+        if self.ecn_enabled && ce {
+            self.ecn_ce_in(seg, ledger);
         }
         self.input_synchronized(s, seg, data_in_rx, ledger, now)
     }
 
-    /// RFC 3168 §6.1.2-3 for a segment of a connection that agreed to ECN (before the
-    /// usual processing, which may drop it): the peer's CWR ends the ECEs owed; data that
-    /// came with CE owes them from now on; an ECE from the peer reduces the window as a
-    /// loss would, once a window of data and not during loss recovery, which reduced it
-    /// already.
-    fn ecn_input(&mut self, seg: &TcpRepr, ce: bool, ledger: &Ledger) {
+    /// RFC 3168 §6.1.3 for a segment that came with CE on a connection that agreed to
+    /// ECN (before the usual processing, which may drop it): data in the window owes ECEs
+    /// from now on, until the peer's CWR.
+    fn ecn_ce_in(&mut self, seg: &TcpRepr, ledger: &Ledger) {
         let in_window = seg.seq_number.ge(self.rcv_nxt)
             && seg.seq_number.lt(self.rcv_nxt + self.rx.free().max(1));
-        if seg.cwr {
-            self.ece_pending = false;
-        }
-        if ce && in_window && !seg.payload.is_empty() {
+        if in_window && !seg.payload.is_empty() {
             self.ece_pending = true;
             ledger.counters().inc(Counter::TcpEcnCeIn);
         }
+    }
+
+    /// RFC 3168 §6.1.2-3 for a segment the window, PAWS and RFC 5961's ACK test took, on
+    /// a connection that agreed to ECN: the peer's CWR ends the ECEs owed; an ECE from the
+    /// peer acknowledging data in flight reduces the window as a loss would, once a window
+    /// of data and not during loss recovery, which reduced it already. Only after those
+    /// tests (as Linux's `tcp_ack` after `tcp_validate_incoming`): a blind segment with
+    /// the four-tuple and a plausible ACK must not halve the sender's window or silence
+    /// the receiver's echo.
+    fn ecn_ack_in(&mut self, seg: &TcpRepr, ack: SeqNumber, ledger: &Ledger) {
+        if seg.cwr {
+            self.ece_pending = false;
+        }
         let answered = self.snd_una.lt(self.ecn_recover);
-        let acceptable = seg
-            .ack_number
-            .is_some_and(|a| a.ge(self.snd_una) && a.le(self.snd_max));
-        if seg.ece && acceptable && self.recovery.is_none() && !answered {
+        if seg.ece && ack.ge(self.snd_una) && self.recovery.is_none() && !answered {
             self.halve_ssthresh();
             self.cwnd = self.ssthresh;
             self.ca_acked = 0;
@@ -2138,6 +2143,9 @@ impl Connection {
             return None;
         }
         self.update_ts_recent(seg.seq_number, seg.timestamp.map(|ts| ts.tsval), now);
+        if self.ecn_enabled {
+            self.ecn_ack_in(seg, ack, ledger);
+        }
         self.acked_since_timeout = true;
         // Bytes this ACK's SACK blocks report for the first time.
         let mut newly_sacked = 0;
@@ -4058,6 +4066,56 @@ mod tests {
             assert_eq!(out.repr.seq_number, a.snd_una);
             assert_eq!(a.ssthresh, (flight / 2).max(2 * mss));
         }
+    }
+
+    /// ECE and CWR count only on a segment the connection accepts (the window, PAWS,
+    /// RFC 5961's ACK test): a blind segment with the four-tuple, an ACK for data in
+    /// flight and ECE outside the window neither halves the window nor, with CWR, ends
+    /// the ECEs owed; the same flags in the window do both (RFC 3168 §6.1.2-3).
+    #[test]
+    fn ece_and_cwr_count_only_on_an_acceptable_segment() {
+        let ledger = Ledger::new();
+        let now = Instant::from_nanos(1_000_000_000);
+        let config = TcpConfig {
+            ecn: true,
+            timestamps: false,
+            ..TcpConfig::default()
+        };
+        let (mut a, mut b) = established_with(config, &ledger, now);
+        assert!(a.ecn_enabled && b.ecn_enabled);
+        let mut written = 0;
+        write(&mut a, &mut written, 20 * 1460, false);
+        while a.next_segment(now, 0).is_some() {}
+        let reductions = || ledger.counters().get(Counter::TcpEcnReductions);
+        let flags = |seq: SeqNumber, ack: SeqNumber, ece: bool, cwr: bool| TcpRepr {
+            src_port: END_B.1,
+            dst_port: END_A.1,
+            seq_number: seq,
+            ack_number: Some(ack),
+            window_len: u16::MAX,
+            ece,
+            cwr,
+            ..TcpRepr::default()
+        };
+        let (cwnd, ack) = (a.cwnd, a.snd_una + a.snd_mss);
+        let blind = flags(a.rcv_nxt + 1_000_000_000, ack, true, false);
+        a.input(crate::probe::TESTED, &blind, false, true, &ledger, now);
+        assert_eq!(
+            (a.cwnd, a.snd_una, reductions()),
+            (cwnd, ack - a.snd_mss, 0)
+        );
+        b.ece_pending = true;
+        let blind = flags(b.rcv_nxt + 1_000_000_000, b.snd_una, false, true);
+        b.input(crate::probe::TESTED, &blind, false, true, &ledger, now);
+        assert!(b.ece_pending, "a blind CWR ended the ECEs");
+
+        let seg = flags(a.rcv_nxt, ack, true, false);
+        a.input(crate::probe::TESTED, &seg, false, true, &ledger, now);
+        assert_eq!(reductions(), 1);
+        assert!(a.cwnd < cwnd, "{} against {cwnd}", a.cwnd);
+        let seg = flags(b.rcv_nxt, b.snd_una, false, true);
+        b.input(crate::probe::TESTED, &seg, false, true, &ledger, now);
+        assert!(!b.ece_pending);
     }
 
     /// Urgent data (RFC 9293 §3.8.5) between two connections joined by hand: the segment
