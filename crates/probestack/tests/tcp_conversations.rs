@@ -1145,3 +1145,30 @@ fn a_syn_ack_sent_again_keeps_the_edge_an_earlier_ack_offered() {
         panic!("{e}");
     }
 }
+
+/// A shuts down at once on a link that holds back 47% of frames. A's first SYN, held
+/// back, reaches B after the connection closed there (B's FIN acknowledged, A's too): B's
+/// listener takes it for a new connection and answers with a SYN-ACK, which acknowledges
+/// A's SYN again; A, in TIME-WAIT, answers with its ACK, and B resets the half-open
+/// connection (RFC 9293 §3.5, Figure 9, the old duplicate SYN). The watch took the
+/// SYN-ACK for B's ACK going back; it now begins a connection anew at a SYN-ACK sent
+/// after the connection closed on the sender's side (found by the thirty-fifth session's
+/// hunt; likely the thirty-fourth's lost case).
+#[test]
+fn acks_do_not_go_back_on_a_reordering_link_after_a_shutdown() {
+    let a = Host {
+        max_ooo_ranges: 1,
+        ..plain(4096, 4096, 40)
+    };
+    let b = Host {
+        max_ooo_ranges: 1,
+        ..plain(4096, 4096, 0)
+    };
+    regression(
+        576,
+        true,
+        Some((0, 0, 47, 0, 15195375035782452450)),
+        [a, b],
+        &[Step::Shutdown { side: 0 }],
+    );
+}

@@ -75,8 +75,12 @@ struct Watched {
     ecn: [bool; 2],
     /// The end of the data the end has sent, the furthest so far.
     own_data_end: Option<SeqNumber>,
-    /// Where the end's FIN is, once sent.
+    /// Where the end's FIN is (its sequence number), once sent; whether the peer has
+    /// acknowledged it.
     own_fin: Option<SeqNumber>,
+    own_fin_acked: bool,
+    /// Where the end of the peer's FIN is, once received.
+    peer_fin: Option<SeqNumber>,
     /// The end's last TSval, and every TSval the peer has sent it.
     own_tsval: Option<u32>,
     peer_tsvals: HashSet<u32>,
@@ -85,6 +89,16 @@ struct Watched {
 // The rules, each kept by a segment the end sends: what it breaks, with `{end}` and
 // `{peer}` for the names.
 impl Watched {
+    /// Whether the connection has closed on the end's side: its FIN acknowledged, the
+    /// peer's acknowledged by it.
+    fn closed(&self) -> bool {
+        let acked_peers = match (self.peer_fin, self.own_ack) {
+            (Some(fin), Some(ack)) => ack.ge(fin),
+            _ => false,
+        };
+        self.own_fin_acked && acked_peers
+    }
+
     /// The shift that applies to `side`'s windows outside SYNs (RFC 7323 §2.2: both
     /// SYNs carried the option).
     fn shift(&self, side: usize) -> u8 {
@@ -311,7 +325,11 @@ impl Watch {
     /// The connection a segment `side` (0 the end, 1 its peer) sent belongs to, with
     /// what a SYN offers noted (a SYN without ACK from a side whose SYN was seen with
     /// another sequence number begins it anew; one with the same is a copy, late or
-    /// resent); `None` for a RST or a connection the watch did not see begin.
+    /// resent); `None` for a RST or a connection the watch did not see begin. A SYN-ACK
+    /// the end sends after the connection closed on its side (both FINs acknowledged)
+    /// begins it anew too: a late copy of the peer's SYN found a listener, which cannot
+    /// tell it from a new one (RFC 9293 §3.5, Figure 9's old duplicate SYN), and the new
+    /// incarnation acknowledges the SYN again.
     fn connection(&mut self, t: &TcpRepr, side: usize) -> Option<&mut Watched> {
         let key = if side == 0 {
             (t.src_port, t.dst_port)
@@ -323,6 +341,22 @@ impl Watch {
         let new = |c: &Watched| c.isn[side].is_some_and(|seen| seen != t.seq_number);
         if syn && t.ack_number.is_none() && self.conns.get(&key).is_none_or(new) {
             self.conns.insert(key, Watched::default());
+        }
+        let reopened = |c: &Watched| side == 0 && syn && t.ack_number.is_some() && c.closed();
+        if self.conns.get(&key).is_some_and(reopened) {
+            let old = self.conns.remove(&key)?;
+            let fresh = Watched {
+                isn: [None, old.isn[1]],
+                offered: [None, old.offered[1]],
+                timestamps: [false, old.timestamps[1]],
+                sack_permitted: [false, old.sack_permitted[1]],
+                peer_mss: old.peer_mss,
+                ecn: [false, old.ecn[1]],
+                peer_sent: t.ack_number,
+                peer_tsvals: old.peer_tsvals,
+                ..Watched::default()
+            };
+            self.conns.insert(key, fresh);
         }
         let c = self.conns.get_mut(&key)?;
         if syn {
@@ -370,7 +404,11 @@ impl Watch {
         if c.peer_sent.is_none_or(|sent| end.gt(sent)) {
             c.peer_sent = Some(end);
         }
+        if t.control == Control::Fin {
+            c.peer_fin = Some(end);
+        }
         if let Some(ack) = t.ack_number {
+            c.own_fin_acked |= c.own_fin.is_some_and(|fin| ack.gt(fin));
             let shift = if t.control == Control::Syn {
                 0
             } else {
