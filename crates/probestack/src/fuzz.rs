@@ -741,6 +741,8 @@ impl Fixture {
                 tcp,
                 // Routed datagrams taken, so that their handling is reached too.
                 accept_source_route: true,
+                // So that an input replays exactly.
+                secrets: crate::stack::Secrets::Seeded,
                 ..StackConfig::default()
             },
             nic: NicConfig::default(),

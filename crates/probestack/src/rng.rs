@@ -44,6 +44,24 @@ impl Rng {
     }
 }
 
+/// Fills `buf` with random bytes from the operating system (`/dev/urandom`), for the
+/// stack's secret keys ([`crate::stack::Secrets::Os`]). Where that cannot be read, from
+/// the standard library's hasher keys, which it draws from the operating system once a
+/// thread (`RandomState`), each 8 bytes hashed from a fresh state with a counter.
+pub fn os_random(buf: &mut [u8]) {
+    use std::io::Read;
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(buf));
+    if read.is_ok() {
+        return;
+    }
+    use std::hash::{BuildHasher, Hasher};
+    for (i, chunk) in buf.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(i);
+        chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +84,13 @@ mod tests {
         let mut buf = [0u8; 13];
         r.fill(&mut buf);
         assert!(buf.iter().any(|&x| x != 0));
+    }
+
+    #[test]
+    fn the_operating_systems_bytes_differ_from_call_to_call() {
+        let (mut a, mut b) = ([0u8; 16], [0u8; 16]);
+        os_random(&mut a);
+        os_random(&mut b);
+        assert_ne!(a, b, "two 128-bit draws were equal");
     }
 }

@@ -8,7 +8,7 @@ use crate::driver::{
     ConfigError, Device, FrameQueue, MemoryLink, MemoryNic, NicConfig, QueueConfigError,
 };
 use crate::ip::route::Ipv4Cidr;
-use crate::stack::{InterfaceConfig, Stack, StackConfig};
+use crate::stack::{InterfaceConfig, Secrets, Stack, StackConfig};
 use crate::time::{earlier, Clock, Duration, Instant, VirtualClock};
 use crate::wire::ethernet::{self, EtherType, EthernetAddress, EthernetRepr};
 use crate::wire::ipv4::{self, IpProtocol, Ipv4Options, Ipv4Repr};
@@ -32,10 +32,14 @@ pub struct HostConfig {
 }
 
 impl HostConfig {
-    /// A host with default settings and an MTU.
+    /// A host with default settings and an MTU, its secrets drawn from its seed so that
+    /// a simulation replays exactly ([`Secrets::Seeded`]).
     pub fn with_mtu(mtu: usize) -> HostConfig {
         HostConfig {
-            stack: StackConfig::default(),
+            stack: StackConfig {
+                secrets: Secrets::Seeded,
+                ..StackConfig::default()
+            },
             nic: NicConfig {
                 mtu,
                 ..NicConfig::default()

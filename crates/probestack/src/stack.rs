@@ -35,6 +35,10 @@ pub struct StackConfig {
     pub tuning: Tuning,
     /// Seed of the stack's random numbers.
     pub seed: u64,
+    /// Where the keys of the stack's ISNs, SYN cookies, timestamp offsets and ephemeral
+    /// ports come from (RFC 6528, RFC 6056): the operating system by default, `seed` for
+    /// a simulation that must replay exactly.
+    pub secrets: Secrets,
     pub arp: ArpConfig,
     pub reassembly: ReassemblyConfig,
     /// Frames taken from a device per notification (the batch of interrupt coalescing).
@@ -73,6 +77,7 @@ impl Default for StackConfig {
         StackConfig {
             tuning: Tuning::fast(),
             seed: 0x5EED,
+            secrets: Secrets::Os,
             arp: ArpConfig::default(),
             reassembly: ReassemblyConfig::default(),
             rx_batch: 64,
@@ -86,6 +91,19 @@ impl Default for StackConfig {
             accept_source_route: false,
         }
     }
+}
+
+/// Where a stack's secret keys come from ([`StackConfig::secrets`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secrets {
+    /// Drawn from the operating system when the stack is made ([`crate::rng::os_random`]),
+    /// so that no one outside the host can compute its ISNs or its SYN cookies (RFC 9293
+    /// MUST-9; RFC 6528 §3 asks for a key of at least 128 bits, these are 128).
+    Os,
+    /// Drawn from [`StackConfig::seed`]'s sequence: the same on every run with the same
+    /// seed, as a simulation that replays needs, and computable by anyone who knows the
+    /// seed. For simulations and tests only.
+    Seeded,
 }
 
 /// The default [`StackConfig::socket_memory_limit`]: 1 GiB, 512 TCP connections with the
@@ -273,6 +291,11 @@ impl Stack {
         rng.fill(&mut isn_key);
         let mut port_key = [0u8; 16];
         rng.fill(&mut port_key);
+        if config.secrets == Secrets::Os {
+            // After the seeded draws, so that what follows from the seed stays the same.
+            crate::rng::os_random(&mut isn_key);
+            crate::rng::os_random(&mut port_key);
+        }
         let pool = Pool::new(
             PoolConfig::new(config.tuning.buffer_cache).with_limit(config.buffer_limit_bytes),
         );
@@ -688,6 +711,31 @@ pub(crate) use in_message;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// By default the ISN key comes from the operating system (RFC 9293 MUST-9): two
+    /// stacks made alike give the same 4-tuple at the same instant unrelated ISNs, and
+    /// knowing the seed does not give them. Seeded, the same seed gives the same ISN, so
+    /// a simulation replays.
+    #[test]
+    fn isns_are_unpredictable_unless_a_simulation_asks_for_its_seed() {
+        let local = (Ipv4Address::new(198, 18, 0, 1), 40_000);
+        let remote = (Ipv4Address::new(198, 18, 0, 2), 80);
+        let now = Instant::from_millis(5);
+        let isn = |secrets| {
+            let st = Stack::new(StackConfig {
+                secrets,
+                ..StackConfig::default()
+            });
+            (st.tcp.isn.isn(local, remote, now), st.tcp.port_key)
+        };
+        let (seeded, os) = (isn(Secrets::Seeded), isn(Secrets::Os));
+        assert_eq!(seeded, isn(Secrets::Seeded));
+        assert_ne!(os.0, seeded.0);
+        assert_ne!(os.1, seeded.1);
+        let again = isn(Secrets::Os);
+        assert_ne!(os.0, again.0, "two stacks drew the same ISN key");
+        assert_ne!(os.1, again.1);
+    }
 
     /// A message that begins in code running the unprobed copy (a delayed ACK sent from
     /// the timers, in a poll outside any message) and is drawn for probing runs the probed
