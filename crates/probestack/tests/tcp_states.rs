@@ -1200,6 +1200,60 @@ fn time_wait_reacks_a_retransmitted_fin_and_restarts_2msl() {
     assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
 }
 
+/// Closing a socket with data unread (RFC 1122 §4.2.2.13's reset) leaves TIME-WAIT be:
+/// B's stream came whole, so nothing is reset, and the 2·MSL wait goes on without the
+/// application (MUST-13): when A's ACK of B's FIN is lost, B's FIN sent again is
+/// acknowledged, not met with a RST. From LAST-ACK, where our FIN is unacknowledged, the
+/// same close resets the peer (SHLD-3), where it used to end the connection silently.
+#[test]
+fn closing_with_data_unread_keeps_time_wait_and_resets_from_last_ack() {
+    let (mut p, net) = tapped();
+    let (c, l, s) = connect(&mut p);
+    p.a.tcp_shutdown(c).unwrap();
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.b.tcp_send(s, &[7; 100]), Ok(100));
+    p.settle();
+    let b_fin_seq = p.b.tcp_connection(s).unwrap().snd_nxt();
+    net.drop_into(Host::B, 1, move |s| {
+        s.is_pure_ack() && s.acks(b_fin_seq + 1)
+    });
+    p.b.tcp_shutdown(s).unwrap();
+    p.settle();
+    assert_eq!(p.a.tcp_state(c), Ok(State::TimeWait));
+    assert_eq!(p.b.tcp_state(s), Ok(State::LastAck));
+    p.a.tcp_close(c).unwrap();
+    wait(
+        &mut p,
+        Duration::from_secs(1),
+        "B's LAST-ACK → CLOSED",
+        |p| p.b.tcp_state(s) == Ok(State::Closed),
+    );
+    assert_eq!(p.b.tcp_error(s), Ok(None), "B's FIN met a RST");
+    assert_eq!(counter(&p, Host::A, Counter::TcpResetsOut), 0);
+
+    // B in LAST-ACK with A's data unread: its close resets A.
+    let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+    let mut s = None;
+    wait(&mut p, Duration::from_secs(1), "a second connection", |p| {
+        s = s.or(p.b.tcp_accept(l).ok());
+        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+    });
+    let s = s.unwrap();
+    assert_eq!(p.a.tcp_send(c, &[9; 100]), Ok(100));
+    p.settle();
+    p.a.tcp_shutdown(c).unwrap();
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.b.tcp_state(s), Ok(State::CloseWait));
+    let b_fin_seq = p.b.tcp_connection(s).unwrap().snd_nxt();
+    net.hold_into(Host::B, move |s| s.acks(b_fin_seq + 1));
+    p.b.tcp_shutdown(s).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(p.b.tcp_state(s), Ok(State::LastAck));
+    let resets = counter(&p, Host::B, Counter::TcpResetsOut);
+    p.b.tcp_close(s).unwrap();
+    assert_eq!(counter(&p, Host::B, Counter::TcpResetsOut), resets + 1);
+}
+
 /// A's port for the TIME-WAIT reopening tests: fixed, so that A's second connection is
 /// the same 4-tuple as its first.
 const A_PORT: u16 = 6000;

@@ -1523,12 +1523,27 @@ impl Connection {
     }
 
     /// The application let go of the socket: with data it never read, the peer is reset
-    /// (RFC 1122 §4.2.2.13); otherwise the connection closes in an orderly way and a
-    /// FIN-WAIT-2 with no FIN coming ends after `fin_wait2_timeout`.
+    /// (RFC 1122 §4.2.2.13, RFC 9293 SHLD-3), also from CLOSING and LAST-ACK (where an
+    /// ABORT would not, as Linux's `tcp_close` does), but never from TIME-WAIT, where the
+    /// peer's stream has come whole and the 2·MSL wait must run its course (MUST-13; in
+    /// Linux the timewait socket outlives the application's); otherwise the connection
+    /// closes in an orderly way and a FIN-WAIT-2 with no FIN coming ends after
+    /// `fin_wait2_timeout`.
     pub fn release(&mut self) -> Option<RstReply> {
         self.released = true;
         if !self.rx.is_empty() {
-            return self.abort();
+            return match self.state {
+                State::TimeWait => None,
+                State::Closing | State::LastAck => {
+                    self.state = State::Closed;
+                    self.clear_timers();
+                    Some(RstReply {
+                        seq: self.snd_nxt,
+                        ack: None,
+                    })
+                }
+                _ => self.abort(),
+            };
         }
         self.shutdown_write();
         None
