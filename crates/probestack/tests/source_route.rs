@@ -43,10 +43,13 @@ type Sent = Arc<Mutex<Vec<Vec<u8>>>>;
 
 /// The gateway's part of the path behind one host's NIC. With `strict` set, it makes
 /// the loose routes it forwards strict (another route, as far as the destination can
-/// tell).
+/// tell). With `blind` set, it does so to the next TCP segment alone and moves that
+/// segment's sequence number out of the window (its two 16-bit halves swapped, which
+/// keeps the checksum): a blind segment with the four-tuple and a route of its own.
 struct Gateway {
     sent: Sent,
     strict: Arc<AtomicBool>,
+    blind: Arc<AtomicBool>,
 }
 
 /// Where a header's source route option starts, if it has one (the options walked as
@@ -106,6 +109,11 @@ impl Hop for Gateway {
         if self.strict.load(Ordering::Relaxed) {
             ip[o] = SSRR;
         }
+        if ip[9] == 6 && self.blind.swap(false, Ordering::Relaxed) {
+            ip[o] = SSRR;
+            let seq = usize::from(ip[0] & 0x0f) * 4 + 4;
+            ip[seq..seq + 4].rotate_left(2);
+        }
         ip[16..20].copy_from_slice(&next);
         fill_header_checksum(ip);
         let mac = if next == ADDR_A.0 { MAC_A } else { MAC_B };
@@ -117,11 +125,16 @@ impl Hop for Gateway {
 /// A and B with the gateway between them (each knows its MAC), B taking source routes
 /// when `b_accepts`, A always; and what each sent.
 fn routed_pair(b_accepts: bool) -> (Pair, Sent, Sent) {
-    routed_pair_with(b_accepts, Arc::default())
+    routed_pair_with(b_accepts, Arc::default(), Arc::default())
 }
 
-/// [`routed_pair`] with the switch that makes the gateway turn A's loose routes strict.
-fn routed_pair_with(b_accepts: bool, strict_for_a: Arc<AtomicBool>) -> (Pair, Sent, Sent) {
+/// [`routed_pair`] with the switches that make the gateway turn A's loose routes strict,
+/// and A's next segment blind.
+fn routed_pair_with(
+    b_accepts: bool,
+    strict_for_a: Arc<AtomicBool>,
+    blind_for_a: Arc<AtomicBool>,
+) -> (Pair, Sent, Sent) {
     let (sent_a, sent_b) = (Sent::default(), Sent::default());
     let mut a = HostConfig::with_mtu(1500);
     a.stack.accept_source_route = true;
@@ -131,10 +144,12 @@ fn routed_pair_with(b_accepts: bool, strict_for_a: Arc<AtomicBool>) -> (Pair, Se
         Gateway {
             sent: sent_a.clone(),
             strict: strict_for_a,
+            blind: blind_for_a,
         },
         Gateway {
             sent: sent_b.clone(),
             strict: Arc::default(),
+            blind: Arc::default(),
         },
     );
     let mut p = Pair::with_devices(
@@ -480,7 +495,7 @@ fn tcp_goes_along_a_named_route_and_is_answered_along_it() {
 #[test]
 fn a_later_route_replaces_a_learned_one_but_not_a_named_one() {
     let strict = Arc::new(AtomicBool::new(false));
-    let (mut p, sent_a, sent_b) = routed_pair_with(true, strict.clone());
+    let (mut p, sent_a, sent_b) = routed_pair_with(true, strict.clone(), Arc::default());
     let (a, b) = connected_via_gw(&mut p);
     transfer(&mut p, a, b, 64 << 10, Duration::from_secs(10));
     let kind = |s: &Vec<u8>| route_of(s).map(|(k, _, _)| k);
@@ -510,6 +525,38 @@ fn a_later_route_replaces_a_learned_one_but_not_a_named_one() {
     let mut buf = [0u8; 16];
     let n = p.a.tcp_recv(a, &mut buf).unwrap();
     assert_eq!(&buf[..n], b"strictly");
+}
+
+/// A segment with the connection's four-tuple that the connection does not accept (out
+/// of the window here) does not turn its route, though it comes by another: were it to,
+/// one blind datagram would send the connection's every segment through whoever named
+/// the route. The segments that follow it, accepted, keep the route they came by.
+#[test]
+fn a_segment_the_connection_drops_does_not_turn_its_route() {
+    let blind = Arc::new(AtomicBool::new(false));
+    let (mut p, _sent_a, sent_b) = routed_pair_with(true, Arc::default(), blind.clone());
+    let (a, b) = connected_via_gw(&mut p);
+    transfer(&mut p, a, b, 64 << 10, Duration::from_secs(10));
+    let kind = |s: &Vec<u8>| route_of(s).map(|(k, _, _)| k);
+    let (before, dropped) = (
+        tcp_segments(&sent_b).len(),
+        count(&p.b, Counter::TcpDropOutOfWindow),
+    );
+    // One segment alone, which B answers with an ACK (RFC 9293 §3.10.7.4), then takes
+    // when A sends it again.
+    blind.store(true, Ordering::Relaxed);
+    assert_eq!(p.a.tcp_send(a, b"blind"), Ok(5));
+    p.run_for(Duration::from_secs(2));
+    assert!(!blind.load(Ordering::Relaxed), "no segment went blind");
+    assert_eq!(count(&p.b, Counter::TcpDropOutOfWindow), dropped + 1);
+    let mut buf = [0u8; 8];
+    assert_eq!(p.b.tcp_recv(b, &mut buf), Ok(5));
+    let kinds: Vec<_> = tcp_segments(&sent_b)[before..].iter().map(kind).collect();
+    assert!(kinds.len() >= 2, "{kinds:?}");
+    assert!(
+        kinds.iter().all(|&k| k == Some(LSRR)),
+        "B took the blind segment's route: {kinds:?}"
+    );
 }
 
 /// A socket's options and its source route go in one header, the route after the

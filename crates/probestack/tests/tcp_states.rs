@@ -1495,6 +1495,46 @@ fn a_keepalive_probe_carries_a_checksum_where_none_was_agreed() {
     assert_eq!(counter(&p, Host::B, Counter::TcpDropBadChecksum), 0);
 }
 
+/// Keepalive times its idle interval from segments the connection accepts: a peer that is
+/// gone is given up on after its probes go unanswered (RFC 1122 §4.2.3.6), though
+/// segments with its four-tuple that the connection drops (out of the window here: stale
+/// ones, or blind ones) keep coming every 5 s. Before, every segment restarted the timer
+/// and the probe count, and such a stream kept the connection for good.
+#[test]
+fn keepalive_gives_up_on_a_gone_peer_despite_segments_it_drops() {
+    let (mut p, net) = tapped();
+    let (c, _l, _s) = connect(&mut p);
+    p.a.tcp_set_keepalive(c, Some(Duration::from_secs(10)))
+        .unwrap();
+    // B is gone: nothing it sends reaches A any more.
+    net.drop_into(Host::A, usize::MAX, |_| true);
+    let dropped = counter(&p, Host::A, Counter::TcpDropOutOfWindow);
+    let started = p.now();
+    let mut injected = 0;
+    while p.a.tcp_state(c) != Ok(State::Closed) && p.now() - started < Duration::from_secs(900) {
+        let rcv_nxt = p.a.tcp_connection(c).unwrap().rcv_nxt();
+        let stale = TcpRepr {
+            seq_number: rcv_nxt + (1 << 30),
+            ..from_b(&p, &net, c)
+        };
+        net.inject(Host::B, &stale);
+        injected += 1;
+        p.run_for(Duration::from_secs(5));
+    }
+    assert_eq!(
+        p.a.tcp_state(c),
+        Ok(State::Closed),
+        "still open after 900 s"
+    );
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::TimedOut)));
+    assert!(counter(&p, Host::A, Counter::TcpKeepalives) >= 9);
+    let out_of_window = counter(&p, Host::A, Counter::TcpDropOutOfWindow) - dropped;
+    assert!(
+        out_of_window + 1 >= injected,
+        "{out_of_window} of {injected}"
+    );
+}
+
 /// A connection from A to B that agreed to no checksums (RFC 1146), which B's stack then
 /// forgets without a word (its RST is lost on the way). Returns the pair and A's end.
 fn b_forgets_a_connection_without_checksums() -> (Pair, TcpHandle) {

@@ -609,6 +609,9 @@ pub struct Connection {
     snd_sml: SeqNumber,
     keepalive_deadline: Option<Instant>,
     keepalive_sent: u32,
+    /// Whether the last segment input took passed its state's checks
+    /// ([`segment_accepted`](Self::segment_accepted)).
+    accepted: bool,
     close_deadline: Option<Instant>,
     rtt: RttEstimator,
     rtt_timer: RttTimer,
@@ -803,6 +806,7 @@ impl Connection {
             snd_sml: iss,
             keepalive_deadline: None,
             keepalive_sent: 0,
+            accepted: false,
             close_deadline: None,
             rtt: RttEstimator::new(config.rto),
             rtt_timer: RttTimer::new(),
@@ -1390,10 +1394,11 @@ impl Connection {
         }
     }
 
-    /// A segment taken (at input, or once verified): counted, and the keepalive timer
-    /// restarted (RFC 1122 §4.2.3.6: keepalives only after an idle interval).
-    fn note_segment_in(&mut self, now: Instant) {
-        self.stats.segments_in += 1;
+    /// A segment accepted (at input, or once verified): the keepalive timer restarted
+    /// (RFC 1122 §4.2.3.6: keepalives only after an idle interval). Not for one the
+    /// connection dropped: a peer that is gone would be kept for good by stale or blind
+    /// segments (Linux likewise times the idle interval from accepted segments).
+    fn restart_keepalive(&mut self, now: Instant) {
         if let Some(d) = self.config.keepalive {
             self.keepalive_deadline = Some(now + d);
             self.keepalive_sent = 0;
@@ -1403,7 +1408,8 @@ impl Connection {
     /// What input does for header prediction's in-order data segment, done for an
     /// unverified one that checked (its data is readable already).
     fn take_verified(&mut self, v: Verified, now: Instant) {
-        self.note_segment_in(now);
+        self.stats.segments_in += 1;
+        self.restart_keepalive(now);
         // The segment starts at RCV.NXT. It passed PAWS when it was kept; TS.Recent may
         // have moved on since.
         if v.tsval.is_some_and(|t| !tsval_before(t, self.ts_recent)) {
@@ -1627,7 +1633,34 @@ impl Connection {
         ledger: &Ledger,
         now: Instant,
     ) -> Option<RstReply> {
-        self.note_segment_in(now);
+        self.stats.segments_in += 1;
+        self.accepted = false;
+        let reply = self.input_in_state(s, seg, data_in_rx, header_prediction, ledger, now);
+        if self.accepted {
+            self.restart_keepalive(now);
+        }
+        reply
+    }
+
+    /// Whether the last segment [`input`](Self::input) took passed the checks of its
+    /// state (RFC 9293 §3.10.7: in SYN-SENT an acceptable SYN; in a synchronized state
+    /// the window, PAWS and RFC 5961's ACK test), so that what it says of the path (a
+    /// source route, RFC 9293 MUST-53 and SHLD-24) may be believed: a blind segment
+    /// with the four-tuple must not turn the connection's route.
+    pub fn segment_accepted(&self) -> bool {
+        self.accepted
+    }
+
+    /// [`input`](Self::input) by state.
+    fn input_in_state(
+        &mut self,
+        s: impl Sampling,
+        seg: &TcpRepr,
+        data_in_rx: bool,
+        header_prediction: bool,
+        ledger: &Ledger,
+        now: Instant,
+    ) -> Option<RstReply> {
         match self.state {
             State::Closed => return RstReply::for_segment(seg),
             State::Listen => return None,
@@ -1638,6 +1671,7 @@ impl Connection {
         if header_prediction && !ce {
             let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::TcpProto);
             if self.predicted(s, seg, data_in_rx, ledger, now) {
+                self.accepted = true;
                 return None;
             }
             self.stats.hp_misses += 1;
@@ -1858,6 +1892,7 @@ impl Connection {
         if seg.control != Control::Syn {
             return None;
         }
+        self.accepted = true;
         self.irs = seg.seq_number;
         self.rcv_nxt = seg.seq_number + 1;
         self.rcv_adv = self.rcv_nxt;
@@ -2157,6 +2192,7 @@ impl Connection {
             self.send_challenge_ack(now, ledger);
             return None;
         }
+        self.accepted = true;
         self.update_ts_recent(seg.seq_number, seg.timestamp.map(|ts| ts.tsval), now);
         if self.ecn_enabled {
             self.ecn_ack_in(seg, ack, ledger);

@@ -577,9 +577,6 @@ impl Stack {
         if seg.control == Control::Syn && self.tcp_reopen_time_wait(s, index, ip, seg, now) {
             return self.free(s, Layer::Tcp, Side::Receive, datagram);
         }
-        if !ip.options.is_empty() {
-            self.tcp_route_update(index, ip);
-        }
         let reply = match self.tcp.at_mut(index) {
             Some(TcpSocket {
                 kind: Kind::Stream(c),
@@ -597,6 +594,11 @@ impl Stack {
                 let endpoints = (c.local, c.remote);
                 let parent = *parent;
                 let reply = reply.map(|rst| (rst, c.ip_extras()));
+                // A route the segment brings, once the segment proved itself (MUST-53,
+                // SHLD-24): a blind one with the four-tuple must not turn the route.
+                if !ip.options.is_empty() && c.segment_accepted() {
+                    Self::tcp_route_update(c, ip);
+                }
                 Some((reply, endpoints, was, is, parent, c.take_ack_at_once()))
             }
             Some(TcpSocket {
@@ -861,19 +863,17 @@ impl Stack {
         conn
     }
 
-    /// A segment of connection `index` came with IP options: a source route other than
+    /// A segment connection `c` accepted came with IP options: a source route other than
     /// the one the connection keeps replaces it, unless the application named that one
     /// (RFC 9293 SHLD-24, MUST-52).
     #[cold]
-    fn tcp_route_update(&mut self, index: usize, ip: &Ipv4Repr) {
+    fn tcp_route_update(c: &mut Connection, ip: &Ipv4Repr) {
         let Some(route) = Self::tcp_route_back(ip) else {
             return;
         };
-        if let Some(c) = self.tcp.conn_mut(index) {
-            let kept = c.source_route.as_deref();
-            if kept.is_none_or(|k| !k.named && k.via != route.via) {
-                c.set_source_route(Some(route));
-            }
+        let kept = c.source_route.as_deref();
+        if kept.is_none_or(|k| !k.named && k.via != route.via) {
+            c.set_source_route(Some(route));
         }
     }
 
