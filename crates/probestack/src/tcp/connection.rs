@@ -469,6 +469,9 @@ pub struct Connection {
     snd_una: SeqNumber,
     snd_nxt: SeqNumber,
     snd_max: SeqNumber,
+    /// The byte a zero-window probe sent past all the data sent before, while SND.MAX is
+    /// just past it ([`data_max`](Self::data_max)).
+    probe_byte: Option<SeqNumber>,
     /// SND.WND in bytes (scaled).
     snd_wnd: usize,
     max_snd_wnd: usize,
@@ -743,6 +746,7 @@ impl Connection {
             snd_una: iss,
             snd_nxt: iss,
             snd_max: iss,
+            probe_byte: None,
             snd_wnd: 0,
             max_snd_wnd: 0,
             snd_wl1: SeqNumber(0),
@@ -3192,7 +3196,7 @@ impl Connection {
             // the override timer. Held back, with nothing in flight to bring an ACK and
             // the retransmission timer running (so no persist timer to override it), it
             // would never go again, and the timeouts would end the connection.
-            let resend = in_flight == 0 && self.snd_nxt.lt(self.snd_max);
+            let resend = in_flight == 0 && self.snd_nxt.lt(self.data_max());
             let ok = len >= mss
                 || (all && short_may_go)
                 || resend
@@ -3371,6 +3375,18 @@ impl Connection {
 
     /// A data segment for [seq, seq+len) of the send buffer (clamped to the data held),
     /// with FIN when it ends the data and FIN is due.
+    /// The end of the data sent in segments of data, which SND.MAX is but for a
+    /// zero-window probe's byte sent past it (RFC 9293 §3.8.6.1): the data after the
+    /// window opens is sent for the first time, though it starts with that byte (which
+    /// the peer's shut window did not take), and is timed, counted and cut as new data.
+    /// (4.4BSD counts it as sent again.)
+    fn data_max(&self) -> SeqNumber {
+        match self.probe_byte {
+            Some(p) if p + 1 == self.snd_max => p,
+            _ => self.snd_max,
+        }
+    }
+
     fn emit_range(
         &mut self,
         seq: SeqNumber,
@@ -3408,7 +3424,9 @@ impl Connection {
         // PSH when the segment empties the buffer (RFC 9293 §3.9.1.2).
         repr.psh = offset + len == self.tx.len();
         let seg_end = end + usize::from(fin);
-        let retransmission = kind == Send::Retransmit || seq.lt(self.snd_max);
+        let retransmission = kind == Send::Retransmit || seq.lt(self.data_max());
+        // Not ECN-capable if a byte of it went before, even a probe's (RFC 3168 §6.1.5-6).
+        let sent_before = retransmission || seq.lt(self.snd_max);
         match kind {
             Send::Next | Send::Retransmit if retransmission => {
                 // Karn: no RTT sample from a segment sent twice.
@@ -3426,6 +3444,7 @@ impl Connection {
         }
         if seg_end.gt(self.snd_max) {
             self.snd_max = seg_end;
+            self.probe_byte = (kind == Send::Probe).then_some(seq);
         }
         // A window probe is timed by the persist timer, not the retransmission timer,
         // so a peer that keeps its window shut is never given up on.
@@ -3442,7 +3461,7 @@ impl Connection {
             self.interactive = true;
             self.last_data_sent = Some(now);
         }
-        let ect = self.ecn_enabled && self.ecn_new_data(kind, retransmission, len, &mut repr);
+        let ect = self.ecn_enabled && self.ecn_new_data(kind, sent_before, len, &mut repr);
         self.note_ack_sent(&repr);
         Some(Outgoing {
             repr,
