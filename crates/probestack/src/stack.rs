@@ -407,9 +407,17 @@ impl Stack {
     }
 
     /// Whether `a` may be the other end of a TCP connection, or the address one is made
-    /// to: not unspecified, broadcast or multicast (RFC 9293 MUST-46, MUST-57, MUST-63).
+    /// to: not unspecified, broadcast or multicast (RFC 9293 MUST-46, MUST-57, MUST-63),
+    /// nor in 0/8 ("this network", RFC 1122 §3.2.1.3 (a)-(b): a source only while a host
+    /// learns its address, never a destination), 127/8 (loopback, never off a host: this
+    /// stack has no loopback interface) or 240/4 (reserved, RFC 1112 §4).
     pub(crate) fn is_unicast_peer(&self, a: Ipv4Address) -> bool {
-        !(a.is_unspecified() || a.is_multicast() || self.is_broadcast_address(a))
+        let first = a.0[0];
+        !(first == 0
+            || a.is_loopback()
+            || first >= 240
+            || a.is_multicast()
+            || self.is_broadcast_address(a))
     }
 
     pub fn ledger(&self) -> &Ledger {

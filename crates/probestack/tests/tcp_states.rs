@@ -2046,11 +2046,11 @@ fn a_lost_short_tail_is_retransmitted_after_a_timeout() {
 // ----------------------------------------------------------------------------------------
 // (C) RFC 9293's address checks.
 
-/// A SYN to a broadcast address (the limited one or the subnet's) or from a broadcast or
-/// multicast one gets no SYN-ACK and makes no connection, and a segment from such an
-/// address to a closed port gets no RST (RFC 9293 MUST-57 and MUST-63, RFC 1122
-/// §4.2.3.10): each is dropped and counted. Connecting to such an address is refused
-/// (MUST-46).
+/// A SYN to a broadcast address (the limited one or the subnet's) or from a broadcast,
+/// multicast or "this network" (0/8) one gets no SYN-ACK and makes no connection, and a
+/// segment from such an address to a closed port gets no RST (RFC 9293 MUST-57 and
+/// MUST-63, RFC 1122 §4.2.3.10): each is dropped and counted. Connecting to such an
+/// address, or to a loopback (127/8) or reserved (240/4) one, is refused (MUST-46).
 #[test]
 fn segments_to_or_from_broadcast_and_multicast_addresses_are_dropped_unanswered() {
     let (mut p, net) = tapped();
@@ -2067,12 +2067,16 @@ fn segments_to_or_from_broadcast_and_multicast_addresses_are_dropped_unanswered(
     // 198.18.0.0/15's broadcast address, and a multicast group.
     let subnet = Ipv4Address::new(198, 19, 255, 255);
     let group = Ipv4Address::new(224, 0, 0, 1);
+    // An address of "this network" (0/8), which IP lets through as a source for hosts
+    // learning theirs (RFC 1122 §3.2.1.3) and TCP does not.
+    let this_network = Ipv4Address::new(0, 1, 2, 3);
     for (src, dst) in [
         (ADDR_A, Ipv4Address::BROADCAST),
         (ADDR_A, subnet),
         (Ipv4Address::BROADCAST, ADDR_B),
         (group, ADDR_B),
         (subnet, ADDR_B),
+        (this_network, ADDR_B),
     ] {
         net.inject_between(Host::B, src, dst, &syn);
     }
@@ -2093,7 +2097,7 @@ fn segments_to_or_from_broadcast_and_multicast_addresses_are_dropped_unanswered(
     );
     // Those from a bad source IP drops first (RFC 1122 §3.2.1.3); TCP the rest.
     assert_eq!(counter(&p, Host::B, Counter::IpDropBadSource), 4);
-    assert_eq!(counter(&p, Host::B, Counter::TcpDropNotUnicast), 3);
+    assert_eq!(counter(&p, Host::B, Counter::TcpDropNotUnicast), 4);
     assert_eq!(p.b.tcp_accept(l), Err(TcpError::WouldBlock));
     // The same SYN between unicast addresses draws a SYN-ACK.
     net.inject_between(Host::B, ADDR_A, ADDR_B, &syn);
@@ -2102,7 +2106,16 @@ fn segments_to_or_from_broadcast_and_multicast_addresses_are_dropped_unanswered(
         .sent()
         .iter()
         .any(|s| s.from == Host::B && s.control == Control::Syn));
-    for dst in [Ipv4Address::BROADCAST, subnet, group] {
+    let loopback = Ipv4Address::new(127, 0, 0, 1);
+    let reserved = Ipv4Address::new(240, 0, 0, 1);
+    for dst in [
+        Ipv4Address::BROADCAST,
+        subnet,
+        group,
+        this_network,
+        loopback,
+        reserved,
+    ] {
         assert_eq!(p.a.tcp_connect((dst, PORT)), Err(TcpError::InvalidAddress));
     }
 }
