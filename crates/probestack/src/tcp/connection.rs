@@ -129,7 +129,8 @@ pub struct TcpConfig {
     pub recv_buffer: usize,
     /// Nagle's algorithm (RFC 9293 §3.7.4); off is TCP_NODELAY.
     pub nagle: bool,
-    /// How long an ACK may be delayed (RFC 1122 §4.2.3.2: under 0.5 s).
+    /// How long an ACK may be delayed (RFC 1122 §4.2.3.2, RFC 9293 MUST-40: under 0.5
+    /// s; a connection takes at most [`MAX_DELAYED_ACK`]).
     pub delayed_ack: Duration,
     /// The retransmission timer's bounds.
     pub rto: RtoConfig,
@@ -697,6 +698,10 @@ const OUT_OF_WINDOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// negative advice (it recommends at least 3).
 const NEGATIVE_ADVICE_RETRIES: u32 = 3;
 
+/// The longest a connection delays an ACK, whatever [`TcpConfig::delayed_ack`] asks: RFC
+/// 9293 MUST-40 (RFC 1122 §4.2.3.2) has it under half a second.
+pub const MAX_DELAYED_ACK: Duration = Duration::from_millis(499);
+
 /// How long TS.Recent stays a guide for PAWS (RFC 7323 §5.5: 24 days, under half the
 /// range of the fastest timestamp clock the RFC allows, 1 ms a tick).
 const PAWS_IDLE_LIMIT: Duration = Duration::from_secs(24 * 24 * 60 * 60);
@@ -738,6 +743,10 @@ impl Connection {
         no_checksum: bool,
     ) -> Connection {
         let mss = mss.clamp(64, 65495);
+        let config = TcpConfig {
+            delayed_ack: config.delayed_ack.min(MAX_DELAYED_ACK),
+            ..config
+        };
         Connection {
             state: State::Closed,
             local,
@@ -4186,6 +4195,28 @@ mod tests {
         let seg = flags(b.rcv_nxt, b.snd_una, false, true);
         b.input(crate::probe::TESTED, &seg, false, true, &ledger, now);
         assert!(!b.ece_pending);
+    }
+
+    /// An ACK waits no longer than [`MAX_DELAYED_ACK`], under half a second (RFC 9293
+    /// MUST-40), however long the configuration asks.
+    #[test]
+    fn an_ack_is_delayed_under_half_a_second_whatever_the_configuration() {
+        let ledger = Ledger::new();
+        let now = Instant::from_nanos(1_000_000_000);
+        for (asked, delay) in [
+            (Duration::from_millis(40), Duration::from_millis(40)),
+            (Duration::from_secs(2), MAX_DELAYED_ACK),
+        ] {
+            let config = TcpConfig {
+                delayed_ack: asked,
+                ..TcpConfig::default()
+            };
+            let (mut a, mut b) = established_with(config, &ledger, now);
+            let mut written = 0;
+            write(&mut a, &mut written, 100, false);
+            assert_eq!(flush(&mut a, &mut b, &ledger, now, || false), 1);
+            assert_eq!(b.delack_deadline, Some(now + delay), "{asked:?}");
+        }
     }
 
     /// Urgent data (RFC 9293 §3.8.5) between two connections joined by hand: the segment
