@@ -208,6 +208,40 @@ fn a_hard_error_ends_a_connect_and_only_a_connect() {
     assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::ConnectionRefused)));
 }
 
+/// A hard error about a passive open's SYN-ACK ends the embryonic connection (SHLD-26),
+/// so that its place in the listener's backlog goes to the next SYN at once rather than
+/// after two minutes of SYN-ACKs. A listens with room for one (no SYN cookies); B's
+/// first connect is answered by a port unreachable from A's router, its second (from
+/// another port) gets in at once.
+#[test]
+fn a_hard_error_ends_a_passive_open_and_frees_its_place() {
+    let (mut p, rule) = routed();
+    let config = probestack::tcp::TcpConfig {
+        syn_cookies: false,
+        ..p.a.tcp_default_config()
+    };
+    p.a.set_tcp_default_config(config);
+    let l = p.a.tcp_listen((ADDR_A, 5002), 1).unwrap();
+    *rule.lock().unwrap() = Some(Rule {
+        answer: Answer::Unreachable(DstUnreachable::PortUnreachable),
+        protocol: 6,
+        syn_only: true,
+        seq_shift: 0,
+    });
+    let first = p.b.tcp_connect((ADDR_A, 5002)).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(count(&p, Counter::TcpIcmpErrors), 1);
+    *rule.lock().unwrap() = None;
+    let second = p.b.tcp_connect((ADDR_A, 5002)).unwrap();
+    assert!(
+        p.run_until(Duration::from_millis(100), |p| p.b.tcp_state(second)
+            == Ok(State::Established)),
+        "the backlog was still full"
+    );
+    assert!(p.a.tcp_accept(l).is_ok());
+    assert_eq!(p.b.tcp_state(first), Ok(State::SynSent));
+}
+
 /// A connected UDP socket is told of the errors about its datagrams on its next call:
 /// network and host unreachable, time exceeded; an unconnected one is not.
 #[test]

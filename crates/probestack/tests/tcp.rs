@@ -389,6 +389,26 @@ fn zero_window_then_reader_catches_up() {
     assert_eq!(counters.get(Counter::TcpRetransmitTimeouts), 0);
 }
 
+/// A peer that vanishes behind its shut window leaves the probes unanswered: after
+/// three in a row (R1) the application is told (RFC 9293 SHLD-9, the soft error
+/// `TimedOut`) and IP advised (MUST-20), as after three timeouts of a segment, long
+/// before the connection is given up.
+#[test]
+fn probes_a_vanished_peer_leaves_unanswered_are_a_delivery_problem() {
+    let (mut p, c, _s, _data) = filling_b_window(48 * 1024);
+    p.run_for(Duration::from_secs(5));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(None), "probes answered");
+    let probes = p.a.ledger().counters().get(Counter::TcpWindowProbes);
+    p.b = probestack::stack::Stack::new(probestack::stack::StackConfig::default());
+    assert!(p.run_until(Duration::from_secs(600), |p| {
+        p.a.tcp_soft_error(c) == Ok(Some(TcpError::TimedOut))
+    }));
+    // The first probe after B went may count an ACK from before it.
+    let after = p.a.ledger().counters().get(Counter::TcpWindowProbes) - probes;
+    assert!((3..=4).contains(&after), "{after} probes");
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+}
+
 #[test]
 fn retransmission_gives_up_when_the_peer_vanishes() {
     let mut p = pair(1500);

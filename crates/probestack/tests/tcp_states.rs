@@ -1535,6 +1535,34 @@ fn keepalive_gives_up_on_a_gone_peer_despite_segments_it_drops() {
     );
 }
 
+/// A segment unanswered three times in a row (R1, RFC 9293 §3.8.3) is a delivery problem
+/// the application hears of before the connection is given up (SHLD-9): the soft error
+/// `TimedOut`, not after two timeouts, kept while the connection goes on, and forgotten
+/// once the peer acknowledges new data.
+#[test]
+fn a_delivery_problem_is_told_after_three_timeouts_and_forgotten_once_answered() {
+    let (mut p, net) = tapped();
+    let (c, _l, s) = connect(&mut p);
+    net.drop_into(Host::B, usize::MAX, |_| true);
+    assert_eq!(p.a.tcp_send(c, b"lost"), Ok(4));
+    for (timeouts, told) in [(2, None), (3, Some(TcpError::TimedOut))] {
+        wait(&mut p, Duration::from_secs(10), "the timeouts", |p| {
+            counter(p, Host::A, Counter::TcpRetransmitTimeouts) == timeouts
+        });
+        assert_eq!(p.a.tcp_soft_error(c), Ok(told), "after {timeouts}");
+    }
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    net.release();
+    wait(
+        &mut p,
+        Duration::from_secs(10),
+        "the data acknowledged",
+        |p| p.a.tcp_send_queued(c) == Ok(0),
+    );
+    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
+    assert_eq!(p.b.tcp_recv(s, &mut [0; 8]), Ok(4));
+}
+
 /// A connection from A to B that agreed to no checksums (RFC 1146), which B's stack then
 /// forgets without a word (its RST is lost on the way). Returns the pair and A's end.
 fn b_forgets_a_connection_without_checksums() -> (Pair, TcpHandle) {

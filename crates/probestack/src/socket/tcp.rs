@@ -1059,16 +1059,19 @@ impl Stack {
         }
     }
 
-    /// The error that ended the connection, if one did.
-    /// The last soft error ICMP reported for the connection (destination unreachable or
-    /// time exceeded; RFC 9293 §3.9.2.2, which has a TCP keep it for the application,
-    /// SHLD-25, and not abort, MUST-56; on a synchronized connection a hard one, port or
-    /// protocol unreachable, is kept so too, RFC 5461 §4), until the peer next
-    /// acknowledges new data. Should the connection time out, this is its error.
+    /// The last soft error reported for the connection, until the peer next acknowledges
+    /// new data: one ICMP reported (destination unreachable or time exceeded; RFC 9293
+    /// §3.9.2.2, which has a TCP keep it for the application, SHLD-25, and not abort,
+    /// MUST-56; on a synchronized connection a hard one, port or protocol unreachable, is
+    /// kept so too, RFC 5461 §4), or else `TimedOut` once a segment or window probe has
+    /// gone unanswered three times in a row (R1, RFC 9293 §3.8.3's SHLD-9: the delivery
+    /// problem told before the connection is given up). Should the connection time out,
+    /// this is its error.
     pub fn tcp_soft_error(&self, h: TcpHandle) -> Result<Option<TcpError>, TcpError> {
         Ok(self.tcp_conn(h)?.soft_error().map(TcpError::from))
     }
 
+    /// The error that ended the connection, if one did.
     pub fn tcp_error(&self, h: TcpHandle) -> Result<Option<TcpError>, TcpError> {
         Ok(self.tcp_conn(h)?.error.map(TcpError::from))
     }

@@ -3604,6 +3604,9 @@ impl Connection {
                     self.error = Some(self.timed_out());
                     return self.abort();
                 }
+                if self.retries == NEGATIVE_ADVICE_RETRIES {
+                    self.reached_r1();
+                }
             }
             self.persist_deadline = Some(now + self.persist_timeout());
         }
@@ -3641,6 +3644,17 @@ impl Connection {
             self.keepalive_probe = true;
         }
         None
+    }
+
+    /// R1 timeouts in a row of one segment or probe unanswered (RFC 1122 §4.2.3.5, RFC
+    /// 9293 §3.8.3): negative advice to IP (MUST-20), and on a synchronized connection
+    /// the application told of the delivery problem (SHLD-9), by the soft error
+    /// `TimedOut` unless ICMP gave one, kept until the peer acknowledges new data.
+    fn reached_r1(&mut self) {
+        self.negative_advice = true;
+        if self.state.is_synchronized() {
+            self.soft_error.get_or_insert(ConnError::TimedOut);
+        }
     }
 
     /// The timeout of a probe into a shut window (the persist timer's, or a retransmission
@@ -3689,9 +3703,8 @@ impl Connection {
         }
         self.stats.timeouts += 1;
         ledger.counters().inc(Counter::TcpRetransmitTimeouts);
-        // RFC 1122 §4.2.3.5: at R1 retransmissions, negative advice to IP.
         if self.retries == NEGATIVE_ADVICE_RETRIES {
-            self.negative_advice = true;
+            self.reached_r1();
         }
         self.rtt.back_off();
         self.rtt_timer.cancel();
@@ -3740,15 +3753,17 @@ impl Connection {
     /// does not quote data in flight is ignored (RFC 5927 §4.1). A soft error never
     /// aborts the connection (MUST-56): it is kept for the application
     /// ([`soft_error`](Self::soft_error), SHLD-25) and given as the connection's error if
-    /// it times out. A hard one aborts a connection still in SYN-SENT (SHLD-26); later it
-    /// is kept as a soft one, as RFC 5461 §4 advises, since it is more often a middlebox's
-    /// or an attacker's than the truth about a live connection. Returns whether it was
-    /// taken.
+    /// it times out. A hard one aborts a connection still handshaking (SHLD-26): in
+    /// SYN-SENT, and in SYN-RECEIVED, where a passive open's embryonic connection would
+    /// otherwise hold its place in the listener's backlog while its SYN-ACKs went on for
+    /// two minutes (Linux's `tcp_req_err` drops it likewise); later it is kept as a soft
+    /// one, as RFC 5461 §4 advises, since it is more often a middlebox's or an attacker's
+    /// than the truth about a live connection. Returns whether it was taken.
     pub fn icmp_error(&mut self, seq: SeqNumber, error: ConnError, hard: bool) -> bool {
         if !self.quotes_data_in_flight(seq) || self.state == State::Closed {
             return false;
         }
-        if hard && self.state == State::SynSent {
+        if hard && matches!(self.state, State::SynSent | State::SynReceived) {
             self.error = Some(error);
             self.state = State::Closed;
             self.clear_timers();
@@ -3758,8 +3773,8 @@ impl Connection {
         true
     }
 
-    /// The last soft ICMP error since the peer last acknowledged new data (RFC 9293
-    /// SHLD-25).
+    /// The last soft error since the peer last acknowledged new data: ICMP's (RFC 9293
+    /// SHLD-25), or `TimedOut` after R1 timeouts in a row (SHLD-9).
     pub fn soft_error(&self) -> Option<ConnError> {
         self.soft_error
     }
