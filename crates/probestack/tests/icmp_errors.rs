@@ -38,6 +38,8 @@ enum Answer {
     ReassemblyExpired,
     /// A parameter problem pointing at the quoted header's TTL.
     HeaderAtFault,
+    /// A Source Quench (type 4, code 0), which RFC 6633 deprecated.
+    SourceQuench,
 }
 
 /// Which of A's frames the router loses and answers, and how far the quoted TCP sequence
@@ -78,12 +80,25 @@ impl Hop for Router {
                 Icmpv4Repr::time_exceeded(TimeExceeded::FragReassembly, &quoted)
             }
             Answer::HeaderAtFault => Icmpv4Repr::param_problem(ParamProblem::Pointer, 8, &quoted),
+            // Laid out as a network unreachable (code 0 and an unused word too), its type
+            // changed below.
+            Answer::SourceQuench => {
+                Icmpv4Repr::dst_unreachable(DstUnreachable::NetUnreachable, 0, &quoted)
+            }
         }
         .unwrap();
-        (
-            false,
-            Some(icmp_frame(&icmp, (ROUTER, MAC_B), (ADDR_A, MAC_A))),
-        )
+        let mut frame = icmp_frame(&icmp, (ROUTER, MAC_B), (ADDR_A, MAC_A));
+        if let Answer::SourceQuench = rule.answer {
+            // Type 3 → 4 in the first 16-bit word: the checksum falls by 0x0100 (RFC 1624).
+            let at = ethernet::HEADER_LEN + 20;
+            let f = frame.data_mut();
+            f[at] = 4;
+            let sum = u16::from_be_bytes([f[at + 2], f[at + 3]]);
+            let (sum, carry) = sum.overflowing_sub(0x0100);
+            let sum = if carry { sum - 1 } else { sum };
+            f[at + 2..at + 4].copy_from_slice(&sum.to_be_bytes());
+        }
+        (false, Some(frame))
     }
 }
 
@@ -144,6 +159,31 @@ fn a_soft_error_is_kept_for_the_application_and_aborts_nothing() {
     p.run_for(Duration::from_secs(1));
     assert_eq!(p.a.tcp_state(c), Ok(State::Established));
     assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::ProtocolError)));
+}
+
+/// A Source Quench about data in flight is discarded unheeded (RFC 9293 MUST-55, RFC 6633
+/// §5) and counted as such: no soft error, no change to the congestion window, the
+/// connection goes on.
+#[test]
+fn a_source_quench_is_discarded_unheeded() {
+    let (mut p, rule) = routed();
+    let (c, s) = connect(&mut p, 5001);
+    let cwnd = p.a.tcp_connection(c).unwrap().cwnd();
+    *rule.lock().unwrap() = tcp_rule(Answer::SourceQuench);
+    assert_eq!(p.a.tcp_send(c, b"quench"), Ok(6));
+    p.run_for(Duration::from_millis(1));
+    *rule.lock().unwrap() = None;
+    assert_eq!(count(&p, Counter::IcmpDropSourceQuench), 1);
+    assert_eq!(count(&p, Counter::IcmpDropMalformed), 0);
+    assert_eq!(count(&p, Counter::IcmpDropBadChecksum), 0);
+    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
+    assert_eq!(p.a.tcp_connection(c).unwrap().cwnd(), cwnd);
+    let mut buf = [0u8; 8];
+    assert!(
+        p.run_until(Duration::from_secs(2), |p| p.b.tcp_recv(s, &mut buf)
+            == Ok(6))
+    );
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
 }
 
 /// A connection that times out after soft errors reports the last of them, not

@@ -67,6 +67,12 @@ impl Stack {
             self.ledger.counters().inc(Counter::IcmpDropBadChecksum);
             return self.free(s, Layer::Ip, Side::Receive, datagram);
         }
+        // Source Quench (type 4): deprecated, and silently discarded (RFC 6633 §5; RFC
+        // 9293 MUST-55 for TCP), counted as such rather than as malformed.
+        if message.first() == Some(&4) {
+            self.ledger.counters().inc(Counter::IcmpDropSourceQuench);
+            return self.free(s, Layer::Ip, Side::Receive, datagram);
+        }
         let parsed = {
             let _p = self.ledger.probe(s, Layer::Ip, Side::Receive, Op::IpProto);
             icmpv4::Packet::new_checked(message).and_then(|p| Icmpv4Repr::parse(&p, Checksum::Skip))

@@ -141,6 +141,8 @@ counters! {
     IcmpIn = "icmp.in";
     IcmpOut = "icmp.out";
     IcmpDropMalformed = "icmp.drop.malformed";
+    /// Source Quench messages, discarded unheeded (RFC 6633 §5, RFC 9293 MUST-55).
+    IcmpDropSourceQuench = "icmp.drop.source_quench";
     IcmpDropBadChecksum = "icmp.drop.bad_checksum";
     IcmpEchoRequestsIn = "icmp.echo_requests_in";
     IcmpEchoRepliesIn = "icmp.echo_replies_in";
