@@ -1463,8 +1463,9 @@ fn any_layout_of_fragments_is_read() {
 
 /// A connection's TTL and DSCP (RFC 9293 MUST-48, MUST-49) go into its segments, through
 /// the link template or the layers: a listener's into the connections it accepts, their
-/// SYN-ACKs included; a change mid-connection (SHLD-21) from the next segment on. Values
-/// a header cannot carry are refused.
+/// SYN-ACKs included; a change mid-connection (SHLD-21) from the next segment on; the
+/// RST of an abort (SHLD-22; until the thirty-fifth session it went with the stack's).
+/// Values a header cannot carry are refused.
 #[test]
 fn a_connections_ttl_and_dscp_go_into_its_segments() {
     /// The TTL and DSCP of each TCP segment among `frames`.
@@ -1499,6 +1500,13 @@ fn a_connections_ttl_and_dscp_go_into_its_segments() {
         assert!(first.iter().all(|&f| f == (9, 10)), "template {template}");
         assert!(then.len() > 30, "template {template}: {then:?}");
         assert!(then.iter().all(|&f| f == (64, 0)), "template {template}");
+        // The RST an abort sends carries the connection's fields too (SHLD-22).
+        p.a.tcp_set_ip_fields(s, fields).unwrap();
+        let before = captured_frames(&out).len();
+        p.a.tcp_abort(s).unwrap();
+        p.run_for(Duration::from_millis(1));
+        let rst = fields_of(&captured_frames(&out)[before..]);
+        assert_eq!(rst, [(9, 10)], "template {template}");
     }
     let mut p = pair(1500);
     let (c, _l, _s) = connect(&mut p);

@@ -1003,8 +1003,8 @@ impl Stack {
             Kind::Stream(c) => {
                 let rst = c.release();
                 if let Some(rst) = rst {
-                    let (local, remote, extras) = (c.local, c.remote, c.ip_extras());
-                    self.tcp_send_rst(s, local, remote, rst, &extras);
+                    let (local, remote, path) = (c.local, c.remote, c.send_path());
+                    self.tcp_send_rst(s, local, remote, rst, &path);
                 }
                 self.tcp_output(s, h.index);
                 self.tcp_reap(h.index);
@@ -1026,9 +1026,9 @@ impl Stack {
                     if let Some(c) = self.tcp.conn_mut(i) {
                         c.released = true;
                         let rst = c.abort();
-                        let (local, remote, extras) = (c.local, c.remote, c.ip_extras());
+                        let (local, remote, path) = (c.local, c.remote, c.send_path());
                         if let Some(rst) = rst {
-                            self.tcp_send_rst(s, local, remote, rst, &extras);
+                            self.tcp_send_rst(s, local, remote, rst, &path);
                         }
                     }
                     self.tcp_reap(i);
@@ -1043,9 +1043,9 @@ impl Stack {
         let c = self.tcp_conn_mut(h)?;
         c.released = true;
         let rst = c.abort();
-        let (local, remote, extras) = (c.local, c.remote, c.ip_extras());
+        let (local, remote, path) = (c.local, c.remote, c.send_path());
         if let Some(rst) = rst {
-            self.tcp_send_rst(TESTED, local, remote, rst, &extras);
+            self.tcp_send_rst(TESTED, local, remote, rst, &path);
         }
         self.tcp_reap(h.index);
         Ok(())

@@ -1067,6 +1067,15 @@ impl Connection {
             .map_or(crate::ip::IpExtras::NONE, |r| r.extras)
     }
 
+    /// How a RST this connection sends goes: by its route, with its TTL and DSCP (RFC
+    /// 9293 SHLD-22), as its other segments.
+    pub(crate) fn send_path(&self) -> super::SendPath {
+        super::SendPath {
+            extras: self.ip_extras(),
+            fields: self.config.ip_fields,
+        }
+    }
+
     /// Whether our FIN has been acknowledged.
     fn fin_acked(&self) -> bool {
         self.fin_seq_out().is_some_and(|f| self.snd_una.gt(f))

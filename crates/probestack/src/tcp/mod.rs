@@ -60,7 +60,7 @@ pub use syn_cookie::SynCookies;
 use crate::buf::{ExtBuf, PacketBuf, TxOffload, PAGE_SIZE};
 use crate::checksum::{self, Accumulator};
 use crate::driver::RxChecksum;
-use crate::ip::{IcmpError, IpExtras, RouteTo, SendAs, ECN_CE};
+use crate::ip::{IcmpError, IpExtras, IpFields, RouteTo, SendAs, ECN_CE};
 use crate::probe::ledger::cold_path;
 use crate::probe::{Counter, Layer, Op, Sampling, Side};
 use crate::socket::tcp::{Kind, TcpSocket};
@@ -206,6 +206,24 @@ static DATA_IN_RX: [u8; crate::ip::MAX_DATAGRAM] = [0; crate::ip::MAX_DATAGRAM];
 
 /// RFC 1191 §7's plateaus, for a router too old to say the next-hop MTU.
 const MTU_PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
+
+/// How a segment sent outside a connection's output (a RST, a SYN cookie's SYN-ACK)
+/// goes: its IP options (a source route) and its header's TTL and DSCP.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SendPath {
+    pub extras: IpExtras,
+    pub fields: IpFields,
+}
+
+impl SendPath {
+    /// By `extras`, with the stack's TTL and DSCP 0.
+    pub fn plain(extras: IpExtras) -> SendPath {
+        SendPath {
+            extras,
+            fields: IpFields::default(),
+        }
+    }
+}
 
 impl Stack {
     /// The MSS to advertise to `dst`: the outgoing interface's MTU less 40 (RFC 9293
@@ -570,7 +588,13 @@ impl Stack {
             self.ledger.counters().inc(Counter::TcpDropNoSocket);
             if let Some(rst) = RstReply::for_segment(seg) {
                 let (local, remote) = ((ip.dst, seg.dst_port), (ip.src, seg.src_port));
-                self.tcp_send_rst(s, local, remote, rst, &Self::ip_route_back(ip));
+                self.tcp_send_rst(
+                    s,
+                    local,
+                    remote,
+                    rst,
+                    &SendPath::plain(Self::ip_route_back(ip)),
+                );
             }
             return self.free(s, Layer::Tcp, Side::Receive, datagram);
         };
@@ -593,7 +617,7 @@ impl Stack {
                 let is = c.state();
                 let endpoints = (c.local, c.remote);
                 let parent = *parent;
-                let reply = reply.map(|rst| (rst, c.ip_extras()));
+                let reply = reply.map(|rst| (rst, c.send_path()));
                 // A route the segment brings, once the segment proved itself (MUST-53,
                 // SHLD-24): a blind one with the four-tuple must not turn the route.
                 if !ip.options.is_empty() && c.segment_accepted() {
@@ -620,7 +644,13 @@ impl Stack {
                     // ignored; anything else is dropped.
                     if seg.ack_number.is_some() {
                         let (local, remote) = ((ip.dst, seg.dst_port), (ip.src, seg.src_port));
-                        self.tcp_send_rst(s, local, remote, rst, &Self::ip_route_back(ip));
+                        self.tcp_send_rst(
+                            s,
+                            local,
+                            remote,
+                            rst,
+                            &SendPath::plain(Self::ip_route_back(ip)),
+                        );
                     }
                 }
                 None
@@ -631,8 +661,8 @@ impl Stack {
         let Some((reply, (local, remote), was, is, parent, at_once)) = reply else {
             return;
         };
-        if let Some((rst, extras)) = reply {
-            self.tcp_send_rst(s, local, remote, rst, &extras);
+        if let Some((rst, path)) = reply {
+            self.tcp_send_rst(s, local, remote, rst, &path);
         }
         if was == State::SynReceived && is != State::SynReceived {
             self.tcp_handshake_done(s, index, parent, is);
@@ -945,8 +975,11 @@ impl Stack {
             max_seg_size: Some(mss),
             ..TcpRepr::default()
         };
-        let extras = route.map_or(IpExtras::NONE, |r| r.extras);
-        if self.tcp_send_bare(s, local, remote, &repr, &extras) {
+        let path = SendPath {
+            extras: route.map_or(IpExtras::NONE, |r| r.extras),
+            fields: config.ip_fields,
+        };
+        if self.tcp_send_bare(s, local, remote, &repr, &path) {
             self.ledger.counters().inc(Counter::TcpSynCookiesSent);
         }
     }
@@ -1029,11 +1062,11 @@ impl Stack {
         let reply = match self.tcp.conn_mut(child) {
             Some(c) => c
                 .input(s, seg, false, hp, &self.ledger, now)
-                .map(|rst| (rst, c.ip_extras())),
+                .map(|rst| (rst, c.send_path())),
             None => None,
         };
-        if let Some((rst, extras)) = reply {
-            self.tcp_send_rst(s, local, remote, rst, &extras);
+        if let Some((rst, path)) = reply {
+            self.tcp_send_rst(s, local, remote, rst, &path);
         }
         self.tcp_output(s, child);
         self.tcp_reap(child);
@@ -1071,9 +1104,9 @@ impl Stack {
         }
         self.ledger.counters().inc(Counter::TcpDropListenOverflow);
         if let Some(c) = self.tcp.conn_mut(index) {
-            let (local, remote, extras) = (c.local, c.remote, c.ip_extras());
+            let (local, remote, path) = (c.local, c.remote, c.send_path());
             if let Some(rst) = c.abort() {
-                self.tcp_send_rst(s, local, remote, rst, &extras);
+                self.tcp_send_rst(s, local, remote, rst, &path);
             }
         }
     }
@@ -1455,16 +1488,17 @@ impl Stack {
             .map_err(|_| ())
     }
 
-    /// Sends a RST from `local` to `remote` (RFC 9293 §3.10.7.1), with `extras`: the
-    /// connection's source route (MUST-53: every segment of a connection takes it), or
-    /// the route the segment it answers came by, reversed (as Linux answers).
+    /// Sends a RST from `local` to `remote` (RFC 9293 §3.10.7.1) by `path`: a
+    /// connection's (its source route, MUST-53: every segment of a connection takes it;
+    /// its TTL and DSCP, SHLD-22), or, for a segment no connection took, the route it
+    /// came by reversed (as Linux answers) and the stack's TTL.
     pub(crate) fn tcp_send_rst(
         &mut self,
         s: impl Sampling,
         local: (Ipv4Address, u16),
         remote: (Ipv4Address, u16),
         rst: RstReply,
-        extras: &IpExtras,
+        path: &SendPath,
     ) {
         let repr = TcpRepr {
             src_port: local.1,
@@ -1474,21 +1508,20 @@ impl Stack {
             ack_number: rst.ack,
             ..TcpRepr::default()
         };
-        if self.tcp_send_bare(s, local, remote, &repr, extras) {
+        if self.tcp_send_bare(s, local, remote, &repr, path) {
             self.ledger.counters().inc(Counter::TcpResetsOut);
         }
     }
 
     /// Sends a segment outside a connection's output (a RST, a SYN cookie's SYN-ACK),
-    /// with its checksum, no data and `extras` (a source route); whether it went down to
-    /// IP.
+    /// with its checksum, no data, by `path`; whether it went down to IP.
     fn tcp_send_bare(
         &mut self,
         s: impl Sampling,
         local: (Ipv4Address, u16),
         remote: (Ipv4Address, u16),
         repr: &TcpRepr,
-        extras: &IpExtras,
+        path: &SendPath,
     ) -> bool {
         if remote.0.is_broadcast() || remote.0.is_unspecified() {
             return false;
@@ -1509,9 +1542,10 @@ impl Stack {
         let send = SendAs {
             src: Some(local.0),
             dont_frag: true,
+            fields: path.fields,
             ..SendAs::default()
         };
-        let _ = self.ip_output_with(s, remote.0, IpProtocol::Tcp, buf, send, extras);
+        let _ = self.ip_output_with(s, remote.0, IpProtocol::Tcp, buf, send, &path.extras);
         true
     }
 
@@ -1656,12 +1690,12 @@ impl Stack {
                 c.on_timers(now, &self.ledger)
             };
             let (local, remote, advice) = (c.local, c.remote, c.take_negative_advice());
-            let extras = c.ip_extras();
+            let path = c.send_path();
             if advice {
                 self.ip_negative_advice(remote.0);
             }
             if let Some(rst) = rst {
-                self.tcp_send_rst(s, local, remote, rst, &extras);
+                self.tcp_send_rst(s, local, remote, rst, &path);
             }
             self.tcp_output(s, i);
             self.tcp_reap(i);
