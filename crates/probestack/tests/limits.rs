@@ -66,6 +66,9 @@ struct SynAck {
     window_scale: Option<u8>,
     sack_permitted: bool,
     timestamps: bool,
+    /// The IP header's TTL and DSCP.
+    ttl: u8,
+    dscp: u8,
 }
 
 impl SynAck {
@@ -89,6 +92,8 @@ impl SynAck {
             window_scale: t.window_scale,
             sack_permitted: t.sack_permitted,
             timestamps: t.timestamp.is_some(),
+            ttl: ip_repr.ttl,
+            dscp: ip_repr.dscp,
         })
     }
 }
@@ -492,6 +497,31 @@ fn syn_flood_without_cookies_shuts_the_client_out() {
         u64::from(run.syns) - BACKLOG as u64 + client_syns
     );
     assert!(run.max_connections <= BACKLOG);
+}
+
+/// A SYN cookie's SYN-ACK carries its listener's TTL and DSCP (RFC 9293 MUST-48,
+/// SHLD-22), as the SYN-ACK of a connection the listener keeps does; until the
+/// thirty-fifth session it went with the stack's.
+#[test]
+fn a_cookies_syn_ack_carries_its_listeners_ttl_and_dscp() {
+    let (mut p, net) = pair_with(host(), host());
+    let l = p.b.tcp_listen((ADDR_B, PORT), BACKLOG).unwrap();
+    let fields = probestack::ip::IpFields {
+        ttl: Some(9),
+        dscp: 10,
+    };
+    p.b.tcp_set_ip_fields(l, fields).unwrap();
+    for i in 0..=BACKLOG as u32 {
+        p.b.add_static_arp(0, spoofed(i).0, MAC_A);
+        net.push(flood_syn(i));
+    }
+    p.settle();
+    assert_eq!(count(&p.b, Counter::TcpSynCookiesSent), 1);
+    for i in 0..=BACKLOG as u32 {
+        let got = net.syn_acks_to(spoofed(i));
+        assert!(!got.is_empty(), "SYN {i} unanswered");
+        assert!(got.iter().all(|a| (a.ttl, a.dscp) == (9, 10)), "{got:?}");
+    }
 }
 
 /// ACKs to a listener are looked at for cookies only while it sends them. Not flooded,
