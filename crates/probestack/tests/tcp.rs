@@ -540,6 +540,25 @@ fn listen_backlog_overflow_is_counted() {
         .all(|&c| p.a.tcp_state(c) == Ok(State::Established))));
 }
 
+/// Keepalives are off by default (RFC 9293 MUST-25): three idle hours send none. Turned
+/// on with the default interval (MUST-28, two hours), the first probe goes when the
+/// connection has been idle that long and not before (MUST-26).
+#[test]
+fn keepalives_are_off_by_default_and_wait_two_idle_hours_when_on() {
+    let mut p = pair(1500);
+    let (c, _l, _s) = connect(&mut p);
+    let probes = |p: &Pair| p.a.ledger().counters().get(Counter::TcpKeepalives);
+    p.run_for(Duration::from_secs(3 * 60 * 60));
+    assert_eq!(probes(&p), 0);
+    let idle = probestack::tcp::connection::KEEPALIVE_IDLE;
+    p.a.tcp_set_keepalive(c, Some(idle)).unwrap();
+    p.run_for(Duration::from_millis(idle.as_millis() - 1000));
+    assert_eq!(probes(&p), 0, "a probe before two idle hours");
+    p.run_for(Duration::from_secs(2));
+    assert_eq!(probes(&p), 1);
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+}
+
 #[test]
 fn keepalive_notices_a_dead_peer() {
     let mut p = pair(1500);

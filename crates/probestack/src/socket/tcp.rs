@@ -1128,7 +1128,9 @@ impl Stack {
         Ok(())
     }
 
-    /// Keepalive probes after `idle` without traffic (`None`: off).
+    /// Keepalive probes after `idle` without traffic (`None`: off, the default; RFC 9293
+    /// MUST-24 to MUST-27). [`KEEPALIVE_IDLE`](crate::tcp::connection::KEEPALIVE_IDLE),
+    /// two hours, is the default interval (MUST-28).
     pub fn tcp_set_keepalive(
         &mut self,
         h: TcpHandle,

@@ -148,8 +148,9 @@ pub struct TcpConfig {
     pub max_syn_ack_retransmissions: u32,
     /// The maximum segment lifetime; TIME-WAIT lasts twice this (RFC 9293 §3.4.2).
     pub msl: Duration,
-    /// Idle time before keepalive probes (RFC 1122 §4.2.3.6: off by default, at least
-    /// two hours when on), the interval between probes and how many go unanswered before
+    /// Idle time before keepalive probes (RFC 1122 §4.2.3.6, RFC 9293 MUST-25 and
+    /// MUST-28: off by default; [`KEEPALIVE_IDLE`], two hours, the default interval to
+    /// turn them on with), the interval between probes and how many go unanswered before
     /// the connection is dropped.
     pub keepalive: Option<Duration>,
     pub keepalive_interval: Duration,
@@ -697,6 +698,11 @@ const OUT_OF_WINDOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// R1 of RFC 1122 §4.2.3.5: after this many retransmissions of a segment TCP gives IP
 /// negative advice (it recommends at least 3).
 const NEGATIVE_ADVICE_RETRIES: u32 = 3;
+
+/// The default idle time before keepalive probes, for an application that turns them on
+/// without an interval of its own (`Stack::tcp_set_keepalive(h, Some(KEEPALIVE_IDLE))`):
+/// two hours, RFC 9293 MUST-28's least (Linux's `tcp_keepalive_time` too).
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 
 /// The longest a connection delays an ACK, whatever [`TcpConfig::delayed_ack`] asks: RFC
 /// 9293 MUST-40 (RFC 1122 §4.2.3.2) has it under half a second.

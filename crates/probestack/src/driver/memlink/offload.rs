@@ -32,8 +32,8 @@
 //! - FIN and PSH only on the last segment (they belong to the end of the data), CWR only
 //!   on the first (it marks the first segment sent after a congestion window reduction,
 //!   RFC 3168 §6.1.2); every other bit, the ACK number, the window and the options (such
-//!   as timestamps) are copied as they are. The stack never sends urgent data, so URG
-//!   needs no rule here;
+//!   as timestamps) are copied as they are. URG needs no rule here: in urgent mode TCP
+//!   sends one segment a frame, each with its own pointer, never a super-frame;
 //! - the checksum: the seed in the super-frame covers the pseudo-header with the
 //!   super-frame's whole TCP length, which no segment has. Linux adjusts the seed by the
 //!   difference between the two lengths before completing each segment's checksum; the
