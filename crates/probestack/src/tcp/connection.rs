@@ -2991,12 +2991,23 @@ impl Connection {
             0
         };
         let threshold = self.rcv_mss.min(self.rx.capacity() / 2);
-        let offer = if free >= already + threshold {
-            free
+        let open = if free >= already + threshold {
+            free >> self.rcv_shift
         } else {
-            already
+            0
         };
-        let field = (offer >> self.rcv_shift).min(0xffff);
+        // The field that keeps the edge advertised before: RCV.NXT has moved by bytes,
+        // not by units of the scale, so it is rounded up (as Linux's `tcp_select_window`
+        // aligns it), lest the edge step left (RFC 9293 SHLD-14), unless the buffer
+        // cannot hold the bytes the rounding adds.
+        let unit = 1usize << self.rcv_shift;
+        let keep = already.div_ceil(unit);
+        let keep = if keep * unit <= free {
+            keep
+        } else {
+            already >> self.rcv_shift
+        };
+        let field = open.max(keep).min(0xffff);
         let edge = self.rcv_nxt + (field << self.rcv_shift);
         let edge = if edge.gt(self.rcv_adv) {
             edge
@@ -4246,6 +4257,48 @@ mod tests {
             write(&mut a, &mut written, 100, false);
             assert_eq!(flush(&mut a, &mut b, &ledger, now, || false), 1);
             assert_eq!(b.delack_deadline, Some(now + delay), "{asked:?}");
+        }
+    }
+
+    /// With a window scale, the edge the window field says does not step left while the
+    /// reader lags a little (RFC 9293 SHLD-14): RCV.NXT moves by bytes, not by units of
+    /// the scale, so the field is rounded up where the buffer holds the bytes that adds
+    /// (here the reader takes 1,000 bytes of each 1,001, too little to open the window by
+    /// a segment, so the edge advertised before is kept). Rounded down, it stepped back
+    /// by up to a unit less one. (Where the buffer cannot hold the rounding, a reader
+    /// that reads nothing, it still does: the buffer is fixed, where Linux's
+    /// `tcp_select_window` rounds up and overcommits memory.)
+    #[test]
+    fn a_scaled_window_keeps_its_edge_while_the_reader_lags() {
+        let ledger = Ledger::new();
+        let now = Instant::from_nanos(1_000_000_000);
+        let config = TcpConfig {
+            timestamps: false,
+            recv_buffer: 1 << 20,
+            send_buffer: 1 << 20,
+            ..TcpConfig::default()
+        };
+        let (mut a, mut b) = established_with(config, &ledger, now);
+        assert!(b.rcv_shift >= 4, "shift {}", b.rcv_shift);
+        let wire_edge = |b: &Connection| {
+            let (field, _) = b.window_to_advertise();
+            b.rcv_nxt + (usize::from(field) << b.rcv_shift)
+        };
+        let mut edge = wire_edge(&b);
+        let (mut written, mut taken) = (0, 0);
+        for round in 0..200 {
+            write(&mut a, &mut written, 1001, false);
+            flush(&mut a, &mut b, &ledger, now, || false);
+            read(&mut b, &mut taken, 1000);
+            let now_edge = wire_edge(&b);
+            assert!(
+                now_edge.ge(edge),
+                "round {round}: {} after {}",
+                now_edge.0,
+                edge.0
+            );
+            b.note_ack_sent(&b.header(b.snd_nxt, Control::None, now));
+            edge = now_edge;
         }
     }
 

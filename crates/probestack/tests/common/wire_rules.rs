@@ -255,9 +255,10 @@ impl Watched {
         if t.control != Control::Syn && !far {
             let edge = ack + (usize::from(t.window_len) << self.shift(0));
             // A scaled field counts units of 2^shift bytes from RCV.NXT, which can
-            // rarely say the edge kept exactly: the stack rounds down, and the edge
-            // steps back by less than a unit (Linux rounds up and takes the bytes over
-            // its buffer; the stack's ring has no room for them).
+            // rarely say the edge kept exactly: the stack rounds up where its buffer
+            // holds the bytes that adds, else down, and then the edge steps back by
+            // less than a unit (Linux rounds up and takes the bytes over its buffer; the
+            // stack's ring has no room for them).
             let slack = (1usize << self.shift(0)) - 1;
             match self.own_edge {
                 Some(before) if (edge + slack).lt(before) => broken.push(format!(
