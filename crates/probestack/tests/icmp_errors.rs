@@ -14,11 +14,11 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::router::{icmp_frame, quoted, Hop, Routed};
-use common::transfer::connect;
+use common::transfer::{accepted_on_b, connect};
 use probestack::buf::PacketBuf;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
-use probestack::socket::tcp::TcpError;
+use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::socket::udp::UdpError;
 use probestack::tcp::State;
 use probestack::time::Duration;
@@ -130,6 +130,18 @@ fn count(p: &Pair, c: Counter) -> u64 {
     p.a.ledger().counters().get(c)
 }
 
+/// Sends `msg` from A's `c` and runs until B's `s` has read it all and A holds none of it
+/// unacknowledged (within 10 s); whether it did.
+fn delivered(p: &mut Pair, c: TcpHandle, s: TcpHandle, msg: &[u8]) -> bool {
+    assert_eq!(p.a.tcp_send(c, msg), Ok(msg.len()));
+    let mut buf = vec![0u8; msg.len()];
+    let mut got = 0;
+    p.run_until(Duration::from_secs(10), |p| {
+        got += p.b.tcp_recv(s, &mut buf[got..]).unwrap_or(0);
+        got == msg.len() && p.a.tcp_send_queued(c) == Ok(0)
+    }) && buf == msg
+}
+
 /// A soft error (host unreachable) about data in flight is kept for the application, and
 /// the connection goes on; once the peer acknowledges new data it is forgotten.
 #[test]
@@ -159,6 +171,116 @@ fn a_soft_error_is_kept_for_the_application_and_aborts_nothing() {
     p.run_for(Duration::from_secs(1));
     assert_eq!(p.a.tcp_state(c), Ok(State::Established));
     assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::ProtocolError)));
+}
+
+/// RFC 9293 MUST-56 (§3.9.2.2, and SHLD-25): a time exceeded (TTL expired, RFC 792 code
+/// 0) is a soft error and aborts nothing. About the SYN, it leaves the connect in
+/// SYN-SENT (a hard error would end it), and the SYN sent again once the router lets it
+/// by opens the connection. About data in flight: a second after the router answers
+/// A's segment so (its retransmission too), the connection is still ESTABLISHED, with no
+/// error, and keeps the time exceeded as a soft error (host unreachable, as
+/// `IcmpError::Host` maps it); once the router lets the segments by, the retransmission
+/// gets through, its ACK clears the soft error, and the connection goes on.
+#[test]
+fn a_time_exceeded_is_a_soft_error_that_aborts_nothing() {
+    let (mut p, rule) = routed();
+    let l = p.b.tcp_listen((ADDR_B, 5001), 4).unwrap();
+    *rule.lock().unwrap() = Some(Rule {
+        answer: Answer::TtlExpired,
+        protocol: 6,
+        syn_only: true,
+        seq_shift: 0,
+    });
+    let c = p.a.tcp_connect((ADDR_B, 5001)).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(count(&p, Counter::TcpIcmpErrors), 1);
+    assert_eq!(
+        p.a.tcp_state(c),
+        Ok(State::SynSent),
+        "the connect was ended"
+    );
+    assert_eq!(p.a.tcp_error(c), Ok(None));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::HostUnreachable)));
+    *rule.lock().unwrap() = None;
+    let s = accepted_on_b(&mut p, l, c);
+    // New data acknowledged clears the soft error the SYN left.
+    assert!(delivered(&mut p, c, s, b"hello"));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
+    *rule.lock().unwrap() = tcp_rule(Answer::TtlExpired);
+    assert_eq!(p.a.tcp_send(c, b"ttl ran out"), Ok(11));
+    p.run_for(Duration::from_secs(1));
+    assert!(
+        count(&p, Counter::TcpIcmpErrors) > 1,
+        "no error about the data"
+    );
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    assert_eq!(p.a.tcp_error(c), Ok(None));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::HostUnreachable)));
+    *rule.lock().unwrap() = None;
+    let mut buf = [0u8; 32];
+    let mut got = 0;
+    assert!(p.run_until(Duration::from_secs(10), |p| {
+        got += p.b.tcp_recv(s, &mut buf[got..]).unwrap_or(0);
+        got == 11 && p.a.tcp_send_queued(c) == Ok(0)
+    }));
+    assert_eq!(&buf[..11], b"ttl ran out");
+    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    assert!(delivered(&mut p, c, s, b"more"));
+}
+
+/// RFC 9293 MUST-56 and SHLD-25 (§3.9.2.2) for destination unreachable code 5, source
+/// route failed: a soft error, unlike codes 2 to 4 (SHLD-26). About the SYN it leaves the
+/// connect in SYN-SENT with the soft error (host unreachable), and the SYN sent again
+/// once the router lets it by opens the connection; about data in flight it leaves the
+/// connection ESTABLISHED with the soft error, and the data gets through after, which
+/// clears it.
+#[test]
+fn a_source_route_failed_is_a_soft_error_that_aborts_nothing() {
+    let (mut p, rule) = routed();
+    let l = p.b.tcp_listen((ADDR_B, 5001), 4).unwrap();
+    let failed = Answer::Unreachable(DstUnreachable::SourceRouteFailed);
+    *rule.lock().unwrap() = Some(Rule {
+        answer: failed,
+        protocol: 6,
+        syn_only: true,
+        seq_shift: 0,
+    });
+    let c = p.a.tcp_connect((ADDR_B, 5001)).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(count(&p, Counter::TcpIcmpErrors), 1);
+    assert_eq!(
+        p.a.tcp_state(c),
+        Ok(State::SynSent),
+        "the connect was ended"
+    );
+    assert_eq!(p.a.tcp_error(c), Ok(None));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::HostUnreachable)));
+    *rule.lock().unwrap() = None;
+    let s = accepted_on_b(&mut p, l, c);
+    // New data acknowledged clears the soft error the SYN left.
+    assert!(delivered(&mut p, c, s, b"hello"));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
+    // Established: the same error about data in flight.
+    *rule.lock().unwrap() = tcp_rule(failed);
+    assert_eq!(p.a.tcp_send(c, b"no route"), Ok(8));
+    p.run_for(Duration::from_secs(1));
+    assert!(
+        count(&p, Counter::TcpIcmpErrors) > 1,
+        "no error about the data"
+    );
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+    assert_eq!(p.a.tcp_error(c), Ok(None));
+    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::HostUnreachable)));
+    *rule.lock().unwrap() = None;
+    let mut buf = [0u8; 16];
+    let mut got = 0;
+    assert!(p.run_until(Duration::from_secs(10), |p| {
+        got += p.b.tcp_recv(s, &mut buf[got..]).unwrap_or(0);
+        got == 8 && p.a.tcp_send_queued(c) == Ok(0)
+    }));
+    assert_eq!(&buf[..8], b"no route");
+    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
 }
 
 /// A Source Quench about data in flight is discarded unheeded (RFC 9293 MUST-55, RFC 6633

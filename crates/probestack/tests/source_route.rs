@@ -3,7 +3,8 @@
 //! and answers along it reversed (ICMP echo, §3.2.2.6; a TCP connection it accepts, RFC
 //! 9293 MUST-53), passes options to UDP applications both ways (§4.1.3.2), and drops one
 //! that goes on past it (a host does not forward, §3.3.5). Taking them at all is
-//! `StackConfig::accept_source_route`, off by default.
+//! `StackConfig::accept_source_route`, off by default. Options that are no source route
+//! TCP ignores (RFC 9293 MUST-50).
 //!
 //! Between A and B stands a gateway at [`GW`], written here from RFC 791 alone: each host's
 //! NIC has it behind ([`Gateway`]), and a frame sent to its MAC whose source route goes on
@@ -16,13 +17,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::router::{Hop, Routed};
-use common::transfer::{accepted_on_b, transfer};
+use common::transfer::{accepted_on_b, connect, transfer};
 use probestack::buf::PacketBuf;
+use probestack::driver::{Device, DeviceCaps, DeviceContext, DeviceError, RxFrame, TxMeta};
 use probestack::ip::SourceRouting;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::socket::udp::{UdpError, UdpHandle, MAX_UDP_PAYLOAD};
+use probestack::tcp::State;
 use probestack::time::{Duration, Instant};
 use probestack::wire::ethernet::EthernetAddress;
 use probestack::wire::ipv4::Ipv4Options;
@@ -702,4 +705,126 @@ fn an_icmp_error_goes_back_along_the_route() {
         p.a.udp_recv(a, &mut [0u8; 16]),
         Err(UdpError::ConnectionRefused)
     );
+}
+
+/// IP options that are no source route, for TCP's segments: a record route with room
+/// for one address (RFC 791 §3.1), a no-operation, and an option of a type this stack
+/// knows nothing of (158: copied, class 0, number 30, an experiment's, RFC 4727 §2.2)
+/// with two bytes of its own.
+const OTHER_OPTIONS: [u8; 12] = [7, 7, 4, 0, 0, 0, 0, 1, 0x9e, 4, 0xbe, 0xef];
+
+/// The path behind one host's NIC that puts [`OTHER_OPTIONS`] in every TCP segment the
+/// host sends, right after the fixed IP header, with the header length, total length
+/// and header checksum made anew (the TCP checksum does not cover the IP header); and
+/// logs the segments as they go on.
+struct WithOptions {
+    sent: Sent,
+}
+
+impl Hop for WithOptions {
+    fn forward(&mut self, frame: &mut PacketBuf) -> (bool, Option<PacketBuf>) {
+        let mut whole = vec![0; frame.total_len()];
+        frame.gather_into(&mut whole).unwrap();
+        if whole[12..14] == [0x08, 0x00] && whole[14 + 9] == 6 {
+            let at = 14 + 20;
+            whole.splice(at..at, OTHER_OPTIONS);
+            let ip = &mut whole[14..];
+            ip[0] += (OTHER_OPTIONS.len() / 4) as u8;
+            let total = u16::from_be_bytes([ip[2], ip[3]]) + OTHER_OPTIONS.len() as u16;
+            ip[2..4].copy_from_slice(&total.to_be_bytes());
+            fill_header_checksum(ip);
+            *frame = PacketBuf::from_slice(&whole, 0).unwrap();
+        }
+        self.sent.lock().unwrap().push(whole);
+        (true, None)
+    }
+}
+
+/// A NIC whose MTU, as its stack sees it, leaves room for [`OTHER_OPTIONS`], so that a
+/// full-sized segment still fits the wire once [`WithOptions`] has put them in.
+struct RoomForOptions<D>(D);
+
+impl<D: Device> Device for RoomForOptions<D> {
+    fn caps(&self) -> DeviceCaps {
+        let caps = self.0.caps();
+        DeviceCaps {
+            mtu: caps.mtu - OTHER_OPTIONS.len(),
+            ..caps
+        }
+    }
+    fn transmit(
+        &mut self,
+        frame: PacketBuf,
+        meta: TxMeta,
+        cx: &DeviceContext<'_>,
+    ) -> Result<(), DeviceError> {
+        self.0.transmit(frame, meta, cx)
+    }
+    fn tx_ready(&self) -> bool {
+        self.0.tx_ready()
+    }
+    fn tx_room(&self) -> usize {
+        self.0.tx_room()
+    }
+    fn take_notification(&mut self, cx: &DeviceContext<'_>) -> bool {
+        self.0.take_notification(cx)
+    }
+    fn receive(&mut self, cx: &DeviceContext<'_>) -> Option<RxFrame> {
+        self.0.receive(cx)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        self.0.next_deadline()
+    }
+}
+
+/// RFC 9293 MUST-50 (§3.9.2.1; RFC 1122 §3.2.1.8): TCP ignores the IP options it does
+/// not understand. Every segment either way, SYN and SYN-ACK first, carries a record
+/// route and an option of an unknown type (put in on the path): the connection opens, a
+/// MiB goes from A to B in full-sized segments and a message comes back, nothing is sent
+/// again, and no drop counter on either host moves.
+#[test]
+fn tcp_ignores_ip_options_it_does_not_understand() {
+    let (sent_a, sent_b) = (Sent::default(), Sent::default());
+    let (on_a, on_b) = (
+        WithOptions {
+            sent: sent_a.clone(),
+        },
+        WithOptions {
+            sent: sent_b.clone(),
+        },
+    );
+    let host = HostConfig::with_mtu(1500);
+    let mut p = Pair::with_devices(
+        host.clone(),
+        host,
+        move |nic| Box::new(Routed::new(RoomForOptions(nic), on_a)),
+        move |nic| Box::new(Routed::new(RoomForOptions(nic), on_b)),
+    )
+    .unwrap();
+    let (a, b) = connect(&mut p, 80);
+    transfer(&mut p, a, b, 1 << 20, Duration::from_secs(10));
+    p.b.tcp_send(b, b"options and all").unwrap();
+    p.run_for(Duration::from_millis(10));
+    let mut buf = [0u8; 32];
+    let n = p.a.tcp_recv(a, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"options and all");
+    assert_eq!(p.a.tcp_state(a), Ok(State::Established));
+    assert_eq!(p.b.tcp_state(b), Ok(State::Established));
+    let (from_a, from_b) = (tcp_segments(&sent_a), tcp_segments(&sent_b));
+    assert!(from_a.len() > 700 && from_b.len() > 10);
+    let syn_only = |s: &[u8]| s[usize::from(s[0] & 0x0f) * 4 + 13] & 0x12 == 0x02;
+    assert!(syn_only(&from_a[0]), "A's first segment is its SYN");
+    assert!(is_syn_ack(&from_b[0]), "B's first segment is its SYN-ACK");
+    for s in from_a.iter().chain(&from_b) {
+        assert_eq!((s[0], &s[20..32]), (0x48, &OTHER_OPTIONS[..]));
+    }
+    assert_eq!(from_a.iter().map(Vec::len).max(), Some(1500));
+    for host in [&p.a, &p.b] {
+        for &c in Counter::ALL {
+            if c.name().contains(".drop.") {
+                assert_eq!(count(host, c), 0, "{}", c.name());
+            }
+        }
+        assert_eq!(count(host, Counter::TcpRetransmittedSegments), 0);
+    }
 }

@@ -8,7 +8,9 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::capture::{assert_same_frames, captured_frames, template_tunings, SharedBytes};
+use common::capture::{
+    assert_same_frames, captured_frames, captured_records, template_tunings, SharedBytes,
+};
 use common::router::{icmp_frame, quoted, Hop, Routed};
 use common::tamper::{
     corrupt_first_fragment, refragmenting, tcp_segment, tcp_seq, LoseAndReorder, SeededFaults,
@@ -17,7 +19,8 @@ use common::tamper::{
 use common::transfer::{accepted_on_a, accepted_on_b, fnv, pattern, transfer};
 use common::wire_rules::Watch;
 use probestack::buf::PacketBuf;
-use probestack::driver::{Device, FaultConfig, NicConfig, TxMeta};
+use probestack::driver::pcap::{PcapMode, PcapWriter};
+use probestack::driver::{Device, FaultConfig, MemoryNic, NicConfig, TxMeta};
 use probestack::ip::IpFields;
 use probestack::probe::Counter;
 use probestack::sim::{HostConfig, Pair, ADDR_A, ADDR_B, MAC_A, MAC_B};
@@ -49,6 +52,78 @@ fn connect(p: &mut Pair) -> (TcpHandle, TcpHandle, TcpHandle) {
     let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
     assert_eq!(p.a.tcp_state(c), Ok(State::SynSent));
     (c, l, accepted_on_b(p, l, c))
+}
+
+/// A TCP segment in a recorded frame, as an independent parser (etherparse) reads it.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    /// When the NIC sent (or received) the frame, on the virtual clock.
+    at: Instant,
+    seq: u32,
+    ack: u32,
+    syn: bool,
+    fin: bool,
+    rst: bool,
+    psh: bool,
+    ack_flag: bool,
+    window: u16,
+    /// Data bytes, by the IP header's total length.
+    len: usize,
+}
+
+/// What a capture holds: the TCP segments recorded so far, in order.
+trait Segments {
+    fn segments(&self) -> Vec<Seen>;
+}
+
+impl Segments for SharedBytes {
+    fn segments(&self) -> Vec<Seen> {
+        use etherparse::{SlicedPacket, TransportSlice};
+        captured_records(self)
+            .iter()
+            .filter_map(|r| {
+                let sliced = SlicedPacket::from_ethernet(&r.data).ok()?;
+                let Some(TransportSlice::Tcp(t)) = &sliced.transport else {
+                    return None;
+                };
+                Some(Seen {
+                    at: Instant::from_nanos(r.time_ns),
+                    seq: t.sequence_number(),
+                    ack: t.acknowledgment_number(),
+                    syn: t.syn(),
+                    fin: t.fin(),
+                    rst: t.rst(),
+                    psh: t.psh(),
+                    ack_flag: t.ack(),
+                    window: t.window_size(),
+                    len: t.payload().len(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Two stacks configured as `a` and `b` on the memory link, each NIC's frames recorded
+/// as `modes` says (A's, then B's), with the time each went or came.
+fn recorded_pair(
+    a: HostConfig,
+    b: HostConfig,
+    modes: [PcapMode; 2],
+) -> (Pair, SharedBytes, SharedBytes) {
+    let (at_a, at_b) = (SharedBytes::default(), SharedBytes::default());
+    let wrap = |sink: SharedBytes, mode| {
+        move |nic: MemoryNic| -> Box<dyn Device + Send> {
+            Box::new(PcapWriter::new(nic, sink, mode).unwrap())
+        }
+    };
+    let p = Pair::with_devices(
+        a,
+        b,
+        wrap(at_a.clone(), modes[0]),
+        wrap(at_b.clone(), modes[1]),
+    )
+    .unwrap();
+    (p, at_a, at_b)
 }
 
 #[test]
@@ -389,6 +464,62 @@ fn zero_window_then_reader_catches_up() {
     assert_eq!(counters.get(Counter::TcpRetransmitTimeouts), 0);
 }
 
+/// Zero-window probes back off (RFC 9293 §3.8.6.1): the first goes one RTO after the
+/// window shut (SHLD-29), and each later one twice as long after the one before
+/// (SHLD-30), up to a minute apart. B's window shuts with data waiting at A and B not
+/// reading; by the times of the frames on the wire, A's one-byte probes go one RTO (200
+/// ms, RFC 6298's floor as the stack has it) after B's ACK that shut it, then 0.4, 0.8,
+/// ... 51.2 s apart, then 60 s apart from there on; each is counted (`TcpWindowProbes`)
+/// and B answers each. (Until the thirty-fifth session the doubling stopped at 64 RTOs,
+/// 12.8 s here.)
+#[test]
+fn zero_window_probes_back_off_by_doubling_to_a_minute() {
+    let (mut a, mut b) = (host(1500, Tuning::fast()), host(1500, Tuning::fast()));
+    a.stack.tcp.send_buffer = 64 * 1024;
+    b.stack.tcp.recv_buffer = 16 * 1024;
+    let (mut p, from_a, from_b) = recorded_pair(a, b, [PcapMode::TxOnly, PcapMode::TxOnly]);
+    let (c, _l, s) = connect(&mut p);
+    let data = pattern(0, 48 * 1024);
+    assert_eq!(p.a.tcp_send(c, &data), Ok(data.len()));
+    p.run_for(Duration::from_secs(400));
+    assert_eq!(p.b.tcp_recv_queued(s), Ok(16 * 1024));
+    let shut = from_b
+        .segments()
+        .into_iter()
+        .find(|s| !s.syn && s.window == 0);
+    let shut = shut.expect("B's window never shut");
+    let probes: Vec<Seen> = from_a
+        .segments()
+        .into_iter()
+        .filter(|s| s.len > 0 && s.at >= shut.at)
+        .collect();
+    // Each probe is the byte at the shut window's edge, sent again and again.
+    assert!(
+        probes.iter().all(|s| s.len == 1 && s.seq == shut.ack),
+        "{probes:?}"
+    );
+    let mut times = vec![shut.at];
+    times.extend(probes.iter().map(|s| s.at));
+    let gaps: Vec<u64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect();
+    // Probes 0.2 s after the window shut, then at 0.6, 1.4, ... 102.2, 162.2, ... s.
+    assert!(gaps.len() >= 12, "{gaps:?}");
+    let want: Vec<u64> = (0..gaps.len()).map(|i| (200u64 << i).min(60_000)).collect();
+    assert_eq!(gaps, want);
+    let counted = p.a.ledger().counters().get(Counter::TcpWindowProbes);
+    assert_eq!(counted, probes.len() as u64);
+    // B answered every probe with its window still shut.
+    let answers = from_b
+        .segments()
+        .into_iter()
+        .filter(|s| s.at > shut.at && s.ack == shut.ack && s.window == 0)
+        .count();
+    assert_eq!(answers, probes.len());
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
+}
+
 /// A peer that vanishes behind its shut window leaves the probes unanswered: after
 /// three in a row (R1) the application is told (RFC 9293 SHLD-9, the soft error
 /// `TimedOut`) and IP advised (MUST-20), as after three timeouts of a segment, long
@@ -420,6 +551,113 @@ fn retransmission_gives_up_when_the_peer_vanishes() {
         == Ok(State::Closed)));
     assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::TimedOut)));
     assert!(p.a.ledger().counters().get(Counter::TcpRetransmitTimeouts) >= 12);
+}
+
+/// R2, the retransmissions after which a connection is given up, lasts at least 100 s
+/// (RFC 9293 §3.8.3, SHLD-11), and reaching it closes the connection (MUST-20). B
+/// vanishes (A's link loses all A sends) and A sends a segment: by the times of A's
+/// frames, the connection is given up 342 s after the segment's first retransmission
+/// (RTOs from 200 ms doubled to the 60 s cap: 0.2 + 0.4 + ... + 51.2 + 4 × 60 s), after
+/// its twelve retransmissions (`max_retransmissions`).
+#[test]
+fn a_vanished_peer_is_given_up_on_no_sooner_than_100_seconds_after_the_first_retransmission() {
+    /// A's link, losing everything A sends once B is gone.
+    struct Gone(Arc<AtomicBool>);
+    impl Tamper for Gone {
+        fn send(&mut self, frame: PacketBuf, meta: TxMeta) -> Vec<(PacketBuf, TxMeta)> {
+            if self.0.load(Ordering::Relaxed) {
+                return Vec::new();
+            }
+            vec![(frame, meta)]
+        }
+    }
+    let gone = Arc::new(AtomicBool::new(false));
+    let from_a = SharedBytes::default();
+    let (sink, tamper) = (from_a.clone(), Gone(gone.clone()));
+    let h = host(1500, Tuning::fast());
+    // Recorded as A sends them, before the link loses them.
+    let mut p = Pair::with_devices(
+        h.clone(),
+        h,
+        move |nic| {
+            let dev = Tampered { dev: nic, tamper };
+            Box::new(PcapWriter::new(dev, sink, PcapMode::TxOnly).unwrap())
+        },
+        |nic| Box::new(nic),
+    )
+    .unwrap();
+    let (c, _l, _s) = connect(&mut p);
+    gone.store(true, Ordering::Relaxed);
+    let seq = p.a.tcp_connection(c).unwrap().snd_nxt().0;
+    assert_eq!(p.a.tcp_send(c, b"anyone there?"), Ok(13));
+    assert!(p.run_until(Duration::from_secs(900), |p| p.a.tcp_state(c)
+        == Ok(State::Closed)));
+    let gave_up = p.now();
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::TimedOut)));
+    let sent: Vec<Instant> = from_a
+        .segments()
+        .iter()
+        .filter(|s| s.seq == seq && s.len == 13)
+        .map(|s| s.at)
+        .collect();
+    assert!(sent.len() >= 2, "{sent:?}");
+    let after = gave_up - sent[1];
+    assert!(
+        after >= Duration::from_secs(100),
+        "given up {after:?} after the first retransmission"
+    );
+    assert_eq!(after.as_millis() / 1000, 342, "given up {after:?} after it");
+    let stats = p.a.tcp_stats(c).unwrap();
+    assert_eq!(stats.timeouts, 12, "{stats:?}");
+}
+
+/// The application sets R2 for a connection (RFC 9293 §3.8.3, MUST-21): through
+/// `tcp_connect_with`'s `TcpConfig::max_retransmissions`, or the stack's default config
+/// for the connections made after. Three connections from A to a B that then vanishes,
+/// each sending a segment: one with the default (12), one connected with 3, and one
+/// connected after the default was set to 5. Each is given up after exactly its number
+/// of retransmission timeouts, the lower ones sooner (3 s and 12.6 s after the send),
+/// while the default one is still trying; the stack counts all 20 timeouts
+/// (`TcpRetransmitTimeouts`).
+#[test]
+fn the_application_sets_how_many_retransmissions_give_a_connection_up() {
+    let mut p = pair(1500);
+    let l = p.b.tcp_listen((ADDR_B, PORT), 8).unwrap();
+    let default = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+    let mut config = p.a.tcp_default_config();
+    assert_eq!(config.max_retransmissions, 12);
+    config.max_retransmissions = 3;
+    let three = p.a.tcp_connect_with((ADDR_B, PORT), config).unwrap();
+    config.max_retransmissions = 5;
+    p.a.set_tcp_default_config(config);
+    let five = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+    let conns = [(three, 3), (five, 5), (default, 12)];
+    for (c, _) in conns {
+        accepted_on_b(&mut p, l, c);
+    }
+    p.b = probestack::stack::Stack::new(probestack::stack::StackConfig::default());
+    for (c, _) in conns {
+        assert_eq!(p.a.tcp_send(c, b"anyone there?"), Ok(13));
+    }
+    let start = p.now();
+    let mut took = Vec::new();
+    for (c, r2) in conns {
+        assert!(p.run_until(Duration::from_secs(900), |p| p.a.tcp_state(c)
+            == Ok(State::Closed)));
+        took.push((p.now() - start).as_millis());
+        assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::TimedOut)));
+        assert_eq!(p.a.tcp_stats(c).unwrap().timeouts, r2, "R2 of {r2}");
+        // The ones with more to go are still trying.
+        for (other, more) in conns {
+            if more > r2 {
+                assert_eq!(p.a.tcp_state(other), Ok(State::Established));
+            }
+        }
+    }
+    assert!(took[0] < took[1] && took[1] < took[2], "{took:?} ms");
+    assert_eq!(took[..2], [3_000, 12_600], "{took:?} ms");
+    let timeouts = p.a.ledger().counters().get(Counter::TcpRetransmitTimeouts);
+    assert_eq!(timeouts, 3 + 5 + 12);
 }
 
 /// A SYN nobody answers is sent again for three minutes (RFC 9293 MUST-23) before
@@ -574,6 +812,49 @@ fn keepalive_notices_a_dead_peer() {
     p.run_for(Duration::from_secs(2000));
     assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
     assert!(p.a.tcp_error(c).unwrap().is_some());
+}
+
+/// A keepalive probe carries no data (RFC 9293 §3.8.4, SHLD-12): on the wire it is a
+/// bare ACK whose sequence number is SND.UNA − 1, a byte B has acknowledged already, so
+/// that a live peer answers it with an ACK (RFC 1122 §4.2.3.6). After an exchange of
+/// data A turns keepalives on with a 10 s idle time: in 35 idle seconds it sends three
+/// probes, 10 s apart (each answer starts the idle time again), and nothing else; every
+/// one is zero bytes of data at SND.UNA − 1, acknowledging all B sent, with no flag but
+/// ACK.
+#[test]
+fn a_keepalive_probe_is_a_bare_ack_one_byte_behind() {
+    let h = host(1500, Tuning::fast());
+    let (mut p, from_a, _) = recorded_pair(h.clone(), h, [PcapMode::TxOnly; 2]);
+    let (c, _l, s) = connect(&mut p);
+    transfer(&mut p, c, s, 10_000, Duration::from_secs(1));
+    assert_eq!(p.b.tcp_send(s, b"reply"), Ok(5));
+    let mut buf = [0u8; 8];
+    assert!(
+        p.run_until(Duration::from_secs(1), |p| p.a.tcp_recv(c, &mut buf)
+            == Ok(5))
+    );
+    p.run_for(Duration::from_secs(1));
+    let conn = p.a.tcp_connection(c).unwrap();
+    let (una, rcv_nxt) = (conn.snd_una(), conn.rcv_nxt());
+    assert_eq!(una, conn.snd_nxt(), "data unacknowledged");
+    let before = from_a.segments().len();
+    let start = p.now();
+    p.a.tcp_set_keepalive(c, Some(Duration::from_secs(10)))
+        .unwrap();
+    p.run_for(Duration::from_secs(35));
+    let probes = from_a.segments().split_off(before);
+    assert_eq!(probes.len(), 3, "{probes:?}");
+    for (i, probe) in probes.iter().enumerate() {
+        assert_eq!(probe.len, 0, "probe {i} carries data");
+        assert_eq!(probe.seq, (una - 1).0, "probe {i}");
+        assert_eq!(probe.ack, rcv_nxt.0, "probe {i}");
+        let flags = (probe.ack_flag, probe.syn, probe.fin, probe.rst, probe.psh);
+        assert_eq!(flags, (true, false, false, false, false), "probe {i}");
+        let idle = (probe.at - start).as_millis();
+        assert_eq!(idle, 10_000 * (i as u64 + 1), "probe {i}");
+    }
+    assert_eq!(p.a.ledger().counters().get(Counter::TcpKeepalives), 3);
+    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
 }
 
 /// Keepalives are for an idle connection: one whose data waits on the peer's shut window
@@ -1054,6 +1335,74 @@ fn the_reads_of_one_turn_send_one_window_update() {
     }
 }
 
+/// Receiver silly-window avoidance (RFC 9293 §3.8.6.2.2, MUST-39): B's right edge stays
+/// put until its reader has freed min(MSS, half the buffer) (1,460 bytes of an 8 KiB
+/// buffer), and an update of its own goes only once the window can open by two segments
+/// or half the buffer. B's window is filled and shut; B reads 1,000 bytes, then 459
+/// more: it sends nothing, and a byte of data it then sends to A still offers a zero
+/// window at the same ACK. One byte more (1,460 freed) moves the edge on B's next segment
+/// by exactly that, still without an update of its own; reading 2,920 more, which lets
+/// the window open by two segments past that edge, sends one update at once, offering
+/// the 4,380 bytes free.
+#[test]
+fn a_read_freeing_less_than_an_mss_does_not_move_the_window_edge() {
+    let mut b = host(1500, Tuning::fast());
+    b.stack.tcp.recv_buffer = 8 * 1024;
+    let modes = [PcapMode::TxOnly, PcapMode::TxOnly];
+    let (mut p, _, from_b) = recorded_pair(host(1500, Tuning::fast()), b, modes);
+    let (c, _l, s) = connect(&mut p);
+    assert_eq!(p.b.tcp_connection(s).unwrap().mss().1, 1460);
+    assert_eq!(p.b.tcp_connection(s).unwrap().window_shifts().1, 0);
+    let data = pattern(0, 8 * 1024);
+    assert_eq!(p.a.tcp_send(c, &data), Ok(data.len()));
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(p.b.tcp_recv_queued(s), Ok(data.len()));
+    let last = *from_b.segments().last().unwrap();
+    assert_eq!(last.window, 0, "B's window did not shut");
+    let shut_ack = last.ack;
+    let mut buf = vec![0u8; 4096];
+    // Reads of 1,000 and 459 bytes: nothing sent, and B's next segment keeps the edge.
+    let sent = |p: &Pair| p.b.ledger().counters().get(Counter::TcpSegmentsOut);
+    for n in [1000, 459] {
+        let before = sent(&p);
+        assert_eq!(p.b.tcp_recv(s, &mut buf[..n]), Ok(n));
+        p.run_for(Duration::from_secs(1));
+        assert_eq!(
+            sent(&p),
+            before,
+            "a window update after a read of {n} bytes"
+        );
+    }
+    // What B's next segment offers: one byte of data to A, with its ACK and window.
+    let offered = |p: &mut Pair, byte: &[u8]| {
+        assert_eq!(p.b.tcp_send(s, byte), Ok(1));
+        p.run_for(Duration::from_secs(1));
+        let seg = *from_b.segments().iter().rfind(|s| s.len == 1).unwrap();
+        (seg.ack, seg.window)
+    };
+    assert_eq!(offered(&mut p, b"x"), (shut_ack, 0), "1,459 bytes freed");
+    // A read that frees the 1,460th byte: the edge moves, on the next segment B sends.
+    let before = sent(&p);
+    assert_eq!(p.b.tcp_recv(s, &mut buf[..1]), Ok(1));
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(sent(&p), before, "a window update for 1,460 bytes");
+    assert_eq!(offered(&mut p, b"y"), (shut_ack, 1460), "1,460 bytes freed");
+    // A read that lets the window open by two segments past that edge: an update goes
+    // at once, offering all 4,380 bytes free.
+    let (before, segments) = (sent(&p), from_b.segments().len());
+    let start = p.now();
+    assert_eq!(p.b.tcp_recv(s, &mut buf[..2920]), Ok(2920));
+    assert!(p.run_until(Duration::from_secs(1), |p| sent(p) > before));
+    assert!(p.now() - start < Duration::from_millis(1));
+    p.run_for(Duration::from_secs(1));
+    let update = &from_b.segments()[segments..];
+    assert_eq!(update.len(), 1, "{update:?}");
+    assert_eq!(
+        (update[0].len, update[0].ack, update[0].window),
+        (0, shut_ack, 4380)
+    );
+}
+
 /// Nagle in Minshall's form: the short tail of a write goes at once when no other short
 /// segment is unacknowledged, instead of waiting for the delayed ACK of the odd full
 /// segment before it (40 ms on an otherwise instant link).
@@ -1165,6 +1514,129 @@ fn nagle_holds_the_short_tail_of_a_super_segment() {
         5,
         "three full segments and the tail after the ACK"
     );
+}
+
+/// PSH goes on the segment that empties the send buffer and on no other (RFC 9293
+/// §3.9.1.2: MUST-61 sets it "in the last buffered segment", and by SHLD-27 successive
+/// pushes collapse as the data is cut into segments, instead of marking each). A writes 10,000 bytes,
+/// then after a pause 10, then after another 50,000, more than its congestion window, so
+/// that a flight ends with data still queued. Every segment that reaches B (read by
+/// etherparse at B's NIC, after any cutting) carries PSH exactly when it ends a write.
+/// With TCP's software segmentation, without it (each segment decided on its own), and
+/// with the NIC's TSO cutting A's super-segments.
+#[test]
+fn psh_is_set_on_the_segment_that_empties_the_send_buffer_and_no_other() {
+    let one_at_a_time = Tuning {
+        software_segmentation: false,
+        ..Tuning::fast()
+    };
+    let tso = Tuning {
+        checksum_elision: false,
+        ..Tuning::fast()
+    };
+    for (what, t, offload) in [
+        ("software segmentation", Tuning::fast(), false),
+        ("one segment at a time", one_at_a_time, false),
+        ("TSO", tso, true),
+    ] {
+        let mut a = host(1500, t);
+        if offload {
+            a.nic = a.nic.with_offloads();
+        }
+        let modes = [PcapMode::TxOnly, PcapMode::RxOnly];
+        let (mut p, _, at_b) = recorded_pair(a, host(1500, t), modes);
+        let (c, _l, s) = connect(&mut p);
+        let mut ends = Vec::new();
+        let mut total = 0;
+        for n in [10_000, 10, 50_000] {
+            if n == 50_000 {
+                let cwnd = p.a.tcp_connection(c).unwrap().cwnd();
+                assert!(
+                    cwnd < n,
+                    "{what}: cwnd {cwnd} takes the write in one flight"
+                );
+            }
+            assert_eq!(p.a.tcp_send(c, &pattern(total, n)), Ok(n), "{what}");
+            total += n;
+            ends.push(total);
+            // The pause: all of it acknowledged before the next write.
+            assert!(p.run_until(Duration::from_secs(1), |p| {
+                p.b.tcp_recv_queued(s) == Ok(total) && p.a.tcp_send_queued(c) == Ok(0)
+            }));
+        }
+        let segments = at_b.segments();
+        let isn = segments.iter().find(|s| s.syn).unwrap().seq;
+        let data: Vec<_> = segments.iter().filter(|s| s.len > 0).collect();
+        // Nothing was sent twice, and every frame on the wire is one segment.
+        assert_eq!(data.iter().map(|s| s.len).sum::<usize>(), total, "{what}");
+        assert!(data.iter().all(|s| s.len <= 1448), "{what}");
+        assert!(data.len() >= 43, "{what}: {} segments", data.len());
+        let mut pushed = Vec::new();
+        for seg in &data {
+            let end = seg.seq.wrapping_sub(isn + 1) as usize + seg.len;
+            assert_eq!(
+                seg.psh,
+                ends.contains(&end),
+                "{what}: segment ending at {end}"
+            );
+            if seg.psh {
+                pushed.push(end);
+            }
+        }
+        assert_eq!(pushed, ends, "{what}");
+        // No segment without data carries it either.
+        assert!(segments.iter().all(|s| s.len > 0 || !s.psh), "{what}");
+        if offload {
+            let frames = p.a.ledger().counters().get(Counter::TcpSegmentsOut);
+            assert!(
+                frames < data.len() as u64,
+                "{what}: {frames} frames from A, {} segments on the wire",
+                data.len()
+            );
+        }
+    }
+}
+
+/// The application can turn Nagle's algorithm off (RFC 9293 §3.7.4, MUST-17;
+/// TCP_NODELAY, `tcp_set_nodelay`). On (the default), a short write while an earlier
+/// short segment is unacknowledged waits for that segment's ACK, which B delays for its
+/// 40 ms (B does not read, so nothing hurries it). After `tcp_set_nodelay(c, true)`, two
+/// short writes in a row go at once, a segment each, and arrive without waiting.
+#[test]
+fn nodelay_turns_nagle_off_so_a_short_write_goes_at_once() {
+    let mut p = pair(1500);
+    let (c, _l, s) = connect(&mut p);
+    let out = |p: &Pair| p.a.ledger().counters().get(Counter::TcpSegmentsOut);
+    let before = out(&p);
+    assert_eq!(p.a.tcp_send(c, b"first"), Ok(5));
+    assert_eq!(out(&p), before + 1, "the first short write went at once");
+    assert_eq!(p.a.tcp_send(c, b"second"), Ok(6));
+    assert_eq!(out(&p), before + 1, "Nagle let the second short write go");
+    let start = p.now();
+    assert!(p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s) == Ok(11)));
+    let waited = p.now() - start;
+    assert!(
+        waited >= Duration::from_millis(40),
+        "the second write waited only {waited:?}"
+    );
+    assert_eq!(p.b.ledger().counters().get(Counter::TcpDelayedAcks), 1);
+    p.run_for(Duration::from_millis(100));
+
+    p.a.tcp_set_nodelay(c, true).unwrap();
+    let before = out(&p);
+    assert_eq!(p.a.tcp_send(c, b"third"), Ok(5));
+    assert_eq!(p.a.tcp_send(c, b"fourth"), Ok(6));
+    assert_eq!(out(&p), before + 2, "a short write waited with Nagle off");
+    let start = p.now();
+    assert!(p.run_until(Duration::from_secs(1), |p| p.b.tcp_recv_queued(s) == Ok(22)));
+    let waited = p.now() - start;
+    assert!(
+        waited < Duration::from_millis(1),
+        "the writes took {waited:?} with Nagle off"
+    );
+    let mut buf = [0u8; 32];
+    assert_eq!(p.b.tcp_recv(s, &mut buf), Ok(22));
+    assert_eq!(&buf[..22], b"firstsecondthirdfourth");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -2238,3 +2238,288 @@ fn an_ack_at_the_right_edge_of_the_window_is_taken() {
     assert_eq!(p.a.tcp_connection(c).unwrap().snd_una(), una + 100);
     assert_eq!(counter(&p, Host::A, Counter::TcpDropOutOfWindow), 0);
 }
+
+// ----------------------------------------------------------------------------------------
+// (E) RFC 9293 Appendix B requirements on the wire.
+
+/// RFC 9293 MUST-15 (§3.7.1): a SYN without an MSS option means the peer takes segments
+/// of 536 bytes of data (IPv4's default). A's SYN reaches B stripped of every option
+/// (its real one is lost on the way), so B, on a 1500-byte MTU, sends A no segment with
+/// more than 536 bytes of data, and fills segments to exactly 536. The limit is B's
+/// alone: A, whose SYN-ACK carried B's MSS, sends B larger ones.
+#[test]
+fn a_syn_without_an_mss_option_gets_segments_of_536_bytes() {
+    let (mut p, net) = tapped();
+    let l = p.b.tcp_listen((ADDR_B, PORT), 4).unwrap();
+    net.drop_into(Host::B, 1, |s| s.control == Control::Syn);
+    let c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
+    wait(&mut p, Duration::from_millis(100), "A's SYN lost", |_| {
+        net.dropped().len() == 1
+    });
+    let syn = first_syn(&net, Host::A);
+    // The same SYN with no options at all: no MSS, and no timestamps, whose 12 bytes
+    // would come out of each segment's data.
+    net.inject(
+        Host::A,
+        &TcpRepr {
+            src_port: syn.src_port,
+            dst_port: syn.dst_port,
+            control: Control::Syn,
+            seq_number: syn.seq,
+            window_len: syn.window,
+            ..TcpRepr::default()
+        },
+    );
+    let mut s = None;
+    wait(&mut p, Duration::from_secs(1), "the connection", |p| {
+        s = s.or_else(|| p.b.tcp_accept(l).ok());
+        s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+    });
+    let s = s.unwrap();
+    assert_eq!(
+        net.sent()
+            .iter()
+            .filter(|s| s.from == Host::A && s.control == Control::Syn)
+            .count(),
+        1,
+        "B answered the stripped SYN, not a retransmission"
+    );
+    assert_eq!(p.b.tcp_connection(s).unwrap().mss().0, 536);
+    assert!(!p.b.tcp_connection(s).unwrap().timestamps_enabled());
+
+    let mark = net.mark();
+    let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    wait(&mut p, Duration::from_secs(5), "8 KiB at A", |p| {
+        sent += p.b.tcp_send(s, &data[sent..]).unwrap_or(0);
+        got.extend(read_all_a(p, c));
+        got.len() == data.len()
+    });
+    assert!(got == data);
+    let lens: Vec<usize> = net
+        .sent_since(mark, Host::B)
+        .iter()
+        .map(|s| s.payload.len())
+        .filter(|&n| n > 0)
+        .collect();
+    assert!(lens.iter().all(|&n| n <= 536), "{lens:?}");
+    assert!(
+        lens.iter().filter(|&&n| n == 536).count() >= data.len() / 536,
+        "full segments of 536: {lens:?}"
+    );
+
+    // The other way, B's SYN-ACK carried its MSS of 1460.
+    let mark = net.mark();
+    assert_eq!(p.a.tcp_send(c, &data), Ok(data.len()));
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.b.tcp_recv_queued(s), Ok(data.len()));
+    let longest = net
+        .sent_since(mark, Host::A)
+        .iter()
+        .map(|s| s.payload.len())
+        .max();
+    assert_eq!(longest, Some(1460));
+}
+
+/// RFC 9293 SHLD-2 (§3.5.3): a RST may carry data (diagnostics, say), and such a RST is
+/// taken like any other: at RCV.NXT it resets the connection, its data not delivered,
+/// unanswered and not challenged.
+#[test]
+fn a_rst_carrying_data_at_rcv_nxt_resets() {
+    let (mut p, net, c, _s) = victim();
+    let rcv_nxt = p.a.tcp_connection(c).unwrap().rcv_nxt();
+    let mark = net.mark();
+    net.inject(
+        Host::B,
+        &TcpRepr {
+            control: Control::Rst,
+            seq_number: rcv_nxt,
+            payload: b"diagnostic: connection no longer wanted",
+            ..from_b(&p, &net, c)
+        },
+    );
+    p.settle();
+    assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
+    assert_eq!(
+        p.a.tcp_recv(c, &mut [0; 64]),
+        Err(TcpError::ConnectionReset)
+    );
+    assert_eq!(counter(&p, Host::A, Counter::TcpResetsIn), 1);
+    assert_eq!(counter(&p, Host::A, Counter::TcpChallengeAcks), 0);
+    assert!(
+        net.sent_since(mark, Host::A).is_empty(),
+        "a RST is never answered"
+    );
+}
+
+/// RFC 9293 SHLD-3 (§3.6.1, RFC 1122 §4.2.2.13): data that arrives after the application
+/// closed its socket can never be read, and the sender is told so with a RST. B closes
+/// with nothing unread, its FIN goes and is acknowledged (FIN-WAIT-2); A, in CLOSE-WAIT,
+/// sends more; B answers it with a RST at the sequence number A expects, counts
+/// `tcp.data_after_close`, and A's connection is reset.
+#[test]
+fn data_after_close_is_answered_with_a_rst() {
+    let (mut p, net) = tapped();
+    let (c, _l, s) = connect(&mut p);
+    let fin = p.b.tcp_connection(s).unwrap().snd_nxt();
+    let connections = p.b.tcp_connection_count();
+    p.b.tcp_close(s).unwrap();
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.a.tcp_state(c), Ok(State::CloseWait));
+    assert_eq!(p.a.tcp_recv(c, &mut [0; 8]), Ok(0));
+    assert!(
+        net.sent()
+            .iter()
+            .any(|s| s.from == Host::A && s.is_pure_ack() && s.acks(fin + 1)),
+        "B's FIN acknowledged: B is in FIN-WAIT-2"
+    );
+    assert_eq!(p.b.tcp_connection_count(), connections, "B still holds it");
+    assert_eq!(counter(&p, Host::B, Counter::TcpResetsOut), 0);
+
+    let mark = net.mark();
+    assert_eq!(p.a.tcp_send(c, b"anyone reading?"), Ok(15));
+    p.settle();
+    let from_b = net.sent_since(mark, Host::B);
+    assert_eq!(from_b.len(), 1, "{from_b:?}");
+    assert_eq!(
+        (from_b[0].control, from_b[0].seq),
+        (Control::Rst, fin + 1),
+        "a RST at A's RCV.NXT"
+    );
+    assert_eq!(counter(&p, Host::B, Counter::TcpDataAfterClose), 1);
+    assert_eq!(counter(&p, Host::B, Counter::TcpResetsOut), 1);
+    assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(p.b.tcp_connection_count(), connections - 1, "B let go");
+}
+
+/// RFC 9293 MUST-66 (§3.4, and §3.10.7.4's note): a RST is processed even when the
+/// receive window is zero. A's 8 KiB receive buffer fills with B's data, unread, and A
+/// advertises a zero window (data at RCV.NXT is then refused with an ACK); a RST at
+/// RCV.NXT still resets A.
+#[test]
+fn a_rst_at_rcv_nxt_resets_a_zero_window() {
+    let mut a = host();
+    a.stack.tcp.recv_buffer = 8192;
+    let (mut p, net) = tapped_with(a, host());
+    let (c, _l, s) = connect(&mut p);
+    assert_eq!(p.b.tcp_send(s, &[5; 32 * 1024]), Ok(32 * 1024));
+    wait(&mut p, Duration::from_secs(5), "A's window shut", |p| {
+        p.a.tcp_connection(c).unwrap().rcv_wnd() == 0
+    });
+    // A's delayed ACK of the last data goes out.
+    p.run_for(Duration::from_millis(500));
+    assert_eq!(p.a.tcp_recv_queued(c), Ok(8192));
+    let last = net.sent().into_iter().rfind(|s| s.from == Host::A).unwrap();
+    assert_eq!(last.window, 0, "A advertises a zero window: {last:?}");
+    let rcv_nxt = p.a.tcp_connection(c).unwrap().rcv_nxt();
+    let snd_nxt = p.a.tcp_connection(c).unwrap().snd_nxt();
+
+    // The window is really shut: data at RCV.NXT is not taken, only acknowledged.
+    let mark = net.mark();
+    net.inject(
+        Host::B,
+        &TcpRepr {
+            seq_number: rcv_nxt,
+            ack_number: Some(snd_nxt),
+            payload: b"no room",
+            ..from_b(&p, &net, c)
+        },
+    );
+    p.settle();
+    assert_eq!(p.a.tcp_recv_queued(c), Ok(8192));
+    assert_eq!(p.a.tcp_connection(c).unwrap().rcv_nxt(), rcv_nxt);
+    let acks = net.sent_since(mark, Host::A);
+    assert!(
+        acks.iter()
+            .any(|s| s.is_pure_ack() && s.acks(rcv_nxt) && s.window == 0),
+        "{acks:?}"
+    );
+
+    net.inject(
+        Host::B,
+        &TcpRepr {
+            control: Control::Rst,
+            seq_number: rcv_nxt,
+            ..from_b(&p, &net, c)
+        },
+    );
+    p.settle();
+    assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
+    assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
+    assert_eq!(counter(&p, Host::A, Counter::TcpResetsIn), 1);
+}
+
+/// RFC 9293 MUST-42 (§3.9.1.1): an application can LISTEN on a port while a connection
+/// from that local port is in SYN-SENT or SYN-RECEIVED. B opens a connection from port
+/// `PORT` (its SYN held on the way, so SYN-SENT), and another from `PORT + 1` in a
+/// simultaneous open (the ACKs held, so SYN-RECEIVED); then listens on each port. Both
+/// listens succeed, each listener accepts a new connection from A while the first one
+/// waits, and each first connection then completes, its handshake segments going to it
+/// and not to the listener on its port, and carries data.
+#[test]
+fn a_listen_on_a_port_with_a_connection_in_syn_sent_or_syn_received() {
+    let (mut p, net) = tapped();
+    let cfg = p.b.tcp_default_config();
+    // SYN-SENT: B from PORT to a listener on A, B's SYN held on its way into A.
+    let a_l = p.a.tcp_listen((ADDR_A, 9000), 4).unwrap();
+    net.hold_into(Host::A, |s| s.control == Control::Syn && s.dst_port == 9000);
+    let syn_sent =
+        p.b.tcp_connect_from((ADDR_A, 9000), (ADDR_B, PORT), cfg, false)
+            .unwrap();
+    // SYN-RECEIVED: B from PORT + 1 and A from 6000 at once, A's <SYN,ACK> held on its
+    // way into B.
+    net.hold_into(Host::B, |s| s.src_port == 6000 && s.ack.is_some());
+    let a_simul =
+        p.a.tcp_connect_from((ADDR_B, PORT + 1), (ADDR_A, 6000), cfg, false)
+            .unwrap();
+    let syn_received =
+        p.b.tcp_connect_from((ADDR_A, 6000), (ADDR_B, PORT + 1), cfg, false)
+            .unwrap();
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.b.tcp_state(syn_sent), Ok(State::SynSent));
+    assert_eq!(p.b.tcp_state(syn_received), Ok(State::SynReceived));
+
+    let mut listeners = Vec::new();
+    for port in [PORT, PORT + 1] {
+        let l = p.b.tcp_listen((ADDR_B, port), 4).unwrap();
+        assert_eq!(p.b.tcp_state(l), Ok(State::Listen));
+        let c = p.a.tcp_connect((ADDR_B, port)).unwrap();
+        let mut s = None;
+        wait(&mut p, Duration::from_secs(1), "a new connection", |p| {
+            s = s.or_else(|| p.b.tcp_accept(l).ok());
+            s.is_some() && p.a.tcp_state(c) == Ok(State::Established)
+        });
+        let s = s.unwrap();
+        assert_eq!(p.b.tcp_endpoints(s).unwrap().0 .1, port);
+        still_works(&mut p, c, s);
+        listeners.push(l);
+    }
+    assert_eq!(p.b.tcp_state(syn_sent), Ok(State::SynSent));
+    assert_eq!(p.b.tcp_state(syn_received), Ok(State::SynReceived));
+
+    // The first connections complete.
+    assert!(net.held() > 0);
+    net.release();
+    let mut a_sent = None;
+    wait(
+        &mut p,
+        Duration::from_secs(5),
+        "the first connections",
+        |p| {
+            a_sent = a_sent.or_else(|| p.a.tcp_accept(a_l).ok());
+            a_sent.is_some()
+                && p.b.tcp_state(syn_sent) == Ok(State::Established)
+                && p.b.tcp_state(syn_received) == Ok(State::Established)
+                && p.a.tcp_state(a_simul) == Ok(State::Established)
+        },
+    );
+    for l in listeners {
+        assert_eq!(p.b.tcp_accept(l), Err(TcpError::WouldBlock), "nothing more");
+    }
+    still_works(&mut p, a_sent.unwrap(), syn_sent);
+    still_works(&mut p, a_simul, syn_received);
+}

@@ -3288,13 +3288,15 @@ impl Connection {
         self.dup_acks.min(2) as usize * self.snd_mss
     }
 
-    /// The persist timer: for a shut window, the RTO backed off per unanswered probe, 200
-    /// ms to 60 s (RFC 9293 §3.8.6.1); for a window open but too small to use, RFC 1122
-    /// §4.2.3.4's override timeout, the RTO kept within 0.2-1 s and never backed off.
+    /// The persist timer: for a shut window, the RTO doubled per unanswered probe, 200
+    /// ms to 60 s (RFC 9293 §3.8.6.1, SHLD-30; until the thirty-fifth session the
+    /// doubling stopped at 64 RTOs, 12.8 s at the 200 ms floor); for a window open but
+    /// too small to use, RFC 1122 §4.2.3.4's override timeout, the RTO kept within 0.2-1
+    /// s and never backed off.
     fn persist_timeout(&self) -> Duration {
         let rto = self.rtt.rto().as_nanos();
         let (t, max) = if self.snd_wnd == 0 {
-            let backed_off = rto.saturating_mul(1u64 << self.persist_backoff.min(6));
+            let backed_off = rto.saturating_mul(1u64 << self.persist_backoff.min(16));
             (backed_off, Duration::from_secs(60))
         } else {
             (rto, Duration::from_secs(1))

@@ -38,9 +38,14 @@ pub fn captured_pair(host: HostConfig) -> (Pair, SharedBytes) {
 
 /// The frames captured so far, in order.
 pub fn captured_frames(out: &SharedBytes) -> Vec<Vec<u8>> {
+    captured_records(out).into_iter().map(|r| r.data).collect()
+}
+
+/// The records captured so far, in order, each frame with the time the device saw it.
+pub fn captured_records(out: &SharedBytes) -> Vec<pcap::PcapRecord> {
     let bytes = out.0.lock().unwrap().clone();
     let (_, records) = pcap::parse(&bytes).unwrap();
-    records.into_iter().map(|r| r.data).collect()
+    records
 }
 
 /// The settings a header template must not change the frames under: `Tuning::fast()` with

@@ -127,6 +127,10 @@ impl Watched {
         if t.control == Control::Syn && t.max_seg_size.is_none() {
             broken.push("{end} sent a SYN without an MSS option".into());
         }
+        // MUST-65: the MSS option only in a SYN (SYN-ACKs included), never after.
+        if t.control != Control::Syn && t.max_seg_size.is_some() {
+            broken.push("{end} sent an MSS option on a segment that is not a SYN".into());
+        }
         // RFC 7323 §3.2: once both SYNs carried timestamps, every segment but a RST
         // does; §5.4 and §4.3: TSval never goes back, and TSecr echoes a TSval the peer
         // sent (TS.Recent), 0 in the first SYN.
@@ -283,8 +287,8 @@ impl Watched {
 ///   less than a window-scale unit (the field's precision; see `sequence_kept`);
 /// - no acknowledgment of data the peer has not sent (§3.10.7.4), and no ACK field that
 ///   goes back;
-/// - no segment whose data and options exceed the peer's MSS (§3.7.1), and an MSS
-///   option on every SYN;
+/// - no segment whose data and options exceed the peer's MSS (§3.7.1), an MSS option
+///   on every SYN, and none on any other segment (MUST-65);
 /// - timestamps on every segment but a RST once both SYNs carried them (RFC 7323 §3.2),
 ///   a TSval that never goes back and a TSecr that echoes a TSval the peer sent (§5.4,
 ///   §4.3);
