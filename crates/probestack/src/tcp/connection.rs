@@ -1928,8 +1928,10 @@ impl Connection {
         self.negotiate(seg, now);
         self.cwnd = self.initial_window();
         if let Some(ack) = seg.ack_number {
-            // Our SYN is acknowledged: ESTABLISHED.
+            // Our SYN is acknowledged: ESTABLISHED, and whatever ICMP said of the way
+            // the SYN took is answered (as new data acknowledged clears it later on).
             self.snd_una = ack;
+            self.soft_error = None;
             if self.snd_nxt.lt(ack) {
                 self.snd_nxt = ack;
             }
