@@ -2418,7 +2418,9 @@ fn a_rst_at_rcv_nxt_resets_a_zero_window() {
     let rcv_nxt = p.a.tcp_connection(c).unwrap().rcv_nxt();
     let snd_nxt = p.a.tcp_connection(c).unwrap().snd_nxt();
 
-    // The window is really shut: data at RCV.NXT is not taken, only acknowledged.
+    // The window is really shut: data at RCV.NXT is not taken, only acknowledged (and
+    // counted, as B's own window probes are).
+    let zero_window = counter(&p, Host::A, Counter::TcpDropZeroWindow);
     let mark = net.mark();
     net.inject(
         Host::B,
@@ -2432,6 +2434,10 @@ fn a_rst_at_rcv_nxt_resets_a_zero_window() {
     p.settle();
     assert_eq!(p.a.tcp_recv_queued(c), Ok(8192));
     assert_eq!(p.a.tcp_connection(c).unwrap().rcv_nxt(), rcv_nxt);
+    assert_eq!(
+        counter(&p, Host::A, Counter::TcpDropZeroWindow),
+        zero_window + 1
+    );
     let acks = net.sent_since(mark, Host::A);
     assert!(
         acks.iter()

@@ -286,6 +286,9 @@ counters! {
     /// Segments without a timestamp on a connection that negotiated them (RFC 7323 §3.2).
     TcpDropNoTimestamp = "tcp.drop.no_timestamp";
     TcpDropOutOfWindow = "tcp.drop.out_of_window";
+    /// Data at RCV.NXT into a shut window, a window probe's byte among them: not taken,
+    /// answered with an ACK (RFC 9293 §3.10.7.4; Linux's `TCPZeroWindowDrop`).
+    TcpDropZeroWindow = "tcp.drop.zero_window";
     TcpDropAckTooNew = "tcp.drop.ack_too_new";
     TcpDropAckTooOld = "tcp.drop.ack_too_old";
     /// Fast retransmits (RFC 5681 §3.2) and retransmission timeouts (RFC 6298).
