@@ -1908,6 +1908,33 @@ mod tests {
         assert_eq!(parse(&b, SERVER, CLIENT).unwrap().max_seg_size, Some(1460));
     }
 
+    /// The header's options are padded to a 32-bit boundary with zeros (RFC 9293 §3.1,
+    /// MUST-69), whatever the buffer held: RFC 1146 data of one byte takes two NOPs and
+    /// three bytes, so three bytes of padding follow.
+    #[test]
+    fn options_are_padded_with_zeros() {
+        let repr = TcpRepr {
+            src_port: 1,
+            dst_port: 2,
+            alt_checksum_data: Some(&[0xAB]),
+            ..TcpRepr::default()
+        };
+        assert_eq!(repr.header_len(), HEADER_LEN + 8);
+        let mut buf = vec![0xFFu8; repr.buffer_len()];
+        repr.emit(
+            &mut Packet::new_unchecked(&mut buf[..]),
+            SERVER,
+            CLIENT,
+            Checksum::Skip,
+        )
+        .unwrap();
+        let options = &buf[HEADER_LEN..HEADER_LEN + 8];
+        assert_eq!(
+            options,
+            [1, 1, option_kind::ALT_CHECKSUM_DATA, 3, 0xAB, 0, 0, 0]
+        );
+    }
+
     #[test]
     fn option_iterator_stops_after_an_error() {
         let mut it = TcpOptions::new(&[1, 2, 3, 1, 1]);
