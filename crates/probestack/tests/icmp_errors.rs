@@ -174,19 +174,34 @@ fn a_soft_error_is_kept_for_the_application_and_aborts_nothing() {
 }
 
 /// RFC 9293 MUST-56 (§3.9.2.2, and SHLD-25): a time exceeded (TTL expired, RFC 792 code
-/// 0) is a soft error and aborts nothing. About the SYN, it leaves the connect in
-/// SYN-SENT (a hard error would end it), and the SYN sent again once the router lets it
-/// by opens the connection. About data in flight: a second after the router answers
-/// A's segment so (its retransmission too), the connection is still ESTABLISHED, with no
-/// error, and keeps the time exceeded as a soft error (host unreachable, as
-/// `IcmpError::Host` maps it); once the router lets the segments by, the retransmission
-/// gets through, its ACK clears the soft error, and the connection goes on.
+/// 0) is a soft error and aborts nothing (see [`soft_error_aborts_nothing`]).
 #[test]
 fn a_time_exceeded_is_a_soft_error_that_aborts_nothing() {
+    soft_error_aborts_nothing(Answer::TtlExpired);
+}
+
+/// RFC 9293 MUST-56 and SHLD-25 (§3.9.2.2) for destination unreachable code 5, source
+/// route failed: a soft error, unlike codes 2 to 4 (SHLD-26), that aborts nothing (see
+/// [`soft_error_aborts_nothing`]).
+#[test]
+fn a_source_route_failed_is_a_soft_error_that_aborts_nothing() {
+    soft_error_aborts_nothing(Answer::Unreachable(DstUnreachable::SourceRouteFailed));
+}
+
+/// The router answers with `answer`, which the stack takes as a soft error (host
+/// unreachable, as `IcmpError::Host` maps both answers). About the SYN, it leaves the
+/// connect in SYN-SENT (a hard error would end it), and the SYN sent again once the router
+/// lets it by opens the connection, which clears the soft error (as Linux clears
+/// `sk_err_soft` on any acceptable ACK; until the thirty-fifth session it stayed until new
+/// data). About data in flight: a second after the router answers A's segment so (its
+/// retransmission too), the connection is still ESTABLISHED, with no error, and keeps the
+/// soft error; once the router lets the segments by, the retransmission gets through, its
+/// ACK clears the soft error, and the connection goes on.
+fn soft_error_aborts_nothing(answer: Answer) {
     let (mut p, rule) = routed();
     let l = p.b.tcp_listen((ADDR_B, 5001), 4).unwrap();
     *rule.lock().unwrap() = Some(Rule {
-        answer: Answer::TtlExpired,
+        answer,
         protocol: 6,
         syn_only: true,
         seq_shift: 0,
@@ -203,12 +218,10 @@ fn a_time_exceeded_is_a_soft_error_that_aborts_nothing() {
     assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::HostUnreachable)));
     *rule.lock().unwrap() = None;
     let s = accepted_on_b(&mut p, l, c);
-    // The SYN acknowledged clears the soft error it left (as Linux clears `sk_err_soft`
-    // on any acceptable ACK; until the thirty-fifth session it stayed until new data).
     assert_eq!(p.a.tcp_soft_error(c), Ok(None));
     assert!(delivered(&mut p, c, s, b"hello"));
-    *rule.lock().unwrap() = tcp_rule(Answer::TtlExpired);
-    assert_eq!(p.a.tcp_send(c, b"ttl ran out"), Ok(11));
+    *rule.lock().unwrap() = tcp_rule(answer);
+    assert_eq!(p.a.tcp_send(c, b"it went astray"), Ok(14));
     p.run_for(Duration::from_secs(1));
     assert!(
         count(&p, Counter::TcpIcmpErrors) > 1,
@@ -222,66 +235,12 @@ fn a_time_exceeded_is_a_soft_error_that_aborts_nothing() {
     let mut got = 0;
     assert!(p.run_until(Duration::from_secs(10), |p| {
         got += p.b.tcp_recv(s, &mut buf[got..]).unwrap_or(0);
-        got == 11 && p.a.tcp_send_queued(c) == Ok(0)
+        got == 14 && p.a.tcp_send_queued(c) == Ok(0)
     }));
-    assert_eq!(&buf[..11], b"ttl ran out");
+    assert_eq!(&buf[..14], b"it went astray");
     assert_eq!(p.a.tcp_soft_error(c), Ok(None));
     assert_eq!(p.a.tcp_state(c), Ok(State::Established));
     assert!(delivered(&mut p, c, s, b"more"));
-}
-
-/// RFC 9293 MUST-56 and SHLD-25 (§3.9.2.2) for destination unreachable code 5, source
-/// route failed: a soft error, unlike codes 2 to 4 (SHLD-26). About the SYN it leaves the
-/// connect in SYN-SENT with the soft error (host unreachable), and the SYN sent again
-/// once the router lets it by opens the connection; about data in flight it leaves the
-/// connection ESTABLISHED with the soft error, and the data gets through after, which
-/// clears it.
-#[test]
-fn a_source_route_failed_is_a_soft_error_that_aborts_nothing() {
-    let (mut p, rule) = routed();
-    let l = p.b.tcp_listen((ADDR_B, 5001), 4).unwrap();
-    let failed = Answer::Unreachable(DstUnreachable::SourceRouteFailed);
-    *rule.lock().unwrap() = Some(Rule {
-        answer: failed,
-        protocol: 6,
-        syn_only: true,
-        seq_shift: 0,
-    });
-    let c = p.a.tcp_connect((ADDR_B, 5001)).unwrap();
-    p.run_for(Duration::from_millis(10));
-    assert_eq!(count(&p, Counter::TcpIcmpErrors), 1);
-    assert_eq!(
-        p.a.tcp_state(c),
-        Ok(State::SynSent),
-        "the connect was ended"
-    );
-    assert_eq!(p.a.tcp_error(c), Ok(None));
-    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::HostUnreachable)));
-    *rule.lock().unwrap() = None;
-    let s = accepted_on_b(&mut p, l, c);
-    // New data acknowledged clears the soft error the SYN left.
-    assert!(delivered(&mut p, c, s, b"hello"));
-    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
-    // Established: the same error about data in flight.
-    *rule.lock().unwrap() = tcp_rule(failed);
-    assert_eq!(p.a.tcp_send(c, b"no route"), Ok(8));
-    p.run_for(Duration::from_secs(1));
-    assert!(
-        count(&p, Counter::TcpIcmpErrors) > 1,
-        "no error about the data"
-    );
-    assert_eq!(p.a.tcp_state(c), Ok(State::Established));
-    assert_eq!(p.a.tcp_error(c), Ok(None));
-    assert_eq!(p.a.tcp_soft_error(c), Ok(Some(TcpError::HostUnreachable)));
-    *rule.lock().unwrap() = None;
-    let mut buf = [0u8; 16];
-    let mut got = 0;
-    assert!(p.run_until(Duration::from_secs(10), |p| {
-        got += p.b.tcp_recv(s, &mut buf[got..]).unwrap_or(0);
-        got == 8 && p.a.tcp_send_queued(c) == Ok(0)
-    }));
-    assert_eq!(&buf[..8], b"no route");
-    assert_eq!(p.a.tcp_soft_error(c), Ok(None));
 }
 
 /// A Source Quench about data in flight is discarded unheeded (RFC 9293 MUST-55, RFC 6633
