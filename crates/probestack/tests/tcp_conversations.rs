@@ -1172,3 +1172,42 @@ fn acks_do_not_go_back_on_a_reordering_link_after_a_shutdown() {
         &[Step::Shutdown { side: 0 }],
     );
 }
+
+/// B writes a byte more than A's window, and the link is cut again and again. B's
+/// probes into the shut window went unanswered through the first cut (five in a row);
+/// then A's read opened the window, and B's byte, sent at once, was lost to the next cut
+/// and timed out seven times; the five were still counted, so B gave up at the twelfth.
+/// The count of unanswered probes was to end when the window opened with nothing in
+/// flight, but it asked whether SND.MAX was acknowledged, which the probes' own byte
+/// always passes. (Found by the thirty-fifth session's hunt; the bug was older than it.)
+#[test]
+fn a_window_probed_across_cuts_is_not_given_up() {
+    let a = Host {
+        max_ooo_ranges: 1,
+        ..plain(4096, 4096, 0)
+    };
+    let b = Host {
+        max_ooo_ranges: 1,
+        ..plain(16384, 4096, 0)
+    };
+    let cut = |ms| Step::Cut { ms };
+    regression(
+        4352,
+        false,
+        Some((0, 0, 0, 0, 0)),
+        [a, b],
+        &[
+            Step::Write {
+                side: 1,
+                len: 4097,
+                how: How::Copy,
+            },
+            Step::Wait { ms: 1 },
+            cut(8200),
+            Step::Read { side: 0, max: 2048 },
+            cut(6201),
+            cut(3763),
+            cut(5437),
+        ],
+    );
+}

@@ -2336,8 +2336,12 @@ impl Connection {
             if was_zero && self.snd_wnd > 0 {
                 self.persist_deadline = None;
                 self.persist_backoff = 0;
-                // The probes' count of unanswered ones ends with them.
-                if self.snd_una == self.snd_max {
+                // The probes' count of unanswered ones ends with them. Nothing in flight
+                // but the probes' byte, past the data sent (until the thirty-fifth
+                // session this asked for SND.MAX, which that byte always passes, so the
+                // count went on into the data's retransmissions: a window probed across
+                // link cuts, then opened, gave its data the timeouts left).
+                if self.snd_una == self.data_max() {
                     self.retries = 0;
                 }
             }
