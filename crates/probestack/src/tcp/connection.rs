@@ -2999,23 +2999,22 @@ impl Connection {
             0
         };
         let threshold = self.rcv_mss.min(self.rx.capacity() / 2);
-        let open = if free >= already + threshold {
-            free >> self.rcv_shift
+        let shift = self.rcv_shift;
+        let field = if free >= already + threshold {
+            free >> shift
         } else {
-            0
+            // The field that keeps the edge advertised before: RCV.NXT has moved by
+            // bytes, not by units of the scale, so it is rounded up (as Linux's
+            // `tcp_select_window` aligns it), lest the edge step left (RFC 9293
+            // SHLD-14), unless the buffer cannot hold the bytes the rounding adds.
+            let up = (already + (1usize << shift) - 1) >> shift;
+            if up << shift <= free {
+                up
+            } else {
+                already >> shift
+            }
         };
-        // The field that keeps the edge advertised before: RCV.NXT has moved by bytes,
-        // not by units of the scale, so it is rounded up (as Linux's `tcp_select_window`
-        // aligns it), lest the edge step left (RFC 9293 SHLD-14), unless the buffer
-        // cannot hold the bytes the rounding adds.
-        let unit = 1usize << self.rcv_shift;
-        let keep = already.div_ceil(unit);
-        let keep = if keep * unit <= free {
-            keep
-        } else {
-            already >> self.rcv_shift
-        };
-        let field = open.max(keep).min(0xffff);
+        let field = field.min(0xffff);
         let edge = self.rcv_nxt + (field << self.rcv_shift);
         let edge = if edge.gt(self.rcv_adv) {
             edge
@@ -3469,9 +3468,10 @@ impl Connection {
         // PSH when the segment empties the buffer (RFC 9293 §3.9.1.2).
         repr.psh = offset + len == self.tx.len();
         let seg_end = end + usize::from(fin);
-        let retransmission = kind == Send::Retransmit || seq.lt(self.data_max());
-        // Not ECN-capable if a byte of it went before, even a probe's (RFC 3168 §6.1.5-6).
-        let sent_before = retransmission || seq.lt(self.snd_max);
+        // Sent before: a byte of it went already, if only as a probe's (so not
+        // ECN-capable, RFC 3168 §6.1.5-6); sent again: it starts below the data sent.
+        let sent_before = seq.lt(self.snd_max);
+        let retransmission = kind == Send::Retransmit || (sent_before && seq.lt(self.data_max()));
         match kind {
             Send::Next | Send::Retransmit if retransmission => {
                 // Karn: no RTT sample from a segment sent twice.
