@@ -1426,6 +1426,14 @@ impl Connection {
     /// (RFC 1122 §4.2.3.6: keepalives only after an idle interval). Not for one the
     /// connection dropped: a peer that is gone would be kept for good by stale or blind
     /// segments (Linux likewise times the idle interval from accepted segments).
+    /// The segment input is taking passed its state's checks: noted
+    /// ([`segment_accepted`](Self::segment_accepted)), and the keepalive timer restarted.
+    #[inline]
+    fn accept(&mut self, now: Instant) {
+        self.accepted = true;
+        self.restart_keepalive(now);
+    }
+
     fn restart_keepalive(&mut self, now: Instant) {
         if let Some(d) = self.config.keepalive {
             self.keepalive_deadline = Some(now + d);
@@ -1648,6 +1656,15 @@ impl Connection {
     // ------------------------------------------------------------------------------------
     // Segment arrival (RFC 9293 §3.10.7).
 
+    /// Whether the last segment [`input`](Self::input) took passed the checks of its
+    /// state (RFC 9293 §3.10.7: in SYN-SENT an acceptable SYN; in a synchronized state
+    /// the window, PAWS and RFC 5961's ACK test), so that what it says of the path (a
+    /// source route, RFC 9293 MUST-53 and SHLD-24) may be believed: a blind segment
+    /// with the four-tuple must not turn the connection's route.
+    pub fn segment_accepted(&self) -> bool {
+        self.accepted
+    }
+
     /// Processes a segment for this connection. `data_in_rx` says the payload was already
     /// copied (and verified) into the receive buffer's free space at RCV.NXT (see
     /// [`in_order_fits`](Self::in_order_fits)). Returns a RST to send in reply, if one is
@@ -1663,32 +1680,6 @@ impl Connection {
     ) -> Option<RstReply> {
         self.stats.segments_in += 1;
         self.accepted = false;
-        let reply = self.input_in_state(s, seg, data_in_rx, header_prediction, ledger, now);
-        if self.accepted {
-            self.restart_keepalive(now);
-        }
-        reply
-    }
-
-    /// Whether the last segment [`input`](Self::input) took passed the checks of its
-    /// state (RFC 9293 §3.10.7: in SYN-SENT an acceptable SYN; in a synchronized state
-    /// the window, PAWS and RFC 5961's ACK test), so that what it says of the path (a
-    /// source route, RFC 9293 MUST-53 and SHLD-24) may be believed: a blind segment
-    /// with the four-tuple must not turn the connection's route.
-    pub fn segment_accepted(&self) -> bool {
-        self.accepted
-    }
-
-    /// [`input`](Self::input) by state.
-    fn input_in_state(
-        &mut self,
-        s: impl Sampling,
-        seg: &TcpRepr,
-        data_in_rx: bool,
-        header_prediction: bool,
-        ledger: &Ledger,
-        now: Instant,
-    ) -> Option<RstReply> {
         match self.state {
             State::Closed => return RstReply::for_segment(seg),
             State::Listen => return None,
@@ -1699,7 +1690,7 @@ impl Connection {
         if header_prediction && !ce {
             let _p = ledger.probe(s, Layer::Tcp, Side::Receive, Op::TcpProto);
             if self.predicted(s, seg, data_in_rx, ledger, now) {
-                self.accepted = true;
+                self.accept(now);
                 return None;
             }
             self.stats.hp_misses += 1;
@@ -1920,7 +1911,7 @@ impl Connection {
         if seg.control != Control::Syn {
             return None;
         }
-        self.accepted = true;
+        self.accept(now);
         self.irs = seg.seq_number;
         self.rcv_nxt = seg.seq_number + 1;
         self.rcv_adv = self.rcv_nxt;
@@ -2222,7 +2213,7 @@ impl Connection {
             self.send_challenge_ack(now, ledger);
             return None;
         }
-        self.accepted = true;
+        self.accept(now);
         self.update_ts_recent(seg.seq_number, seg.timestamp.map(|ts| ts.tsval), now);
         if self.ecn_enabled {
             self.ecn_ack_in(seg, ack, ledger);
