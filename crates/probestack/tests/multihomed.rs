@@ -139,6 +139,23 @@ fn a_tcp_connection_opened_from_the_second_address_goes_from_it() {
     );
 }
 
+/// RFC 9293 MUST-44: an active open that names no local address asks IP for one, the
+/// address of the interface the route to the peer leaves by: B's connection to A goes
+/// from B's first address (A's listener sees it so), one to a host on the second
+/// interface's subnet from the second address, before any SYN is answered.
+#[test]
+fn an_active_open_without_a_local_address_takes_the_routes_interface_address() {
+    let (mut p, _peer) = multihomed();
+    let l = p.a.tcp_listen((ADDR_A, 5001), 4).unwrap();
+    let c = p.b.tcp_connect((ADDR_A, 5001)).unwrap();
+    assert_eq!(p.b.tcp_endpoints(c).map(|(local, _)| local.0), Ok(ADDR_B));
+    let s = accepted_on_a(&mut p, l, c);
+    assert_eq!(p.a.tcp_endpoints(s).map(|(_, remote)| remote.0), Ok(ADDR_B));
+    let on_second = Ipv4Address::new(198, 19, 0, 5);
+    let c2 = p.b.tcp_connect((on_second, 5001)).unwrap();
+    assert_eq!(p.b.tcp_endpoints(c2).map(|(local, _)| local.0), Ok(SECOND));
+}
+
 /// A socket bound to the wildcard address learns which of the host's addresses each
 /// datagram was sent to, or that it was a broadcast (RFC 1122 §4.1.3.5; `IP_PKTINFO`), so
 /// that it can answer from the address it was reached at.
