@@ -469,6 +469,16 @@ fn from_b<'a>(p: &Pair, net: &Net, c: TcpHandle) -> TcpRepr<'a> {
     }
 }
 
+/// A RST from B to A on A's connection `c` at `seq`, as B itself would send it
+/// ([`from_b`]).
+fn rst_from_b<'a>(p: &Pair, net: &Net, c: TcpHandle, seq: SeqNumber) -> TcpRepr<'a> {
+    TcpRepr {
+        control: Control::Rst,
+        seq_number: seq,
+        ..from_b(p, net, c)
+    }
+}
+
 fn counter(p: &Pair, h: Host, c: Counter) -> u64 {
     match h {
         Host::A => p.a.ledger().counters().get(c),
@@ -1689,14 +1699,7 @@ fn rst_in_window_draws_a_challenge_ack() {
     assert!(wnd > 10_000);
     let mark = net.mark();
     for offset in [1, 1000, wnd - 1] {
-        net.inject(
-            Host::B,
-            &TcpRepr {
-                control: Control::Rst,
-                seq_number: rcv_nxt + offset,
-                ..from_b(&p, &net, c)
-            },
-        );
+        net.inject(Host::B, &rst_from_b(&p, &net, c, rcv_nxt + offset));
         p.settle();
     }
     assert_eq!(p.a.tcp_state(c), Ok(State::Established));
@@ -1722,10 +1725,8 @@ fn rst_at_rcv_nxt_resets() {
         net.inject(
             Host::B,
             &TcpRepr {
-                control: Control::Rst,
-                seq_number: rcv_nxt,
                 payload,
-                ..from_b(&p, &net, c)
+                ..rst_from_b(&p, &net, c, rcv_nxt)
             },
         );
         p.settle();
@@ -1760,14 +1761,7 @@ fn rst_outside_window_is_dropped_silently() {
         rcv_nxt + (1 << 31),
     ];
     for seq in outside {
-        net.inject(
-            Host::B,
-            &TcpRepr {
-                control: Control::Rst,
-                seq_number: seq,
-                ..from_b(&p, &net, c)
-            },
-        );
+        net.inject(Host::B, &rst_from_b(&p, &net, c, seq));
         p.settle();
     }
     assert_eq!(p.a.tcp_state(c), Ok(State::Established));
@@ -1861,10 +1855,8 @@ fn segment_without_timestamp_is_dropped() {
     net.inject(
         Host::B,
         &TcpRepr {
-            control: Control::Rst,
-            seq_number: rcv_nxt,
             timestamp: None,
-            ..from_b(&p, &net, c)
+            ..rst_from_b(&p, &net, c, rcv_nxt)
         },
     );
     p.settle();
@@ -2006,14 +1998,7 @@ fn challenge_ack_rate_limit() {
     let mark = net.mark();
     let start = p.now();
     for i in 0..250 {
-        net.inject(
-            Host::B,
-            &TcpRepr {
-                control: Control::Rst,
-                seq_number: rcv_nxt + (1 + i * 7),
-                ..from_b(&p, &net, c)
-            },
-        );
+        net.inject(Host::B, &rst_from_b(&p, &net, c, rcv_nxt + (1 + i * 7)));
         p.run_for(Duration::from_millis(2));
     }
     assert!(p.now() - start < Duration::from_secs(1));
@@ -2039,14 +2024,7 @@ fn challenge_ack_rate_limit() {
 
     // A second on, the budget is back.
     p.run_for(Duration::from_secs(1));
-    net.inject(
-        Host::B,
-        &TcpRepr {
-            control: Control::Rst,
-            seq_number: rcv_nxt + 3,
-            ..from_b(&p, &net, c)
-        },
-    );
+    net.inject(Host::B, &rst_from_b(&p, &net, c, rcv_nxt + 3));
     p.settle();
     assert_eq!(
         counter(&p, Host::A, Counter::TcpChallengeAcks),
@@ -2421,14 +2399,7 @@ fn a_rst_at_rcv_nxt_resets_a_zero_window() {
         "{acks:?}"
     );
 
-    net.inject(
-        Host::B,
-        &TcpRepr {
-            control: Control::Rst,
-            seq_number: rcv_nxt,
-            ..from_b(&p, &net, c)
-        },
-    );
+    net.inject(Host::B, &rst_from_b(&p, &net, c, rcv_nxt));
     p.settle();
     assert_eq!(p.a.tcp_state(c), Ok(State::Closed));
     assert_eq!(p.a.tcp_error(c), Ok(Some(TcpError::ConnectionReset)));
