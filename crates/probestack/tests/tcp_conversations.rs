@@ -282,6 +282,46 @@ struct Conn {
     streams: [Stream; 2],
     /// Whether each side reads this connection zero-copy.
     zero_copy: [bool; 2],
+    /// The side whose application closed or aborted the connection ([`Act::End`]), its
+    /// handle gone: the other side, the survivor, may then be reset.
+    ended: Option<usize>,
+    /// Whether the survivor's calls have told it the connection is over (reset, or timed
+    /// out where the reset was lost): it makes no more calls but its close.
+    over: bool,
+    /// Whether the end sent no RST: an ABORT in CLOSING, LAST-ACK or TIME-WAIT only deletes
+    /// the connection (RFC 9293 §3.10.5), so a survivor left in FIN-WAIT-2 with nothing to
+    /// send hears nothing, and waits for the rest of a stream that will not come.
+    quiet: bool,
+}
+
+/// One act of the applications on a connection: a step both kinds of conversation take
+/// (with Linux too), or an application ending its side with a close (`abort` false: a
+/// FIN, or a RST if data it had not read was waiting, RFC 9293 §3.10.4 and RFC 2525 §2.17)
+/// or an abort (a RST, RFC 9293 §3.10.5).
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    Do(Step),
+    End { side: usize, abort: bool },
+}
+
+impl From<Step> for Act {
+    fn from(step: Step) -> Act {
+        Act::Do(step)
+    }
+}
+
+/// An act: mostly a step, now and then an application ending its side.
+fn act(wait_ms: u64, stream_len: usize, cut_ms: u64) -> impl Strategy<Value = Act> {
+    prop_oneof![
+        30 => step(wait_ms, stream_len, cut_ms).prop_map(Act::Do),
+        1 => (0..2usize, any::<bool>()).prop_map(|(side, abort)| Act::End { side, abort }),
+    ]
+}
+
+/// What the survivor of an ended connection may be told by a call: the peer's reset, or
+/// (the reset lost, its own segments unanswered) that it timed out.
+fn ends_survivor(e: TcpError) -> bool {
+    matches!(e, TcpError::ConnectionReset | TcpError::TimedOut)
 }
 
 /// The two applications: their connections, how they read, and the loans they made.
@@ -362,6 +402,9 @@ impl Apps {
                 handles,
                 streams,
                 zero_copy,
+                ended: None,
+                over: false,
+                quiet: false,
             });
         }
         Ok(Apps {
@@ -383,6 +426,9 @@ impl Apps {
         let h = self.conns[k].handles[side];
         let data = bytes(side, self.conns[k].streams[side].written, len);
         let shut = self.conns[k].streams[side].shut;
+        if self.conns[k].ended.is_some() {
+            return self.survivor_write(p, k, side, &data);
+        }
         let n = stack_write(
             stack(p, side),
             h,
@@ -396,6 +442,69 @@ impl Apps {
         Ok(())
     }
 
+    /// A copied write by the survivor of ended connection `k`: taken (it may never
+    /// arrive), refused as the model allows, or the news that the connection is over.
+    fn survivor_write(
+        &mut self,
+        p: &mut Pair,
+        k: usize,
+        side: usize,
+        data: &[u8],
+    ) -> Result<(), TestCaseError> {
+        if self.conns[k].over {
+            return Ok(());
+        }
+        let shut = self.conns[k].streams[side].shut;
+        match stack(p, side).tcp_send(self.conns[k].handles[side], data) {
+            Ok(n) => {
+                prop_assert!(!shut, "{} wrote after its shutdown", SIDES[side]);
+                self.conns[k].streams[side].written += n;
+            }
+            Err(TcpError::WouldBlock) => prop_assert!(!shut),
+            Err(TcpError::Shutdown) => prop_assert!(shut),
+            Err(e) if ends_survivor(e) => self.conns[k].over = true,
+            Err(e) => return Err(TestCaseError::fail(format!("{} write: {e}", SIDES[side]))),
+        }
+        Ok(())
+    }
+
+    /// `side`'s application ends connection `k` (closes or aborts its socket), unless
+    /// the connection is ended already.
+    fn end(
+        &mut self,
+        p: &mut Pair,
+        k: usize,
+        side: usize,
+        abort: bool,
+    ) -> Result<(), TestCaseError> {
+        let k = k % self.conns.len();
+        if self.conns[k].ended.is_some() {
+            return Ok(());
+        }
+        let h = self.conns[k].handles[side];
+        let st = stack(p, side);
+        let resets = matches!(
+            st.tcp_state(h),
+            Ok(State::SynReceived
+                | State::Established
+                | State::FinWait1
+                | State::FinWait2
+                | State::CloseWait)
+        );
+        let r = if abort {
+            st.tcp_abort(h)
+        } else {
+            st.tcp_close(h)
+        };
+        prop_assert!(r.is_ok(), "{} end (abort: {abort}): {r:?}", SIDES[side]);
+        self.conns[k].ended = Some(side);
+        self.conns[k].quiet = abort && !resets;
+        // A FIN, if one goes, follows everything written; a RST is no end of stream.
+        self.conns[k].streams[side].shut |= !abort;
+        p.settle();
+        Ok(())
+    }
+
     /// Reads up to `max` bytes on `side`; whether it got anything new (data or the end).
     fn read(
         &mut self,
@@ -405,12 +514,21 @@ impl Apps {
         max: usize,
     ) -> Result<bool, TestCaseError> {
         let h = self.conns[k].handles[side];
+        match self.conns[k].ended {
+            Some(s) if s == side => return Ok(false),
+            Some(_) if self.conns[k].over => return Ok(false),
+            _ => {}
+        }
         let got = stack_read(stack(p, side), h, max, self.conns[k].zero_copy[side]);
         let from = 1 - side;
         let stream = &mut self.conns[k].streams[from];
         match got {
             Ok(got) => stream.take(got, max, SIDES[side], from, SIDES[from]),
             Err(TcpError::WouldBlock) => Ok(false),
+            Err(e) if self.conns[k].ended.is_some() && ends_survivor(e) => {
+                self.conns[k].over = true;
+                Ok(false)
+            }
             Err(e) => Err(TestCaseError::fail(format!(
                 "{} read: {e} ({:?})",
                 SIDES[side],
@@ -420,8 +538,18 @@ impl Apps {
     }
 
     fn shutdown(&mut self, p: &mut Pair, k: usize, side: usize) -> Result<(), TestCaseError> {
+        match self.conns[k].ended {
+            Some(s) if s == side => return Ok(()),
+            Some(_) if self.conns[k].over => return Ok(()),
+            _ => {}
+        }
         let r = stack(p, side).tcp_shutdown(self.conns[k].handles[side]);
-        prop_assert!(r.is_ok(), "{} shutdown: {r:?}", SIDES[side]);
+        match r {
+            Err(e) if self.conns[k].ended.is_some() && ends_survivor(e) => {
+                self.conns[k].over = true;
+            }
+            r => prop_assert!(r.is_ok(), "{} shutdown: {r:?}", SIDES[side]),
+        }
         self.conns[k].streams[side].shut = true;
         Ok(())
     }
@@ -429,7 +557,12 @@ impl Apps {
     /// Runs `step` on connection `k` (of those open, counted round).
     fn run(&mut self, p: &mut Pair, k: usize, step: Step) -> Result<(), TestCaseError> {
         let k = k % self.conns.len();
+        let ended = self.conns[k].ended;
         match step {
+            // The ended side's application has no socket; a stream to or from it would
+            // never be read whole; options of a socket that may be reset do not matter.
+            Step::Write { side, .. } | Step::Options { side, .. } if ended == Some(side) => {}
+            Step::Stream { .. } | Step::Options { .. } if ended.is_some() => {}
             Step::Write { side, len, how } => self.write(p, k, side, len, how)?,
             Step::Read { side, max } => {
                 self.read(p, k, side, max)?;
@@ -533,6 +666,7 @@ impl Apps {
                 }
             }
         }
+        let ended = self.conns.iter().any(|c| c.ended.is_some());
         let mut failed = None;
         let done = p.run_until(PATIENCE, |p| {
             for k in 0..self.conns.len() {
@@ -549,9 +683,21 @@ impl Apps {
                     }
                 }
             }
-            self.conns
-                .iter()
-                .all(|c| c.streams.iter().all(|s| s.eof_seen))
+            // A survivor reads to the end of the stream or until it is told the
+            // connection is over; the ended side reads no more. Where the link loses
+            // frames the RST may be lost, and a quiet abort sends none: a survivor that
+            // has sent its FIN and had it acknowledged has nothing more to send, so
+            // nothing draws a RST, and it waits in FIN-WAIT-2 for good (as in any TCP;
+            // its close below ends it).
+            self.conns.iter().all(|c| match c.ended {
+                None => c.streams.iter().all(|s| s.eof_seen),
+                Some(side) => {
+                    let survivor = stack(p, 1 - side).tcp_state(c.handles[1 - side]);
+                    c.over
+                        || c.streams[side].eof_seen
+                        || (faults || c.quiet) && survivor == Ok(State::FinWait2)
+                }
+            })
         });
         if let Some(e) = failed {
             return Err(e);
@@ -572,8 +718,9 @@ impl Apps {
             );
         }
         for c in &self.conns {
-            p.a.tcp_close(c.handles[0]).unwrap();
-            p.b.tcp_close(c.handles[1]).unwrap();
+            for side in (0..2).filter(|&side| c.ended != Some(side)) {
+                stack(p, side).tcp_close(c.handles[side]).unwrap();
+            }
         }
         p.b.tcp_close(self.listener).unwrap();
         // TIME-WAIT is 2 s here; a lost last ACK makes LAST-ACK retransmit its FIN.
@@ -581,7 +728,7 @@ impl Apps {
         for (side, name) in SIDES.iter().enumerate() {
             let st = stack(p, side);
             prop_assert_eq!(st.tcp_connection_count(), 0, "{} keeps a connection", name);
-            if !faults {
+            if !faults && !ended {
                 let resets = st.ledger().counters().get(Counter::TcpResetsOut);
                 prop_assert_eq!(resets, 0, "{} sent resets on a clean link", name);
             }
@@ -611,12 +758,15 @@ fn converse_on(
     setup: &Setup,
     connections: usize,
     backlog: usize,
-    steps: &[(usize, Step)],
+    acts: &[(usize, impl Into<Act> + Copy)],
 ) -> Result<(), TestCaseError> {
     let (mut p, cut, broken) = pair(setup);
     let mut apps = Apps::connect(&mut p, cut, setup, connections, backlog)?;
-    for &(k, step) in steps {
-        apps.run(&mut p, k, step)?;
+    for &(k, act) in acts {
+        match act.into() {
+            Act::Do(step) => apps.run(&mut p, k, step)?,
+            Act::End { side, abort } => apps.end(&mut p, k, side, abort)?,
+        }
     }
     let faults = setup.faults.is_some();
     apps.finish(&mut p, faults, faults && setup.on_frame_queue)?;
@@ -641,14 +791,14 @@ proptest! {
         setup in setup(),
         connections in prop_oneof![6 => Just(1usize), 2 => 2..5usize, 1 => 17..21usize],
         shortfall in 0..11usize,
-        steps in proptest::collection::vec((0..32usize, step(3000, 1 << 20, 10_000)), 0..60),
+        acts in proptest::collection::vec((0..32usize, act(3000, 1 << 20, 10_000)), 0..60),
     ) {
         let backlog = if setup.faults.is_none() {
             connections - shortfall.min(connections / 2)
         } else {
             connections
         };
-        converse_on(&setup, connections, backlog, &steps)?;
+        converse_on(&setup, connections, backlog, &acts)?;
     }
 }
 

@@ -1448,6 +1448,53 @@ fn a_client_that_lost_its_connection_reconnects_from_the_same_port_at_once() {
     still_works(&mut p, c, s);
 }
 
+/// An abort after a retransmission timeout: A has B's data, its ACKs lost, and B's timer
+/// has gone back to SND.UNA and sent the first segment again. B's RST carries the highest
+/// sequence number B sent (RFC 9293 §3.10.5's SND.NXT), which is A's RCV.NXT, and resets
+/// A. It carried the number the go-back left, below A's window, and A dropped it (RFC 5961
+/// §3.2): A, with nothing to send, held its half of the connection for good. Found by the
+/// random conversations once applications could end connections (tests/tcp_conversations.rs).
+#[test]
+fn an_abort_after_a_retransmission_timeout_resets_the_peer() {
+    let (mut p, net) = tapped();
+    let (c, _l, s) = connect(&mut p);
+    net.drop_into(Host::B, usize::MAX, |s| s.from == Host::A);
+    let data = [7u8; 4000];
+    assert_eq!(p.b.tcp_send(s, &data), Ok(data.len()));
+    wait(&mut p, Duration::from_secs(5), "B's timeout", |p| {
+        p.b.tcp_stats(s).unwrap().timeouts == 1
+    });
+    let b = p.b.tcp_connection(s).unwrap();
+    assert!(b.snd_nxt().lt(b.snd_una() + data.len()), "B went back");
+    net.release();
+    p.b.tcp_abort(s).unwrap();
+    reset_within_3_s(&mut p, c);
+}
+
+/// A connection its application lets go of in FIN-WAIT-2 ends after `fin_wait2_timeout`
+/// (60 s) though nothing more comes from the peer: here B's stack forgot the connection,
+/// its RST lost. The timer started only where FIN-WAIT-2 began after the close, so a
+/// connection shut down first and closed later stayed for good, with no handle left to
+/// end it. Found by the random conversations once applications could end connections.
+#[test]
+fn a_connection_let_go_in_fin_wait_2_ends_after_the_timeout() {
+    let (mut p, net) = tapped();
+    let (c, _l, s) = connect(&mut p);
+    p.a.tcp_shutdown(c).unwrap();
+    wait(&mut p, Duration::from_secs(1), "A in FIN-WAIT-2", |p| {
+        p.a.tcp_state(c) == Ok(State::FinWait2)
+    });
+    net.drop_into(Host::A, 1, |s| s.control == Control::Rst);
+    p.b.tcp_abort(s).unwrap();
+    p.run_for(Duration::from_millis(10));
+    assert_eq!(p.a.tcp_state(c), Ok(State::FinWait2), "A did not hear");
+    p.a.tcp_close(c).unwrap();
+    p.run_for(Duration::from_secs(59));
+    assert_eq!(p.a.tcp_connection_count(), 1);
+    p.run_for(Duration::from_secs(2));
+    assert_eq!(p.a.tcp_connection_count(), 0);
+}
+
 /// A challenge ACK carries the standard checksum on a connection that agreed to none
 /// (RFC 1146): with B's listener gone, A's new SYN from the same port meets B's
 /// TIME-WAIT and draws a challenge ACK (RFC 5961 §4); A's new connection, which agreed to

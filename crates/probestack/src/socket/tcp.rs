@@ -998,10 +998,11 @@ impl Stack {
     /// out.
     pub fn tcp_close(&mut self, h: TcpHandle) -> Result<(), TcpError> {
         let s = TESTED;
+        let now = self.now;
         let sock = self.tcp.get_mut(h).ok_or(TcpError::BadHandle)?;
         match &mut sock.kind {
             Kind::Stream(c) => {
-                let rst = c.release();
+                let rst = c.release(now);
                 if let Some(rst) = rst {
                     let (local, remote, path) = (c.local, c.remote, c.send_path());
                     self.tcp_send_rst(s, local, remote, rst, &path);

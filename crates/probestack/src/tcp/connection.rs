@@ -1545,7 +1545,8 @@ impl Connection {
     }
 
     /// ABORT (RFC 9293 §3.10.5): the caller sends the RST this returns, if any, and the
-    /// connection is CLOSED.
+    /// connection is CLOSED. The RST's `<SEQ=SND.NXT>` is
+    /// [`acceptable_seq`](Self::acceptable_seq).
     pub fn abort(&mut self) -> Option<RstReply> {
         let rst = matches!(
             self.state,
@@ -1556,7 +1557,7 @@ impl Connection {
                 | State::CloseWait
         )
         .then_some(RstReply {
-            seq: self.snd_nxt,
+            seq: self.acceptable_seq(),
             ack: None,
         });
         self.state = State::Closed;
@@ -1570,24 +1571,28 @@ impl Connection {
     /// peer's stream has come whole and the 2·MSL wait must run its course (MUST-13; in
     /// Linux the timewait socket outlives the application's); otherwise the connection
     /// closes in an orderly way and a FIN-WAIT-2 with no FIN coming ends after
-    /// `fin_wait2_timeout`.
-    pub fn release(&mut self) -> Option<RstReply> {
+    /// `fin_wait2_timeout`, counted from when the FIN was acknowledged or, if it was
+    /// before (the application shut down first), from now, as Linux's `tcp_close` does.
+    /// (A connection let go in FIN-WAIT-2 once stayed for good when its peer had gone
+    /// without a word: its RST lost, or a quiet ABORT from LAST-ACK.)
+    pub fn release(&mut self, now: Instant) -> Option<RstReply> {
         self.released = true;
         if !self.rx.is_empty() {
             return match self.state {
                 State::TimeWait => None,
                 State::Closing | State::LastAck => {
+                    let seq = self.acceptable_seq();
                     self.state = State::Closed;
                     self.clear_timers();
-                    Some(RstReply {
-                        seq: self.snd_nxt,
-                        ack: None,
-                    })
+                    Some(RstReply { seq, ack: None })
                 }
                 _ => self.abort(),
             };
         }
         self.shutdown_write();
+        if self.state == State::FinWait2 && self.close_deadline.is_none() {
+            self.close_deadline = Some(now + self.config.fin_wait2_timeout);
+        }
         None
     }
 
@@ -2375,7 +2380,7 @@ impl Connection {
                 // Nobody will read it: reset (RFC 1122 §4.2.2.13; as Linux does).
                 ledger.counters().inc(Counter::TcpDataAfterClose);
                 let rst = RstReply {
-                    seq: self.snd_nxt,
+                    seq: self.acceptable_seq(),
                     ack: None,
                 };
                 self.state = State::Closed;
@@ -3360,22 +3365,29 @@ impl Connection {
         Outgoing::header_only(repr, false, retransmission)
     }
 
-    /// An ACK without data. Its sequence number is the first octet never sent (SND.MAX),
-    /// not SND.NXT, which a timeout took back to SND.UNA: the peer may hold everything
-    /// up to SND.MAX already, and would drop an ACK below its RCV.NXT as old; two ends
-    /// both retransmitting after timeouts then dropped each other's ACKs for good
-    /// (found by tests/tcp_conversations.rs). So 4.4BSD's `tcp_output` fills in an
-    /// ACK-only segment ("we want the sequence number of the next unsent octet"); like
-    /// Linux's `tcp_acceptable_seq`, not past the peer's window, should it have shrunk.
-    fn emit_pure_ack(&mut self, now: Instant) -> Outgoing {
+    /// The sequence number of a segment without data, SYN or FIN (a pure ACK, a RST the
+    /// connection sends itself): the first octet never sent (SND.MAX, RFC 9293's SND.NXT),
+    /// not `snd_nxt`, which a timeout took back to SND.UNA: the peer may hold everything
+    /// up to SND.MAX already, and would drop a segment below its RCV.NXT as old. Two ends
+    /// both retransmitting after timeouts then dropped each other's ACKs for good, and an
+    /// abort's RST left the peer open (both found by tests/tcp_conversations.rs). So
+    /// 4.4BSD's `tcp_output` fills in an ACK-only segment ("we want the sequence number of
+    /// the next unsent octet"); like Linux's `tcp_acceptable_seq`, not past the peer's
+    /// window, should it have shrunk (or a window probe's byte have gone past it).
+    fn acceptable_seq(&self) -> SeqNumber {
         let edge = self.snd_una + self.snd_wnd;
-        let seq = if self.snd_max.le(edge) {
+        if self.snd_max.le(edge) {
             self.snd_max
         } else if edge.gt(self.snd_nxt) {
             edge
         } else {
             self.snd_nxt
-        };
+        }
+    }
+
+    /// An ACK without data, at [`acceptable_seq`](Self::acceptable_seq).
+    fn emit_pure_ack(&mut self, now: Instant) -> Outgoing {
+        let seq = self.acceptable_seq();
         let repr = self.header(seq, Control::None, now);
         self.note_ack_sent(&repr);
         let no_checksum = self.no_checksum && !std::mem::take(&mut self.challenge_checksum);
