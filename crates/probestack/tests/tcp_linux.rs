@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
-use common::conversation::{bytes, stack_read, stack_write, step, How, Step, Stream};
+use common::conversation::{act, bytes, stack_read, stack_write, Act, How, Step, Stream};
 use common::netns::{set_option, skip_unless_able, Netns};
 use common::tamper::{Link, SeededFaults, Tampered};
 use common::wire_rules::{Mirrored, Watch};
@@ -195,11 +195,97 @@ fn set_buffers(fd: &impl AsRawFd, linux: &LinuxEnd) {
 
 struct Conn {
     stack: TcpHandle,
-    linux: TcpStream,
+    /// Linux's socket, until Linux's application ends the connection.
+    linux: Option<TcpStream>,
     /// streams[i]: what side i writes and the other reads.
     streams: [Stream; 2],
     zero_copy: bool,
+    /// The side whose application closed or aborted the connection ([`Act::End`]); the
+    /// other is the survivor.
+    ended: Option<usize>,
+    /// Whether the survivor's calls have told it the connection is over (reset, or timed
+    /// out): it makes no more calls but its close.
+    over: bool,
+    /// Whether the end sent no RST: an abort from CLOSING, LAST-ACK or TIME-WAIT (RFC
+    /// 9293 §3.10.5, Linux's `tcp_need_reset`) only deletes the connection.
+    quiet: bool,
 }
+
+impl Conn {
+    fn linux(&mut self) -> &mut TcpStream {
+        self.linux.as_mut().expect("Linux's socket is open")
+    }
+
+    /// Whether `side`'s application still makes calls on this connection: it has not
+    /// ended it, and as the survivor it has not been told the connection is over.
+    fn calls(&self, side: usize) -> bool {
+        match self.ended {
+            None => true,
+            Some(s) => s != side && !self.over,
+        }
+    }
+}
+
+/// What the survivor of an ended connection may be told by a call of the stack's.
+fn ends_stack_survivor(e: &TcpError) -> bool {
+    matches!(e, TcpError::ConnectionReset | TcpError::TimedOut)
+}
+
+/// What the survivor of an ended connection may be told by a call of Linux's: reset, a
+/// write after the reset (`EPIPE`), a shutdown after it (`ENOTCONN`), or timed out.
+fn ends_linux_survivor(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionReset
+            | ErrorKind::BrokenPipe
+            | ErrorKind::NotConnected
+            | ErrorKind::TimedOut
+    )
+}
+
+/// Closes `sock` at once with a RST (`SO_LINGER` of zero), as an abort.
+fn abort_linux(sock: TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt reads a `linger` at `&linger`, which outlives the call, from an
+    // open socket's descriptor.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
+    drop(sock);
+}
+
+/// The TCP state of Linux's socket (`TCP_INFO`'s `tcpi_state`, Linux's numbering).
+fn linux_state(sock: &TcpStream) -> u8 {
+    // SAFETY: `tcp_info` is plain integers, for which zero is a value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes at `&mut info`, which outlives the
+    // call, from an open socket's descriptor, and sets `len` to what it wrote.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+    info.tcpi_state
+}
+
+/// Linux's `TCP_FIN_WAIT2` (include/net/tcp_states.h).
+const LINUX_FIN_WAIT2: u8 = 5;
 
 /// The stack, its clock, Linux's sockets and the model.
 struct World {
@@ -246,8 +332,14 @@ impl World {
     }
 
     fn write(&mut self, k: usize, side: usize, len: usize, how: How) -> Result<(), TestCaseError> {
+        if !self.conns[k].calls(side) {
+            return Ok(());
+        }
         let data = bytes(side, self.conns[k].streams[side].written, len);
         let shut = self.conns[k].streams[side].shut;
+        if self.conns[k].ended.is_some() {
+            return self.survivor_write(k, side, &data);
+        }
         let took = if side == 0 {
             let h = self.conns[k].stack;
             stack_write(
@@ -260,7 +352,7 @@ impl World {
                 &mut self.loans,
             )?
         } else {
-            let sock = &mut self.conns[k].linux;
+            let sock = self.conns[k].linux();
             let r = match how {
                 // Linux has no loans: it copies.
                 How::Copy | How::Loan => sock.write(&data),
@@ -299,19 +391,107 @@ impl World {
         Ok(())
     }
 
+    /// A copied write by the survivor of ended connection `k`: taken (it may never
+    /// arrive), refused as the model allows, or the news that the connection is over.
+    fn survivor_write(&mut self, k: usize, side: usize, data: &[u8]) -> Result<(), TestCaseError> {
+        let shut = self.conns[k].streams[side].shut;
+        let r = if side == 0 {
+            match self.stack.tcp_send(self.conns[k].stack, data) {
+                Ok(n) => Ok(n),
+                Err(TcpError::WouldBlock) => Ok(0),
+                Err(TcpError::Shutdown) if shut => Ok(0),
+                Err(e) if ends_stack_survivor(&e) => Err(None),
+                Err(e) => Err(Some(e.to_string())),
+            }
+        } else {
+            match self.conns[k].linux().write(data) {
+                Ok(n) => Ok(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(0),
+                Err(e) if e.kind() == ErrorKind::BrokenPipe && shut => Ok(0),
+                Err(e) if ends_linux_survivor(&e) => Err(None),
+                Err(e) => Err(Some(e.to_string())),
+            }
+        };
+        match r {
+            Ok(n) => {
+                prop_assert!(n == 0 || !shut, "{} wrote after its shutdown", SIDES[side]);
+                self.conns[k].streams[side].written += n;
+            }
+            Err(None) => self.conns[k].over = true,
+            Err(Some(e)) => return Err(TestCaseError::fail(format!("{} write: {e}", SIDES[side]))),
+        }
+        Ok(())
+    }
+
+    /// `side`'s application ends connection `k` (closes or aborts its socket), unless
+    /// the connection is ended already.
+    fn end(&mut self, k: usize, side: usize, abort: bool) -> Result<(), TestCaseError> {
+        let k = k % self.conns.len();
+        if self.conns[k].ended.is_some() {
+            return Ok(());
+        }
+        let resets = if side == 0 {
+            let h = self.conns[k].stack;
+            let resets = matches!(
+                self.stack.tcp_state(h),
+                Ok(State::SynReceived
+                    | State::Established
+                    | State::FinWait1
+                    | State::FinWait2
+                    | State::CloseWait)
+            );
+            let r = if abort {
+                self.stack.tcp_abort(h)
+            } else {
+                self.stack.tcp_close(h)
+            };
+            prop_assert!(r.is_ok(), "the stack's end (abort: {abort}): {r:?}");
+            resets
+        } else {
+            let sock = self.conns[k].linux.take().expect("Linux's socket is open");
+            // Linux's `tcp_need_reset`: ESTABLISHED, CLOSE-WAIT, FIN-WAIT-1 and -2,
+            // SYN-RECEIVED (1, 8, 4, 5, 3).
+            let resets = matches!(linux_state(&sock), 1 | 3 | 4 | 5 | 8);
+            if abort {
+                abort_linux(sock);
+            } else {
+                drop(sock);
+            }
+            resets
+        };
+        self.conns[k].ended = Some(side);
+        self.conns[k].quiet = abort && !resets;
+        // A FIN, if one goes, follows everything written; a RST is no end of stream.
+        self.conns[k].streams[side].shut |= !abort;
+        self.pump(1);
+        Ok(())
+    }
+
     /// Reads up to `max` bytes on `side`; whether it got anything new (data or the end).
     fn read(&mut self, k: usize, side: usize, max: usize) -> Result<bool, TestCaseError> {
+        if !self.conns[k].calls(side) {
+            return Ok(false);
+        }
+        let ended = self.conns[k].ended.is_some();
         let got: Result<Option<Vec<u8>>, String> = if side == 0 {
             let h = self.conns[k].stack;
             let r = stack_read(&mut self.stack, h, max, self.conns[k].zero_copy);
             match r {
                 Err(TcpError::WouldBlock) => return Ok(false),
+                Err(e) if ended && ends_stack_survivor(&e) => {
+                    self.conns[k].over = true;
+                    return Ok(false);
+                }
                 r => r.map_err(|e| format!("{e} ({:?})", self.stack.tcp_stats(h))),
             }
         } else {
             let mut buf = vec![0u8; max];
-            match self.conns[k].linux.read(&mut buf) {
+            match self.conns[k].linux().read(&mut buf) {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if ended && ends_linux_survivor(&e) => {
+                    self.conns[k].over = true;
+                    return Ok(false);
+                }
                 r => r
                     .map(|n| {
                         buf.truncate(n);
@@ -328,16 +508,28 @@ impl World {
     }
 
     fn shutdown(&mut self, k: usize, side: usize) -> Result<(), TestCaseError> {
-        if self.conns[k].streams[side].shut {
+        if self.conns[k].streams[side].shut || !self.conns[k].calls(side) {
             return Ok(());
         }
-        if side == 0 {
-            let r = self.stack.tcp_shutdown(self.conns[k].stack);
-            prop_assert!(r.is_ok(), "the stack's shutdown: {r:?}");
+        let ended = self.conns[k].ended.is_some();
+        let over = if side == 0 {
+            match self.stack.tcp_shutdown(self.conns[k].stack) {
+                Err(e) if ended && ends_stack_survivor(&e) => true,
+                r => {
+                    prop_assert!(r.is_ok(), "the stack's shutdown: {r:?}");
+                    false
+                }
+            }
         } else {
-            let r = self.conns[k].linux.shutdown(Shutdown::Write);
-            prop_assert!(r.is_ok(), "Linux's shutdown: {r:?}");
-        }
+            match self.conns[k].linux().shutdown(Shutdown::Write) {
+                Err(e) if ended && ends_linux_survivor(&e) => true,
+                r => {
+                    prop_assert!(r.is_ok(), "Linux's shutdown: {r:?}");
+                    false
+                }
+            }
+        };
+        self.conns[k].over |= over;
         self.conns[k].streams[side].shut = true;
         Ok(())
     }
@@ -378,7 +570,11 @@ impl World {
 
     fn run(&mut self, k: usize, step: Step) -> Result<(), TestCaseError> {
         let k = k % self.conns.len();
+        let ended = self.conns[k].ended.is_some();
         match step {
+            // A stream to or from an ended connection would never be read whole; options
+            // of a socket that may be reset do not matter.
+            Step::Stream { .. } | Step::Options { .. } if ended => {}
             Step::Write { side, len, how } => self.write(k, side, len, how)?,
             Step::Read { side, max } => {
                 self.read(k, side, max)?;
@@ -402,7 +598,7 @@ impl World {
                     self.stack.tcp_set_zero_copy_receive(h, zero_copy).unwrap();
                     self.conns[k].zero_copy = zero_copy;
                 } else {
-                    self.conns[k].linux.set_nodelay(nodelay).unwrap();
+                    self.conns[k].linux().set_nodelay(nodelay).unwrap();
                 }
             }
         }
@@ -413,18 +609,37 @@ impl World {
     /// Both sides of every connection shut down and read to the end of the stream, then
     /// close: the stack's connections must go, and every loan come back.
     fn finish(mut self, clean: bool, holds_frames: bool) -> Result<(), TestCaseError> {
+        let lossy = !clean;
         for k in 0..self.conns.len() {
             for side in 0..2 {
                 self.shutdown(k, side)?;
             }
         }
+        let ended = self.conns.iter().any(|c| c.ended.is_some());
         let done = self.pump_until(|w| {
             for k in 0..w.conns.len() {
                 for side in 0..2 {
                     while w.read(k, side, 100_000)? {}
                 }
             }
-            Ok(w.conns.iter().all(|c| c.streams.iter().all(|s| s.eof_seen)))
+            // A survivor reads to the end of the stream or until it is told the
+            // connection is over. A RST lost (faults, cuts) or never sent (a quiet
+            // abort) leaves a survivor whose FIN was acknowledged in FIN-WAIT-2 with
+            // nothing to send, which hears nothing more, as in any TCP; its close ends it.
+            let stack = &w.stack;
+            Ok(w.conns.iter().all(|c| match c.ended {
+                None => c.streams.iter().all(|s| s.eof_seen),
+                Some(side) => {
+                    let waits = if side == 1 {
+                        stack.tcp_state(c.stack) == Ok(State::FinWait2)
+                    } else {
+                        c.linux
+                            .as_ref()
+                            .is_some_and(|s| linux_state(s) == LINUX_FIN_WAIT2)
+                    };
+                    c.over || c.streams[side].eof_seen || (lossy || c.quiet) && waits
+                }
+            }))
         })?;
         for (k, c) in self.conns.iter().enumerate() {
             let [ours, theirs] = &c.streams;
@@ -442,13 +657,15 @@ impl World {
         }
         let conns = std::mem::take(&mut self.conns);
         for c in conns {
-            self.stack.tcp_close(c.stack).unwrap();
+            if c.ended != Some(0) {
+                self.stack.tcp_close(c.stack).unwrap();
+            }
             drop(c.linux);
         }
         // Both closed at once, each end may go through TIME-WAIT (here 2 x 250 ms).
         let gone = self.pump_until(|w| Ok(w.stack.tcp_connection_count() == 0))?;
         prop_assert!(gone, "the stack keeps a connection after both closed");
-        if clean {
+        if clean && !ended {
             let c = self.stack.ledger().counters();
             prop_assert_eq!(c.get(Counter::TcpResetsOut), 0, "the stack sent resets");
             prop_assert_eq!(c.get(Counter::TcpResetsIn), 0, "Linux sent resets");
@@ -480,6 +697,8 @@ fn stack_config(setup: &Setup) -> StackConfig {
     tcp.ecn = s.ecn;
     tcp.delayed_ack = Duration::from_millis(s.delayed_ack_ms);
     tcp.msl = Duration::from_millis(250);
+    // A connection closed in FIN-WAIT-2 whose peer is gone: gone in real time too.
+    tcp.fin_wait2_timeout = Duration::from_secs(2);
     tcp.rack = s.rack;
     tcp.tail_loss_probes = s.tail_loss_probes;
     tcp.spurious_undo = s.spurious_undo;
@@ -571,9 +790,12 @@ fn connect(w: &mut World, setup: &Setup, n: usize, port: u16) -> Result<(), Test
             .unwrap();
         w.conns.push(Conn {
             stack: h,
-            linux: sock,
+            linux: Some(sock),
             streams: Default::default(),
             zero_copy: setup.stack.zero_copy_receive,
+            ended: None,
+            over: false,
+            quiet: false,
         });
     }
     Ok(())
@@ -584,7 +806,7 @@ fn converse(
     case: u32,
     setup: &Setup,
     connections: usize,
-    steps: &[(usize, Step)],
+    acts: &[(usize, Act)],
 ) -> Result<(), TestCaseError> {
     let mut ns = Netns::create("conv", case).expect("a namespace");
     ns.enter();
@@ -638,11 +860,16 @@ fn converse(
         loans: Vec::new(),
     };
     connect(&mut w, setup, connections, PORT)?;
-    for &(k, step) in steps {
-        w.run(k, step)?;
+    for &(k, act) in acts {
+        match act {
+            Act::Do(step) => w.run(k, step)?,
+            Act::End { side, abort } => w.end(k, side, abort)?,
+        }
     }
     let faults = setup.faults.is_some();
-    let cuts = steps.iter().any(|(_, s)| matches!(s, Step::Cut { .. }));
+    let cuts = acts
+        .iter()
+        .any(|(_, a)| matches!(a, Act::Do(Step::Cut { .. })));
     w.finish(!faults && !cuts, faults)?;
     let broken = broken.lock().unwrap();
     prop_assert!(broken.is_empty(), "rules broken on the wire: {broken:#?}");
@@ -659,14 +886,14 @@ fn any_conversation_with_linux_delivers_both_streams() {
         setup(),
         prop_oneof![3 => Just(1usize), 1 => 2..4usize],
         // Real time: waits under 300 ms, streams under 512 KB, cuts under 1.5 s.
-        proptest::collection::vec((0..32usize, step(300, 1 << 19, 1500)), 0..30),
+        proptest::collection::vec((0..32usize, act(300, 1 << 19, 1500)), 0..30),
     );
-    let result = runner.run(&strategy, |(setup, connections, steps)| {
+    let result = runner.run(&strategy, |(setup, connections, acts)| {
         converse(
             case.fetch_add(1, Ordering::Relaxed),
             &setup,
             connections,
-            &steps,
+            &acts,
         )
     });
     if let Err(e) = result {

@@ -117,6 +117,30 @@ pub fn step(wait_ms: u64, stream_len: usize, cut_ms: u64) -> impl Strategy<Value
     ]
 }
 
+/// One act of the applications on a connection: a step, or an application ending its
+/// side with a close (`abort` false: a FIN, or a RST if data it had not read was waiting,
+/// RFC 9293 §3.10.4 and RFC 2525 §2.17) or an abort (a RST, RFC 9293 §3.10.5; Linux's
+/// close with `SO_LINGER` of zero).
+#[derive(Clone, Copy, Debug)]
+pub enum Act {
+    Do(Step),
+    End { side: usize, abort: bool },
+}
+
+impl From<Step> for Act {
+    fn from(step: Step) -> Act {
+        Act::Do(step)
+    }
+}
+
+/// An act: mostly a step, now and then an application ending its side.
+pub fn act(wait_ms: u64, stream_len: usize, cut_ms: u64) -> impl Strategy<Value = Act> {
+    prop_oneof![
+        30 => step(wait_ms, stream_len, cut_ms).prop_map(Act::Do),
+        1 => (0..2usize, any::<bool>()).prop_map(|(side, abort)| Act::End { side, abort }),
+    ]
+}
+
 /// One direction of a connection: what the writer's calls were taken for, what the
 /// reader has read, and whether the writer shut down.
 #[derive(Default)]
