@@ -31,6 +31,7 @@ use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::tcp::State;
 use probestack::time::Duration;
 use probestack::tuning::Tuning;
+use probestack::wire::Ipv4Address;
 use proptest::prelude::*;
 
 const PORT: u16 = 7000;
@@ -279,6 +280,8 @@ fn pair(setup: &Setup) -> (Pair, Cut, Arc<Mutex<Vec<String>>>) {
 /// of its streams holds so far (streams[i]: what side i writes and the other reads).
 struct Conn {
     handles: [TcpHandle; 2],
+    /// A's port.
+    port: u16,
     streams: [Stream; 2],
     /// Whether each side reads this connection zero-copy.
     zero_copy: [bool; 2],
@@ -317,12 +320,9 @@ fn stack(p: &mut Pair, side: usize) -> &mut probestack::stack::Stack {
 }
 
 impl Apps {
-    /// A makes `n` connections to B's listener, all at once, then B accepts them; each
-    /// side sets its socket options. A backlog under `n` makes B answer the SYNs past it
-    /// with SYN cookies (`TcpConfig::syn_cookies`), so some connections are made from
-    /// cookies, without the options a cookie cannot carry. A cookie's ACK that finds the
-    /// accept queue full is dropped (as Linux does), and only A's data tries again, so
-    /// then A writes the first byte of each stream at once.
+    /// A makes `n` connections to B's listener at once ([`open`]). A backlog under `n`
+    /// makes B answer the SYNs past it with SYN cookies (`TcpConfig::syn_cookies`), so
+    /// some connections are made from cookies, without the options a cookie cannot carry.
     fn connect(
         p: &mut Pair,
         cut: Cut,
@@ -331,69 +331,7 @@ impl Apps {
         backlog: usize,
     ) -> Result<Apps, TestCaseError> {
         let listener = p.b.tcp_listen((ADDR_B, PORT), backlog).unwrap();
-        let mut clients: Vec<TcpHandle> = (0..n)
-            .map(|_| p.a.tcp_connect((ADDR_B, PORT)).unwrap())
-            .collect();
-        let mut accepted = Vec::new();
-        let hello = backlog < n;
-        let faulty = setup.faults.is_some();
-        let mut greeted = vec![!hello; n];
-        // A SYN and a SYN-ACK lost in a row take their timeouts of 1 and 2 s.
-        let connected = p.run_until(Duration::from_secs(600), |p| {
-            while let Ok(s) = p.b.tcp_accept(listener) {
-                accepted.push(s);
-            }
-            for (k, c) in clients.iter_mut().enumerate() {
-                // On a faulty link every ACK of A's for B's SYN-ACKs may be lost, and B
-                // then gives the half-open connection up (with a RST, which A takes): the
-                // application connects again, as one would. (Found in the thirty-sixth
-                // session: 17 connections on a link losing 8% of frames and corrupting 5%,
-                // five ACKs in a row lost.) On a clean link no connect fails.
-                if faulty && p.a.tcp_state(*c) == Ok(State::Closed) {
-                    p.a.tcp_close(*c).unwrap();
-                    *c = p.a.tcp_connect((ADDR_B, PORT)).unwrap();
-                    greeted[k] = !hello;
-                }
-                if !greeted[k] && p.a.tcp_state(*c) == Ok(State::Established) {
-                    greeted[k] = p.a.tcp_send(*c, &bytes(0, 0, 1)) == Ok(1);
-                }
-            }
-            accepted.len() == n
-                && clients
-                    .iter()
-                    .all(|&c| p.a.tcp_state(c) == Ok(State::Established))
-        });
-        prop_assert!(connected, "{} of {n} connections made", accepted.len());
-        let mut conns = Vec::new();
-        for c in clients {
-            let port = p.a.tcp_local_addr(c).unwrap().1;
-            let s = accepted
-                .iter()
-                .copied()
-                .find(|&s| {
-                    p.b.tcp_endpoints(s)
-                        .is_ok_and(|(_, remote)| remote.1 == port)
-                })
-                .unwrap();
-            let handles = [c, s];
-            for (side, h) in setup.hosts.iter().enumerate() {
-                let st = stack(p, side);
-                st.tcp_set_nodelay(handles[side], h.nodelay).unwrap();
-                st.tcp_set_zero_copy_receive(handles[side], h.zero_copy_receive)
-                    .unwrap();
-            }
-            let mut streams: [Stream; 2] = Default::default();
-            streams[0].written = usize::from(hello);
-            let zero_copy = [0, 1].map(|i| setup.hosts[i].zero_copy_receive);
-            conns.push(Conn {
-                handles,
-                streams,
-                zero_copy,
-                ended: None,
-                over: false,
-                quiet: false,
-            });
-        }
+        let conns = open(p, setup, listener, &vec![0; n], backlog < n)?;
         Ok(Apps {
             conns,
             listener,
@@ -402,6 +340,114 @@ impl Apps {
         })
     }
 
+    /// A's application opens one more connection ([`Act::Open`]), at most 24 in all.
+    fn open(&mut self, p: &mut Pair, setup: &Setup, reuse: bool) -> Result<(), TestCaseError> {
+        if self.conns.len() >= 24 {
+            return Ok(());
+        }
+        let ended = self.conns.iter().rev().find(|c| c.ended == Some(0));
+        let port = ended.filter(|_| reuse).map_or(0, |c| c.port);
+        if port != 0 {
+            // A millisecond on: the clock in the initial sequence numbers ticks every
+            // 4 µs (RFC 9293 §3.4.1, RFC 6528), and the same ports a moment later
+            // would draw the same numbers at both ends, as in any stack; the virtual
+            // clock stands still between steps.
+            p.run_for(Duration::from_millis(1));
+        }
+        let conns = open(p, setup, self.listener, &[port], false)?;
+        self.conns.extend(conns);
+        Ok(())
+    }
+}
+
+/// A's application connects to B's `listener` from each of `ports` (0: an ephemeral
+/// one; a port still held, an ephemeral one), all at once, then B accepts them; each
+/// side sets its socket options. With `hello` (a backlog under the connections made, so
+/// that some come from SYN cookies), A writes the first byte of each stream at once (a
+/// cookie's ACK that finds the accept queue full is dropped, as Linux does, and only A's
+/// data tries again).
+fn open(
+    p: &mut Pair,
+    setup: &Setup,
+    listener: TcpHandle,
+    ports: &[u16],
+    hello: bool,
+) -> Result<Vec<Conn>, TestCaseError> {
+    let connect = |p: &mut Pair, port: u16| {
+        let config = p.a.tcp_default_config();
+        let from = (Ipv4Address::UNSPECIFIED, port);
+        match p.a.tcp_connect_from((ADDR_B, PORT), from, config, false) {
+            Err(TcpError::AddrInUse) => p.a.tcp_connect((ADDR_B, PORT)),
+            r => r,
+        }
+        .unwrap()
+    };
+    let n = ports.len();
+    let mut clients: Vec<TcpHandle> = ports.iter().map(|&port| connect(p, port)).collect();
+    let mut accepted = Vec::new();
+    let faulty = setup.faults.is_some();
+    let mut greeted = vec![!hello; n];
+    // A SYN and a SYN-ACK lost in a row take their timeouts of 1 and 2 s.
+    let connected = p.run_until(Duration::from_secs(600), |p| {
+        while let Ok(s) = p.b.tcp_accept(listener) {
+            accepted.push(s);
+        }
+        for (k, c) in clients.iter_mut().enumerate() {
+            // On a faulty link every ACK of A's for B's SYN-ACKs may be lost, and B
+            // then gives the half-open connection up (with a RST, which A takes): the
+            // application connects again, as one would. (Found in the thirty-sixth
+            // session: 17 connections on a link losing 8% of frames and corrupting 5%,
+            // five ACKs in a row lost.) On a clean link no connect fails.
+            if faulty && p.a.tcp_state(*c) == Ok(State::Closed) {
+                p.a.tcp_close(*c).unwrap();
+                *c = connect(p, 0);
+                greeted[k] = !hello;
+            }
+            if !greeted[k] && p.a.tcp_state(*c) == Ok(State::Established) {
+                greeted[k] = p.a.tcp_send(*c, &bytes(0, 0, 1)) == Ok(1);
+            }
+        }
+        accepted.len() == n
+            && clients
+                .iter()
+                .all(|&c| p.a.tcp_state(c) == Ok(State::Established))
+    });
+    prop_assert!(connected, "{} of {n} connections made", accepted.len());
+    let mut conns = Vec::new();
+    for c in clients {
+        let port = p.a.tcp_local_addr(c).unwrap().1;
+        let s = accepted
+            .iter()
+            .copied()
+            .find(|&s| {
+                p.b.tcp_endpoints(s)
+                    .is_ok_and(|(_, remote)| remote.1 == port)
+            })
+            .unwrap();
+        let handles = [c, s];
+        for (side, h) in setup.hosts.iter().enumerate() {
+            let st = stack(p, side);
+            st.tcp_set_nodelay(handles[side], h.nodelay).unwrap();
+            st.tcp_set_zero_copy_receive(handles[side], h.zero_copy_receive)
+                .unwrap();
+        }
+        let mut streams: [Stream; 2] = Default::default();
+        streams[0].written = usize::from(hello);
+        let zero_copy = [0, 1].map(|i| setup.hosts[i].zero_copy_receive);
+        conns.push(Conn {
+            handles,
+            port,
+            streams,
+            zero_copy,
+            ended: None,
+            over: false,
+            quiet: false,
+        });
+    }
+    Ok(conns)
+}
+
+impl Apps {
     fn write(
         &mut self,
         p: &mut Pair,
@@ -753,6 +799,7 @@ fn converse_on(
         match act.into() {
             Act::Do(step) => apps.run(&mut p, k, step)?,
             Act::End { side, abort } => apps.end(&mut p, k, side, abort)?,
+            Act::Open { reuse } => apps.open(&mut p, setup, reuse)?,
         }
     }
     let faults = setup.faults.is_some();
@@ -778,7 +825,7 @@ proptest! {
         setup in setup(),
         connections in prop_oneof![6 => Just(1usize), 2 => 2..5usize, 1 => 17..21usize],
         shortfall in 0..11usize,
-        acts in proptest::collection::vec((0..32usize, act(3000, 1 << 20, 10_000)), 0..60),
+        acts in proptest::collection::vec((0..32usize, act(3000, 1 << 20, 10_000, true)), 0..60),
     ) {
         let backlog = if setup.faults.is_none() {
             connections - shortfall.min(connections / 2)

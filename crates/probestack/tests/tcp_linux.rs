@@ -864,6 +864,7 @@ fn converse(
         match act {
             Act::Do(step) => w.run(k, step)?,
             Act::End { side, abort } => w.end(k, side, abort)?,
+            Act::Open { .. } => unreachable!("not drawn here"),
         }
     }
     let faults = setup.faults.is_some();
@@ -886,7 +887,7 @@ fn any_conversation_with_linux_delivers_both_streams() {
         setup(),
         prop_oneof![3 => Just(1usize), 1 => 2..4usize],
         // Real time: waits under 300 ms, streams under 512 KB, cuts under 1.5 s.
-        proptest::collection::vec((0..32usize, act(300, 1 << 19, 1500)), 0..30),
+        proptest::collection::vec((0..32usize, act(300, 1 << 19, 1500, false)), 0..30),
     );
     let result = runner.run(&strategy, |(setup, connections, acts)| {
         converse(

@@ -124,7 +124,16 @@ pub fn step(wait_ms: u64, stream_len: usize, cut_ms: u64) -> impl Strategy<Value
 #[derive(Clone, Copy, Debug)]
 pub enum Act {
     Do(Step),
-    End { side: usize, abort: bool },
+    End {
+        side: usize,
+        abort: bool,
+    },
+    /// The connecting side's application opens one more connection, from the port of one
+    /// it ended where `reuse` asks and there is one (the new connection then meets what
+    /// is left of the old: TIME-WAIT, or a survivor that missed the RST).
+    Open {
+        reuse: bool,
+    },
 }
 
 impl From<Step> for Act {
@@ -133,11 +142,19 @@ impl From<Step> for Act {
     }
 }
 
-/// An act: mostly a step, now and then an application ending its side.
-pub fn act(wait_ms: u64, stream_len: usize, cut_ms: u64) -> impl Strategy<Value = Act> {
+/// An act: mostly a step, now and then an application ending its side, and with
+/// `opens`, opening another connection.
+pub fn act(
+    wait_ms: u64,
+    stream_len: usize,
+    cut_ms: u64,
+    opens: bool,
+) -> impl Strategy<Value = Act> {
+    let open = any::<bool>().prop_map(|reuse| Act::Open { reuse });
     prop_oneof![
         30 => step(wait_ms, stream_len, cut_ms).prop_map(Act::Do),
         1 => (0..2usize, any::<bool>()).prop_map(|(side, abort)| Act::End { side, abort }),
+        u32::from(opens) => open,
     ]
 }
 
