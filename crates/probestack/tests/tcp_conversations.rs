@@ -1395,3 +1395,37 @@ fn a_window_probed_across_cuts_is_not_given_up() {
         ],
     );
 }
+
+/// A reconnects from the port of a connection it closed second (its LAST-ACK over, B in
+/// TIME-WAIT). A's new SYN is not newer than what B's TIME-WAIT received (without
+/// timestamps, RFC 6191 §2), so B answers it with the old incarnation's ACK; A's new
+/// connection resets that and sends its SYN again, which opens the connection. The watch
+/// took B's ACK for the new incarnation's; a side's segments before its SYN of an
+/// incarnation are now the last one's (found by the thirty-sixth session's hunt once the
+/// conversations reopened connections).
+#[test]
+fn a_time_wait_answering_a_new_syn_is_the_old_incarnation() {
+    let h = Host {
+        max_ooo_ranges: 1,
+        ..plain(4096, 4096, 0)
+    };
+    let setup = Setup {
+        mtu: 576,
+        on_frame_queue: false,
+        faults: None,
+        hosts: [h.clone(), h],
+    };
+    let acts = [
+        Act::Do(Step::Shutdown { side: 1 }),
+        Act::Do(Step::Stream { side: 0, len: 250 }),
+        Act::End {
+            side: 0,
+            abort: false,
+        },
+        Act::Open { reuse: true },
+    ];
+    let acts: Vec<(usize, Act)> = acts.into_iter().map(|a| (0, a)).collect();
+    if let Err(e) = converse_on(&setup, 1, 1, &acts) {
+        panic!("{e}");
+    }
+}

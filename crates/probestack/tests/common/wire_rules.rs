@@ -330,7 +330,8 @@ impl Watch {
     /// The connection a segment `side` (0 the end, 1 its peer) sent belongs to, with
     /// what a SYN offers noted (a SYN without ACK from a side whose SYN was seen with
     /// another sequence number begins it anew; one with the same is a copy, late or
-    /// resent); `None` for a RST or a connection the watch did not see begin. A SYN-ACK
+    /// resent); `None` for a RST, a connection the watch did not see begin, or a
+    /// segment from a side that has not sent its SYN of the incarnation yet. A SYN-ACK
     /// the end sends after the connection closed on its side (both FINs acknowledged)
     /// begins it anew too: a late copy of the peer's SYN found a listener, which cannot
     /// tell it from a new one (RFC 9293 §3.5, Figure 9's old duplicate SYN), and the new
@@ -364,6 +365,11 @@ impl Watch {
             self.conns.insert(key, fresh);
         }
         let c = self.conns.get_mut(&key)?;
+        // A side's segments before its SYN of this incarnation are the last one's: the
+        // answer of a TIME-WAIT, or of a survivor that missed the RST, to the new SYN.
+        if !syn && c.isn[side].is_none() {
+            return None;
+        }
         if syn {
             c.isn[side] = isn;
             c.offered[side] = t.window_scale;
