@@ -311,6 +311,27 @@ struct Apps {
     loans: Vec<Loan>,
 }
 
+impl Conn {
+    /// Whether the conversation on this connection is over once both applications have
+    /// shut down: each side has read to the end of the other's stream, or, once one side
+    /// ended the connection, the survivor has read to the end or been told it is over.
+    /// Where the link loses frames the RST may be lost, and a quiet abort sends none: a
+    /// survivor that has sent its FIN and had it acknowledged has nothing more to send,
+    /// so nothing draws a RST, and it waits in FIN-WAIT-2 for good (as in any TCP; its
+    /// close ends it).
+    fn finished(&self, p: &mut Pair, faults: bool) -> bool {
+        match self.ended {
+            None => self.streams.iter().all(|s| s.eof_seen),
+            Some(side) => {
+                let survivor = stack(p, 1 - side).tcp_state(self.handles[1 - side]);
+                self.over
+                    || self.streams[side].eof_seen
+                    || (faults || self.quiet) && survivor == Ok(State::FinWait2)
+            }
+        }
+    }
+}
+
 fn stack(p: &mut Pair, side: usize) -> &mut probestack::stack::Stack {
     if side == 0 {
         &mut p.a
@@ -701,7 +722,8 @@ impl Apps {
         }
         let ended = self.conns.iter().any(|c| c.ended.is_some());
         let mut failed = None;
-        let done = p.run_until(PATIENCE, |p| {
+        // Whether it came to an end is asked of each connection below.
+        let _ = p.run_until(PATIENCE, |p| {
             for k in 0..self.conns.len() {
                 for side in 0..2 {
                     loop {
@@ -716,36 +738,26 @@ impl Apps {
                     }
                 }
             }
-            // A survivor reads to the end of the stream or until it is told the
-            // connection is over; the ended side reads no more. Where the link loses
-            // frames the RST may be lost, and a quiet abort sends none: a survivor that
-            // has sent its FIN and had it acknowledged has nothing more to send, so
-            // nothing draws a RST, and it waits in FIN-WAIT-2 for good (as in any TCP;
-            // its close below ends it).
-            self.conns.iter().all(|c| match c.ended {
-                None => c.streams.iter().all(|s| s.eof_seen),
-                Some(side) => {
-                    let survivor = stack(p, 1 - side).tcp_state(c.handles[1 - side]);
-                    c.over
-                        || c.streams[side].eof_seen
-                        || (faults || c.quiet) && survivor == Ok(State::FinWait2)
-                }
-            })
+            self.conns.iter().all(|c| c.finished(p, faults))
         });
         if let Some(e) = failed {
             return Err(e);
         }
         for (k, c) in self.conns.iter().enumerate() {
             let [a, b] = &c.streams;
+            let states = [0, 1].map(|side| stack(p, side).tcp_state(c.handles[side]));
             prop_assert!(
-                done,
-                "connection {k} not ended after both shut down: B read {} of A's {} bytes (end seen: {}), A {} of B's {} ({}); A {:?}, B {:?}",
+                c.finished(p, faults),
+                "connection {k} not ended after both shut down: B read {} of A's {} bytes (end seen: {}), A {} of B's {} ({}); ended by {:?} (survivor told: {}); states {:?}; A {:?}, B {:?}",
                 a.read.len(),
                 a.written,
                 a.eof_seen,
                 b.read.len(),
                 b.written,
                 b.eof_seen,
+                c.ended.map(|side| SIDES[side]),
+                c.over,
+                states,
                 p.a.tcp_stats(c.handles[0]),
                 p.b.tcp_stats(c.handles[1]),
             );
@@ -1426,6 +1438,54 @@ fn a_time_wait_answering_a_new_syn_is_the_old_incarnation() {
     ];
     let acts: Vec<(usize, Act)> = acts.into_iter().map(|a| (0, a)).collect();
     if let Err(e) = converse_on(&setup, 1, 1, &acts) {
+        panic!("{e}");
+    }
+}
+
+/// B aborts one of three connections just made, its RST lost; a late copy of A's first
+/// SYN, held back on the link, reaches B's listener at the same virtual instant as the
+/// connection's own. B's stack gave the new incarnation the same initial sequence number
+/// (the ISN's clock had not moved), so A, established, took B's SYN-ACK for its own, and
+/// the connection came back to life at B, unseen by B's application, ACKing A's data
+/// with a window that never opened: A's FIN waited four hours. With the ISN's clock
+/// moved a tick past the last ISN given, A answers the SYN-ACK with a challenge ACK,
+/// which B's half-open connection resets. (Found by the thirty-sixth session's hunt.)
+#[test]
+fn a_late_syn_after_an_abort_does_not_reopen_the_connection_in_step() {
+    let a = Host {
+        max_ooo_ranges: 1,
+        ..plain(65536, 4096, 0)
+    };
+    let b = Host {
+        keepalive: true,
+        max_ooo_ranges: 1,
+        ..plain(4096, 4096, 0)
+    };
+    let setup = Setup {
+        mtu: 576,
+        on_frame_queue: true,
+        faults: Some((46, 0, 18, 0, 18241843544456266332)),
+        hosts: [a, b],
+    };
+    let acts = [
+        (
+            19,
+            Act::End {
+                side: 1,
+                abort: true,
+            },
+        ),
+        (2, Act::Do(Step::Shutdown { side: 0 })),
+        (
+            31,
+            Act::Do(Step::Write {
+                side: 0,
+                len: 4097,
+                how: How::Copy,
+            }),
+        ),
+    ];
+    if let Err(e) = converse_on(&setup, 3, 3, &acts) {
         panic!("{e}");
     }
 }

@@ -659,7 +659,7 @@ impl Stack {
             }
         };
         let local = (local_addr, port);
-        let iss = self.tcp.isn.isn(local, remote, now);
+        let iss = self.tcp.isn.next_isn(local, remote, now);
         // A routed segment passes gateways: elision's one hop does not hold.
         let ask = no_checksum || (route.is_none() && self.checksum_elidable(remote.0));
         let mut conn = self.tcp_new_connection((local, remote), config, iss, ask, route);

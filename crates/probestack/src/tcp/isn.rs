@@ -134,6 +134,8 @@ pub fn siphash24(key: &[u8; 16], data: &[u8]) -> u64 {
 #[derive(Clone)]
 pub struct IsnGenerator {
     key: [u8; 16],
+    /// The tick of M in the last ISN [`next_isn`](Self::next_isn) gave.
+    last_tick: Option<u64>,
 }
 
 impl fmt::Debug for IsnGenerator {
@@ -149,7 +151,10 @@ impl IsnGenerator {
     /// (seeded) random number generator. Keep it for the stack's lifetime: a new key
     /// gives every 4-tuple a new, unrelated offset.
     pub fn new(key: [u8; 16]) -> IsnGenerator {
-        IsnGenerator { key }
+        IsnGenerator {
+            key,
+            last_tick: None,
+        }
     }
 
     /// The initial sequence number for a connection from `local` to `remote` (address
@@ -161,6 +166,35 @@ impl IsnGenerator {
         remote: (Ipv4Address, u16),
         now: Instant,
     ) -> SeqNumber {
+        self.isn_at(local, remote, now.as_nanos() / ISN_TICK_NANOS)
+    }
+
+    /// The initial sequence number for a new connection from `local` to `remote` opened
+    /// at `now`: [`isn`](Self::isn), but with M at least one tick past the last ISN this
+    /// generator gave. The stack's clock is the caller's: a virtual clock that stands
+    /// still, or a coarse one, gave the same 4-tuple the same ISN again, so that a late
+    /// copy of an aborted connection's SYN opened a listener's new incarnation in step
+    /// with the peer's old one (found by the random conversations). M still follows the
+    /// clock whenever the clock is ahead (RFC 6528 §3).
+    pub fn next_isn(
+        &mut self,
+        local: (Ipv4Address, u16),
+        remote: (Ipv4Address, u16),
+        now: Instant,
+    ) -> SeqNumber {
+        let clock = now.as_nanos() / ISN_TICK_NANOS;
+        let tick = self.last_tick.map_or(clock, |last| clock.max(last + 1));
+        self.last_tick = Some(tick);
+        self.isn_at(local, remote, tick)
+    }
+
+    /// ISN = M + F(4-tuple) with M at `tick`.
+    fn isn_at(
+        &self,
+        local: (Ipv4Address, u16),
+        remote: (Ipv4Address, u16),
+        tick: u64,
+    ) -> SeqNumber {
         let mut input = [0u8; 13];
         input[0] = TAG_ISN;
         input[1..5].copy_from_slice(&local.0 .0);
@@ -169,7 +203,7 @@ impl IsnGenerator {
         input[11..13].copy_from_slice(&remote.1.to_be_bytes());
         let f = siphash24(&self.key, &input) as u32;
         // Truncation to 32 bits is the wrap of RFC 6528's 32-bit timer.
-        let m = (now.as_nanos() / ISN_TICK_NANOS) as u32;
+        let m = tick as u32;
         SeqNumber(m.wrapping_add(f))
     }
 
@@ -352,6 +386,30 @@ mod tests {
         input[1..5].copy_from_slice(&a.0);
         input[5..9].copy_from_slice(&b.0);
         assert_eq!(ab, siphash24(&KEY_A, &input) as u32);
+    }
+
+    /// `next_isn` follows the clock where it is ahead, and otherwise moves one tick past
+    /// its last ISN, so that two connections opened at one instant (a clock standing still
+    /// or coarse) never share an ISN for one 4-tuple.
+    #[test]
+    fn next_isn_moves_on_when_the_clock_stands_still() {
+        let mut g = IsnGenerator::new(KEY_A);
+        let local = (ip(10, 0, 0, 1), 40000);
+        let remote = (ip(10, 0, 0, 2), 80);
+        let t0 = Instant::from_millis(1_000);
+        let first = g.next_isn(local, remote, t0);
+        assert_eq!(first, g.isn(local, remote, t0));
+        let second = g.next_isn(local, remote, t0);
+        assert_eq!(second, first + 1, "one tick on");
+        // Another 4-tuple in between moves the tick too.
+        let _ = g.next_isn((ip(10, 0, 0, 1), 40001), remote, t0);
+        assert_eq!(g.next_isn(local, remote, t0), first + 3);
+        // A clock ahead of the ticks given is followed again.
+        let later = Instant::from_millis(1_001);
+        assert_eq!(
+            g.next_isn(local, remote, later),
+            g.isn(local, remote, later)
+        );
     }
 
     #[test]

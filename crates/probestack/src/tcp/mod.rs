@@ -840,7 +840,7 @@ impl Stack {
         if !self.reserve_socket_memory(reserved) {
             return;
         }
-        let mut iss = self.tcp.isn.isn(local, remote, now);
+        let mut iss = self.tcp.isn.next_isn(local, remote, now);
         if let Some(old) = beyond.filter(|&old| !iss.gt(old)) {
             iss = old + 65537;
         }
