@@ -979,9 +979,26 @@ fn each_datagram_of_a_batch_is_a_ledger_message() {
 
 #[derive(Clone, Copy, Debug)]
 enum Traffic {
-    Send { len: usize, how: SendHow },
-    Recv { max: usize },
-    Wait { ms: u64 },
+    Send {
+        len: usize,
+        how: SendHow,
+    },
+    Recv {
+        max: usize,
+    },
+    Wait {
+        ms: u64,
+    },
+    /// A's application closes its sending socket and opens another in its place, on a
+    /// new ephemeral port, so that the send cache and the header templates meet sockets
+    /// that come and go.
+    Resend,
+    /// B's application closes its receiving socket (what it held is discarded), or opens
+    /// it again: bound to B's address and the port, more specific than the socket bound
+    /// to the wildcard and the port that B holds throughout (RFC 1122 §4.1.3.3's choice;
+    /// paper 002 §6.3's cache hiding: a receive cache that kept the wildcard socket
+    /// across the bind would hand it the specific one's datagrams).
+    Receiver,
 }
 
 #[derive(Clone, Debug)]
@@ -1030,6 +1047,7 @@ fn traffic() -> impl proptest::strategy::Strategy<Value = Traffic> {
         5 => (len, send_how()).prop_map(|(len, how)| Traffic::Send { len, how }),
         4 => prop_oneof![4..64usize, 64..70_000usize].prop_map(|max| Traffic::Recv { max }),
         2 => prop_oneof![Just(0u64), 1..50u64, 50..40_000u64].prop_map(|ms| Traffic::Wait { ms }),
+        1 => prop_oneof![Just(Traffic::Resend), Just(Traffic::Receiver)],
     ]
 }
 
@@ -1099,31 +1117,57 @@ fn udp_traffic(setup: &UdpSetup, ops: &[Traffic]) {
     // counted at A, not at B.
     p.a.add_static_arp(0, ADDR_B, MAC_B);
     p.b.add_static_arp(0, ADDR_A, MAC_A);
-    let rx = p.b.udp_open();
-    p.b.udp_bind(rx, ADDR_B, TRAFFIC_PORT).unwrap();
-    p.b.udp_set_recv_buffer(rx, setup.recv_buffer).unwrap();
-    let tx = p.a.udp_open();
-    p.a.udp_bind(tx, Ipv4Address::UNSPECIFIED, 0).unwrap();
-    if setup.connected {
-        p.a.udp_connect(tx, ADDR_B, TRAFFIC_PORT).unwrap();
-    }
-    p.a.udp_set_no_checksum(tx, setup.no_checksum).unwrap();
-    let from = (ADDR_A, p.a.udp_local_addr(tx).unwrap().1);
+    let receiver = |p: &mut Pair, addr: Ipv4Address| {
+        let rx = p.b.udp_open();
+        p.b.udp_bind(rx, addr, TRAFFIC_PORT).unwrap();
+        p.b.udp_set_recv_buffer(rx, setup.recv_buffer).unwrap();
+        rx
+    };
+    // B's two receivers: the specific one (while open), and the wildcard one, which gets
+    // only what comes while the specific one is closed.
+    let wildcard = receiver(&mut p, Ipv4Address::UNSPECIFIED);
+    let sender = |p: &mut Pair| {
+        let tx = p.a.udp_open();
+        p.a.udp_bind(tx, Ipv4Address::UNSPECIFIED, 0).unwrap();
+        if setup.connected {
+            p.a.udp_connect(tx, ADDR_B, TRAFFIC_PORT).unwrap();
+        }
+        p.a.udp_set_no_checksum(tx, setup.no_checksum).unwrap();
+        (tx, (ADDR_A, p.a.udp_local_addr(tx).unwrap().1))
+    };
+    let mut rx = Some(receiver(&mut p, ADDR_B));
+    let (mut tx, mut from) = sender(&mut p);
     let to = (!setup.connected).then_some((ADDR_B, TRAFFIC_PORT));
 
-    // The model: the length of each datagram sent, by sequence number; what B read.
-    let mut sent: Vec<usize> = Vec::new();
-    let mut got: Vec<u32> = Vec::new();
+    // The model: the length and source of each datagram sent, by sequence number, and
+    // whether B's specific receiver was open then; what each of B's receivers read (the
+    // specific one first); what B's closed receivers held and discarded.
+    let mut sent: Vec<(usize, (Ipv4Address, u16), bool)> = Vec::new();
+    let mut got: [Vec<u32>; 2] = Default::default();
+    let mut discarded = 0;
     let duplicates = setup.faults.is_some_and(|f| f.1 > 0);
-    let recv = |p: &mut Pair, max: usize, got: &mut Vec<u32>, sent: &[usize]| -> bool {
+    let clean = setup.faults.is_none();
+    let recv = |p: &mut Pair,
+                rx: Option<UdpHandle>,
+                max: usize,
+                got: &mut [Vec<u32>; 2],
+                sent: &[(usize, _, bool)]|
+     -> bool {
         let mut buf = vec![0u8; max];
-        match p.b.udp_recv_from(rx, &mut buf) {
+        let (h, at) = rx.map_or((wildcard, 1), |rx| (rx, 0));
+        match p.b.udp_recv_from(h, &mut buf) {
             Ok(r) => {
-                assert_eq!(r.from, from);
                 let seq = u32::from_be_bytes(buf[..4].try_into().unwrap());
-                let len = *sent
+                let &(len, from, specific) = sent
                     .get(seq as usize)
                     .unwrap_or_else(|| panic!("datagram {seq} was never sent"));
+                assert_eq!(r.from, from, "datagram {seq}'s source");
+                // On a clean link a datagram arrives before the next step: with the
+                // specific receiver open then, there.
+                assert!(
+                    !(clean && specific && at == 1),
+                    "datagram {seq}, sent with the specific receiver open, went to the wildcard one"
+                );
                 assert_eq!(r.datagram_len, len, "datagram {seq}'s length");
                 assert_eq!(r.len, len.min(max));
                 assert_eq!(r.truncated, len > max);
@@ -1131,8 +1175,11 @@ fn udp_traffic(setup: &UdpSetup, ops: &[Traffic]) {
                     buf[..r.len] == payload(seq, len)[..r.len],
                     "datagram {seq} ({len} bytes) altered"
                 );
-                assert!(duplicates || !got.contains(&seq), "datagram {seq} twice");
-                got.push(seq);
+                assert!(
+                    duplicates || !got.iter().any(|g| g.contains(&seq)),
+                    "datagram {seq} twice"
+                );
+                got[at].push(seq);
                 true
             }
             Err(UdpError::WouldBlock) => false,
@@ -1148,35 +1195,51 @@ fn udp_traffic(setup: &UdpSetup, ops: &[Traffic]) {
                     .collect();
                 let r = stack_send(&mut p.a, tx, how, &datagrams, to);
                 match r {
-                    Ok(k) => sent.extend(std::iter::repeat_n(len, k)),
+                    Ok(k) => sent.extend(std::iter::repeat_n((len, from, rx.is_some()), k)),
                     // The device's queue is full: nothing sent (a batch stops there).
                     Err(UdpError::WouldBlock | UdpError::NoBuffer) => {}
                     Err(e) => panic!("send of {len} bytes: {e}"),
                 }
             }
             Traffic::Recv { max } => {
-                recv(&mut p, max, &mut got, &sent);
+                recv(&mut p, rx, max, &mut got, &sent);
             }
             Traffic::Wait { ms } => p.run_for(Duration::from_millis(ms)),
+            Traffic::Resend => {
+                p.a.udp_close(tx).unwrap();
+                (tx, from) = sender(&mut p);
+            }
+            Traffic::Receiver => match rx.take() {
+                Some(h) => {
+                    discarded += p.b.udp_queued(h);
+                    p.b.udp_close(h).unwrap();
+                }
+                None => rx = Some(receiver(&mut p, ADDR_B)),
+            },
         }
         p.settle();
     }
     // Reassembly gives up on a datagram's missing fragments within a minute.
     p.run_for(Duration::from_secs(61));
-    while recv(&mut p, 70_000, &mut got, &sent) {}
+    while recv(&mut p, rx, 70_000, &mut got, &sent) {}
+    while recv(&mut p, None, 70_000, &mut got, &sent) {}
     if setup.faults.is_none() {
-        // Every datagram arrives, but those B's full socket dropped and those a fragment
-        // of which A's device refused (its queue full: counted, and like Linux's UDP
-        // without IP_RECVERR, not an error to the sender), each counted.
-        let dropped = p.b.ledger().counters().get(Counter::UdpDropFullSocket) as usize;
+        // Every datagram arrives, but those B's full socket dropped, those a closed
+        // receiver discarded, and those a fragment of which A's device refused (its
+        // queue full: counted, and like Linux's UDP without IP_RECVERR, not an error to
+        // the sender), each counted.
+        let full = p.b.ledger().counters().get(Counter::UdpDropFullSocket) as usize;
+        let dropped = full + discarded;
         let refused = p.a.ledger().counters().get(Counter::StackDropDeviceRefused) as usize;
-        let missing = sent.len() - got.len();
+        let missing = sent.len() - got[0].len() - got[1].len();
         assert!(
             missing >= dropped && missing - dropped <= refused,
-            "read {got:?} of {}; B's socket dropped {dropped}, A's device refused {refused}",
+            "read {got:?} of {}; B's sockets dropped {dropped}, A's device refused {refused}",
             sent.len()
         );
-        assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order: {got:?}");
+        for got in &got {
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order: {got:?}");
+        }
     }
 }
 
