@@ -195,6 +195,8 @@ fn set_buffers(fd: &impl AsRawFd, linux: &LinuxEnd) {
 
 struct Conn {
     stack: TcpHandle,
+    /// The stack's port.
+    stack_port: u16,
     /// Linux's socket, until Linux's application ends the connection.
     linux: Option<TcpStream>,
     /// streams[i]: what side i writes and the other reads.
@@ -294,6 +296,7 @@ struct World {
     conns: Vec<Conn>,
     down: Arc<AtomicBool>,
     loans: Vec<Loan>,
+    listening: Option<Listening>,
 }
 
 impl World {
@@ -568,6 +571,21 @@ impl World {
         Ok(())
     }
 
+    /// The connecting side's application opens one more connection ([`Act::Open`]), at
+    /// most six in all; where the stack connects and `reuse` asks, from the port of a
+    /// connection the stack ended, so that it meets what Linux has left of the old one
+    /// (TIME-WAIT, or a survivor that missed the RST).
+    fn open(&mut self, setup: &Setup, reuse: bool) -> Result<(), TestCaseError> {
+        if self.conns.len() >= 6 {
+            return Ok(());
+        }
+        let ended = self.conns.iter().rev().find(|c| c.ended == Some(0));
+        let from = ended
+            .filter(|_| reuse && !setup.linux_connects)
+            .map_or(0, |c| c.stack_port);
+        dial(self, setup, PORT, &[from])
+    }
+
     fn run(&mut self, k: usize, step: Step) -> Result<(), TestCaseError> {
         let k = k % self.conns.len();
         let ended = self.conns[k].ended.is_some();
@@ -655,6 +673,9 @@ impl World {
                 self.stack.tcp_stats(c.stack),
             );
         }
+        if let Some(Listening::Stack(l)) = self.listening.take() {
+            self.stack.tcp_close(l).unwrap();
+        }
         let conns = std::mem::take(&mut self.conns);
         for c in conns {
             if c.ended != Some(0) {
@@ -706,77 +727,112 @@ fn stack_config(setup: &Setup) -> StackConfig {
     c
 }
 
-/// Connects `n` times, the way `setup` says, and sets each end's options.
+/// The listening end of the conversation's connections: the stack's listener, or Linux's.
+enum Listening {
+    Stack(TcpHandle),
+    Linux(TcpListener),
+}
+
+/// Listens the way `setup` says and connects `n` times.
 fn connect(w: &mut World, setup: &Setup, n: usize, port: u16) -> Result<(), TestCaseError> {
-    let linux = &setup.linux;
-    let mut pairs: Vec<(TcpHandle, TcpStream)> = Vec::new();
-    if setup.linux_connects {
-        let listener = w.stack.tcp_listen((STACK, port), n).unwrap();
-        // Threads made here start in this thread's namespace.
-        let dialers: Vec<_> = (0..n)
-            .map(|_| {
-                std::thread::spawn(move || {
-                    let to = std::net::SocketAddr::from(([198, 18, 0, 2], port));
-                    TcpStream::connect_timeout(&to, StdDuration::from_secs(30))
-                })
-            })
-            .collect();
-        let mut accepted = Vec::new();
-        let done = w.pump_until(|w| {
-            while let Ok(s) = w.stack.tcp_accept(listener) {
-                accepted.push(s);
-            }
-            Ok(accepted.len() == n && dialers.iter().all(|d| d.is_finished()))
-        })?;
-        prop_assert!(
-            done,
-            "{} of {n} connections from Linux accepted",
-            accepted.len()
-        );
-        for d in dialers {
-            let sock = d.join().unwrap();
-            let sock = sock.map_err(|e| TestCaseError::fail(format!("Linux's connect: {e}")))?;
-            let port = sock.local_addr().unwrap().port();
-            let s = accepted
-                .iter()
-                .copied()
-                .find(|&s| {
-                    w.stack
-                        .tcp_endpoints(s)
-                        .is_ok_and(|(_, remote)| remote.1 == port)
-                })
-                .unwrap();
-            set_buffers(&sock, linux);
-            pairs.push((s, sock));
-        }
-        w.stack.tcp_close(listener).unwrap();
+    w.listening = Some(if setup.linux_connects {
+        Listening::Stack(w.stack.tcp_listen((STACK, port), n).unwrap())
     } else {
         let listener = TcpListener::bind(("198.18.0.1", port)).unwrap();
         listener.set_nonblocking(true).unwrap();
         // Accepted sockets take the listener's buffers (and so the window scale they
         // imply).
-        set_buffers(&listener, linux);
-        let clients: Vec<TcpHandle> = (0..n)
-            .map(|_| w.stack.tcp_connect((LINUX, port)).unwrap())
-            .collect();
-        let mut accepted = Vec::new();
-        let done = w.pump_until(|w| {
-            while let Ok((s, _)) = listener.accept() {
-                accepted.push(s);
-            }
-            Ok(accepted.len() == n
-                && clients
+        set_buffers(&listener, &setup.linux);
+        Listening::Linux(listener)
+    });
+    dial(w, setup, port, &vec![0; n])
+}
+
+/// The connecting side opens a connection to the listener on `port` from each of
+/// `from` (0: an ephemeral port; the stack falls back to one where the port is still
+/// held), all at once, and sets each end's options.
+fn dial(w: &mut World, setup: &Setup, port: u16, from: &[u16]) -> Result<(), TestCaseError> {
+    let linux = &setup.linux;
+    let n = from.len();
+    let mut pairs: Vec<(TcpHandle, TcpStream)> = Vec::new();
+    match w.listening.take().expect("listening") {
+        Listening::Stack(listener) => {
+            // Threads made here start in this thread's namespace.
+            let dialers: Vec<_> = (0..n)
+                .map(|_| {
+                    std::thread::spawn(move || {
+                        let to = std::net::SocketAddr::from(([198, 18, 0, 2], port));
+                        TcpStream::connect_timeout(&to, StdDuration::from_secs(30))
+                    })
+                })
+                .collect();
+            let mut accepted = Vec::new();
+            let done = w.pump_until(|w| {
+                while let Ok(s) = w.stack.tcp_accept(listener) {
+                    accepted.push(s);
+                }
+                Ok(accepted.len() == n && dialers.iter().all(|d| d.is_finished()))
+            })?;
+            prop_assert!(
+                done,
+                "{} of {n} connections from Linux accepted",
+                accepted.len()
+            );
+            for d in dialers {
+                let sock = d.join().unwrap();
+                let sock =
+                    sock.map_err(|e| TestCaseError::fail(format!("Linux's connect: {e}")))?;
+                let port = sock.local_addr().unwrap().port();
+                let s = accepted
                     .iter()
-                    .all(|&c| w.stack.tcp_state(c) == Ok(State::Established)))
-        })?;
-        prop_assert!(done, "{} of {n} connections to Linux made", accepted.len());
-        for c in clients {
-            let port = w.stack.tcp_local_addr(c).unwrap().1;
-            let at = accepted
+                    .copied()
+                    .find(|&s| {
+                        w.stack
+                            .tcp_endpoints(s)
+                            .is_ok_and(|(_, remote)| remote.1 == port)
+                    })
+                    .unwrap();
+                set_buffers(&sock, linux);
+                pairs.push((s, sock));
+            }
+            w.listening = Some(Listening::Stack(listener));
+        }
+        Listening::Linux(listener) => {
+            let config = w.stack.tcp_default_config();
+            let clients: Vec<TcpHandle> = from
                 .iter()
-                .position(|s| s.peer_addr().unwrap().port() == port)
-                .unwrap();
-            pairs.push((c, accepted.swap_remove(at)));
+                .map(|&p| {
+                    let local = (Ipv4Address::UNSPECIFIED, p);
+                    match w
+                        .stack
+                        .tcp_connect_from((LINUX, port), local, config, false)
+                    {
+                        Err(TcpError::AddrInUse) => w.stack.tcp_connect((LINUX, port)),
+                        r => r,
+                    }
+                    .unwrap()
+                })
+                .collect();
+            let mut accepted = Vec::new();
+            let done = w.pump_until(|w| {
+                while let Ok((s, _)) = listener.accept() {
+                    accepted.push(s);
+                }
+                Ok(accepted.len() == n
+                    && clients
+                        .iter()
+                        .all(|&c| w.stack.tcp_state(c) == Ok(State::Established)))
+            })?;
+            prop_assert!(done, "{} of {n} connections to Linux made", accepted.len());
+            for c in clients {
+                let port = w.stack.tcp_local_addr(c).unwrap().1;
+                let at = accepted
+                    .iter()
+                    .position(|s| s.peer_addr().unwrap().port() == port)
+                    .unwrap();
+                pairs.push((c, accepted.swap_remove(at)));
+            }
+            w.listening = Some(Listening::Linux(listener));
         }
     }
     for (h, sock) in pairs {
@@ -788,8 +844,10 @@ fn connect(w: &mut World, setup: &Setup, n: usize, port: u16) -> Result<(), Test
         w.stack
             .tcp_set_zero_copy_receive(h, setup.stack.zero_copy_receive)
             .unwrap();
+        let stack_port = w.stack.tcp_local_addr(h).unwrap().1;
         w.conns.push(Conn {
             stack: h,
+            stack_port,
             linux: Some(sock),
             streams: Default::default(),
             zero_copy: setup.stack.zero_copy_receive,
@@ -858,13 +916,14 @@ fn converse(
         conns: Vec::new(),
         down,
         loans: Vec::new(),
+        listening: None,
     };
     connect(&mut w, setup, connections, PORT)?;
     for &(k, act) in acts {
         match act {
             Act::Do(step) => w.run(k, step)?,
             Act::End { side, abort } => w.end(k, side, abort)?,
-            Act::Open { .. } => unreachable!("not drawn here"),
+            Act::Open { reuse } => w.open(setup, reuse)?,
         }
     }
     let faults = setup.faults.is_some();
@@ -887,7 +946,7 @@ fn any_conversation_with_linux_delivers_both_streams() {
         setup(),
         prop_oneof![3 => Just(1usize), 1 => 2..4usize],
         // Real time: waits under 300 ms, streams under 512 KB, cuts under 1.5 s.
-        proptest::collection::vec((0..32usize, act(300, 1 << 19, 1500, false)), 0..30),
+        proptest::collection::vec((0..32usize, act(300, 1 << 19, 1500, true)), 0..30),
     );
     let result = runner.run(&strategy, |(setup, connections, acts)| {
         converse(
