@@ -19,7 +19,9 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::conversation::{act, bytes, stack_read, stack_write, Act, How, Step, Stream};
+use common::conversation::{
+    act, bytes, stack_end_connection, stack_read, stack_write, Act, How, Step, Stream,
+};
 use common::tamper::{SeededFaults, Tamper, Tampered};
 use common::wire_rules::Watch;
 use probestack::buf::{Loan, PacketBuf};
@@ -535,24 +537,10 @@ impl Apps {
         if self.conns[k].ended.is_some() {
             return Ok(());
         }
-        let h = self.conns[k].handles[side];
-        let st = stack(p, side);
-        let resets = matches!(
-            st.tcp_state(h),
-            Ok(State::SynReceived
-                | State::Established
-                | State::FinWait1
-                | State::FinWait2
-                | State::CloseWait)
-        );
-        let r = if abort {
-            st.tcp_abort(h)
-        } else {
-            st.tcp_close(h)
-        };
+        let r = stack_end_connection(stack(p, side), self.conns[k].handles[side], abort);
         prop_assert!(r.is_ok(), "{} end (abort: {abort}): {r:?}", SIDES[side]);
         self.conns[k].ended = Some(side);
-        self.conns[k].quiet = abort && !resets;
+        self.conns[k].quiet = r == Ok(true);
         // A FIN, if one goes, follows everything written; a RST is no end of stream.
         self.conns[k].streams[side].shut |= !abort;
         p.settle();

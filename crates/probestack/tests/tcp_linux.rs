@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
-use common::conversation::{act, bytes, stack_read, stack_write, Act, How, Step, Stream};
+use common::conversation::{
+    act, bytes, stack_end_connection, stack_read, stack_write, Act, How, Step, Stream,
+};
 use common::netns::{set_option, skip_unless_able, Netns};
 use common::tamper::{Link, SeededFaults, Tampered};
 use common::wire_rules::{Mirrored, Watch};
@@ -433,23 +435,10 @@ impl World {
         if self.conns[k].ended.is_some() {
             return Ok(());
         }
-        let resets = if side == 0 {
-            let h = self.conns[k].stack;
-            let resets = matches!(
-                self.stack.tcp_state(h),
-                Ok(State::SynReceived
-                    | State::Established
-                    | State::FinWait1
-                    | State::FinWait2
-                    | State::CloseWait)
-            );
-            let r = if abort {
-                self.stack.tcp_abort(h)
-            } else {
-                self.stack.tcp_close(h)
-            };
+        let quiet = if side == 0 {
+            let r = stack_end_connection(&mut self.stack, self.conns[k].stack, abort);
             prop_assert!(r.is_ok(), "the stack's end (abort: {abort}): {r:?}");
-            resets
+            r == Ok(true)
         } else {
             let sock = self.conns[k].linux.take().expect("Linux's socket is open");
             // Linux's `tcp_need_reset`: ESTABLISHED, CLOSE-WAIT, FIN-WAIT-1 and -2,
@@ -460,10 +449,10 @@ impl World {
             } else {
                 drop(sock);
             }
-            resets
+            abort && !resets
         };
         self.conns[k].ended = Some(side);
-        self.conns[k].quiet = abort && !resets;
+        self.conns[k].quiet = quiet;
         // A FIN, if one goes, follows everything written; a RST is no end of stream.
         self.conns[k].streams[side].shut |= !abort;
         self.pump(1);

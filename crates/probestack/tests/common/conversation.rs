@@ -9,6 +9,7 @@
 use probestack::buf::Loan;
 use probestack::socket::tcp::{TcpError, TcpHandle};
 use probestack::stack::Stack;
+use probestack::tcp::State;
 use probestack::tuning::Tuning;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
@@ -266,6 +267,26 @@ pub fn stack_write(
         }
         Err(e) => Err(TestCaseError::fail(format!("{name} write: {e}"))),
     }
+}
+
+/// The application of the stack `st` ends its side of the connection on `h`: an abort or
+/// a close. Whether the end was quiet: an abort from CLOSING, LAST-ACK or TIME-WAIT, where
+/// RFC 9293 §3.10.5 only deletes the connection and sends no RST.
+pub fn stack_end_connection(st: &mut Stack, h: TcpHandle, abort: bool) -> Result<bool, TcpError> {
+    let resets = matches!(
+        st.tcp_state(h),
+        Ok(State::SynReceived
+            | State::Established
+            | State::FinWait1
+            | State::FinWait2
+            | State::CloseWait)
+    );
+    if abort {
+        st.tcp_abort(h)?;
+    } else {
+        st.tcp_close(h)?;
+    }
+    Ok(abort && !resets)
 }
 
 /// A read of up to `max` bytes by the application of the stack `st` on `h`, zero-copy
