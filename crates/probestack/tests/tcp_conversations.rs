@@ -299,20 +299,6 @@ struct Conn {
     quiet: bool,
 }
 
-/// What the survivor of an ended connection may be told by a call: the peer's reset, or
-/// (the reset lost, its own segments unanswered) that it timed out.
-fn ends_survivor(e: TcpError) -> bool {
-    matches!(e, TcpError::ConnectionReset | TcpError::TimedOut)
-}
-
-/// The two applications: their connections, how they read, and the loans they made.
-struct Apps {
-    conns: Vec<Conn>,
-    listener: TcpHandle,
-    cut: Cut,
-    loans: Vec<Loan>,
-}
-
 impl Conn {
     /// Whether the conversation on this connection is over once both applications have
     /// shut down: each side has read to the end of the other's stream, or, once one side
@@ -332,6 +318,20 @@ impl Conn {
             }
         }
     }
+}
+
+/// What the survivor of an ended connection may be told by a call: the peer's reset, or
+/// (the reset lost, its own segments unanswered) that it timed out.
+fn ends_survivor(e: TcpError) -> bool {
+    matches!(e, TcpError::ConnectionReset | TcpError::TimedOut)
+}
+
+/// The two applications: their connections, how they read, and the loans they made.
+struct Apps {
+    conns: Vec<Conn>,
+    listener: TcpHandle,
+    cut: Cut,
+    loans: Vec<Loan>,
 }
 
 fn stack(p: &mut Pair, side: usize) -> &mut probestack::stack::Stack {
