@@ -128,7 +128,7 @@ fn discard_run(
     host.stack.tuning = tuning;
     host.nic.rx_queue_depth = 4096;
     host.nic.tx_queue_depth = 4096;
-    let mut p = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e:?}"))?;
+    let mut p = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e}"))?;
     let clock = RealClock::new();
     let server = p.b.udp_open();
     p.b.udp_bind(server, Ipv4Address::UNSPECIFIED, 9)
@@ -199,7 +199,7 @@ fn cache_rates(datagrams: u64) -> Result<CacheRates, String> {
         t.pcb_lookup = lookup;
         let mut host = HostConfig::with_mtu(1500);
         host.stack.tuning = t;
-        let mut p = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e:?}"))?;
+        let mut p = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e}"))?;
         let clock = RealClock::new();
         let servers: Vec<_> = (0..60u16)
             .map(|i| {

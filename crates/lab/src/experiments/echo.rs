@@ -115,7 +115,7 @@ fn run_tuning(
     } else {
         CopyMode::Dma
     };
-    let mut p = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e:?}"))?;
+    let mut p = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e}"))?;
     let clock = RealClock::new();
     let echo = p.b.udp_open();
     p.b.udp_bind(echo, Ipv4Address::UNSPECIFIED, 7)

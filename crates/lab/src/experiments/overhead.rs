@@ -91,7 +91,7 @@ fn icmp_echo(size: usize, sample_every: u32, millis: u64) -> f64 {
 /// datagrams per second.
 fn udp_one_way(size: usize, sample_every: u32, millis: u64) -> Result<f64, String> {
     let host = HostConfig::with_mtu(1500);
-    let mut pair = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e:?}"))?;
+    let mut pair = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e}"))?;
     pair.a.ledger().set_sample_every(sample_every);
     pair.b.ledger().set_sample_every(sample_every);
     let clock = RealClock::new();
@@ -133,7 +133,7 @@ fn udp_one_way(size: usize, sample_every: u32, millis: u64) -> Result<f64, Strin
 /// reads everything queued. Bytes per second delivered.
 fn tcp_bulk(sample_every: u32, millis: u64) -> Result<f64, String> {
     let host = HostConfig::with_mtu(1500);
-    let mut pair = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e:?}"))?;
+    let mut pair = Pair::new(host.clone(), host).map_err(|e| format!("memory link: {e}"))?;
     pair.a.ledger().set_sample_every(sample_every);
     pair.b.ledger().set_sample_every(sample_every);
     let clock = RealClock::new();

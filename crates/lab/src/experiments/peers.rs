@@ -266,7 +266,7 @@ const QUEUE: StackDevice = StackDevice::FrameQueue;
 fn stack_pair(host: HostConfig, device: StackDevice) -> Result<Pair, String> {
     match device {
         StackDevice::MemoryNic => {
-            Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e:?}"))
+            Pair::new(host.clone(), host).map_err(|e| format!("probestack memory link: {e}"))
         }
         StackDevice::FrameQueue => Pair::on_frame_queue(host.clone(), host)
             .map_err(|e| format!("probestack frame queue: {e}")),

@@ -72,7 +72,7 @@ pub fn run(
         }
         None => Pair::new(host.clone(), host),
     }
-    .map_err(|e| format!("memory link: {e:?}"))?;
+    .map_err(|e| format!("memory link: {e}"))?;
     pair.b.ledger().set_sample_every(1);
     let clock = RealClock::new();
     let mut rows = Vec::new();

@@ -62,7 +62,7 @@ impl NicWire {
     /// A link between NICs configured as `a` and `b`.
     pub(super) fn with_nics(a: NicConfig, b: NicConfig) -> Result<NicWire, String> {
         let ip_mtu = a.mtu.min(b.mtu);
-        let (a, b) = MemoryLink::pair(a, b).map_err(|e| format!("memory link: {e:?}"))?;
+        let (a, b) = MemoryLink::pair(a, b).map_err(|e| format!("memory link: {e}"))?;
         let end = |nic: MemoryNic| {
             let mut pool = Pool::with_cache(true);
             pool.set_depot(nic.buffer_depot());
