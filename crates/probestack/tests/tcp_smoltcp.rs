@@ -1025,10 +1025,24 @@ fn small_window_is_overridden_within_a_second() {
 /// smoltcp's (`smol: true`).
 #[derive(Clone, Copy, Debug)]
 enum Talk {
-    Write { smol: bool, len: usize },
-    Read { smol: bool, max: usize },
-    Wait { ms: u64 },
-    Shutdown { smol: bool },
+    Write {
+        smol: bool,
+        len: usize,
+    },
+    Read {
+        smol: bool,
+        max: usize,
+    },
+    Wait {
+        ms: u64,
+    },
+    Shutdown {
+        smol: bool,
+    },
+    /// One side's application aborts the connection (a RST; smoltcp's `abort`).
+    Abort {
+        smol: bool,
+    },
 }
 
 fn talk() -> impl Strategy<Value = Talk> {
@@ -1038,6 +1052,7 @@ fn talk() -> impl Strategy<Value = Talk> {
         4 => (any::<bool>(), len).prop_map(|(smol, max)| Talk::Read { smol, max }),
         3 => prop_oneof![Just(0u64), 1..50u64, 50..3000u64].prop_map(|ms| Talk::Wait { ms }),
         1 => any::<bool>().prop_map(|smol| Talk::Shutdown { smol }),
+        1 => any::<bool>().prop_map(|smol| Talk::Abort { smol }),
     ]
 }
 
@@ -1066,6 +1081,11 @@ struct Talkers {
     /// over, or its LAST-ACK acknowledged) resets, unread data and all.
     smol_inbox: VecDeque<u8>,
     smol_end: bool,
+    /// The side whose application aborted the connection; the other, the survivor, may
+    /// then be told it is over (reset; timed out where the RST was lost), which `over`
+    /// notes, and makes no more calls.
+    aborted: Option<usize>,
+    over: bool,
 }
 
 /// How long a conversation's data and close may take in virtual time: smoltcp's timer
@@ -1073,14 +1093,30 @@ struct Talkers {
 const TALK_PATIENCE: Duration = Duration::from_secs(4 * 3600);
 
 impl Talkers {
+    /// Whether `side`'s application still makes calls (see [`Talkers::aborted`]).
+    fn calls(&self, side: usize) -> bool {
+        match self.aborted {
+            None => true,
+            Some(a) => a != side && !self.over,
+        }
+    }
+
     fn write(&mut self, w: &mut World, c: TcpHandle, smol: bool, len: usize) {
         let i = usize::from(smol);
+        if !self.calls(i) {
+            return;
+        }
         let data: Vec<u8> = (0..len)
             .map(|k| talk_byte(smol, self.written[i] + k))
             .collect();
         let taken = if smol {
             match w.smol().send_slice(&data) {
                 Ok(n) => n,
+                // A socket the RST closed refuses writes.
+                Err(_) if self.aborted.is_some() => {
+                    self.over = true;
+                    0
+                }
                 Err(e) => {
                     assert!(self.shut[1], "smoltcp write: {e:?}\n{}", w.report(c));
                     0
@@ -1091,6 +1127,10 @@ impl Talkers {
                 Ok(n) => n,
                 Err(TcpError::WouldBlock) => 0,
                 Err(TcpError::Shutdown) if self.shut[0] => 0,
+                Err(TcpError::ConnectionReset | TcpError::TimedOut) if self.aborted.is_some() => {
+                    self.over = true;
+                    0
+                }
                 Err(e) => panic!("probestack write: {e}\n{}", w.report(c)),
             }
         };
@@ -1104,6 +1144,9 @@ impl Talkers {
     /// Reads up to `max` on one side; whether it got anything new.
     fn read(&mut self, w: &mut World, c: TcpHandle, smol: bool, max: usize) -> bool {
         let (i, from) = (usize::from(smol), usize::from(!smol));
+        if !self.calls(i) {
+            return false;
+        }
         let mut buf = vec![0u8; max];
         let got = if smol {
             self.pull(w, c);
@@ -1117,6 +1160,10 @@ impl Talkers {
                 Ok(0) => None,
                 Ok(n) => Some(n),
                 Err(TcpError::WouldBlock) => Some(0),
+                Err(TcpError::ConnectionReset | TcpError::TimedOut) if self.aborted.is_some() => {
+                    self.over = true;
+                    Some(0)
+                }
                 Err(e) => panic!("probestack read: {e}\n{}", w.report(c)),
             }
         };
@@ -1151,13 +1198,19 @@ impl Talkers {
     /// smoltcp's application takes everything its socket holds.
     fn pull(&mut self, w: &mut World, c: TcpHandle) {
         let mut buf = [0u8; 16 * 1024];
-        while !self.smol_end {
+        while !self.smol_end && self.calls(1) {
             let socket = w.smol();
             match socket.recv_slice(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => self.smol_inbox.extend(&buf[..n]),
                 Err(smol::RecvError::Finished) => self.smol_end = true,
                 // A socket reset by a completed close (from TIME-WAIT) says this.
+                // Reset: probestack's application aborted.
+                Err(smol::RecvError::InvalidState)
+                    if socket.state() == smol::State::Closed && self.aborted == Some(0) =>
+                {
+                    self.over = true;
+                }
                 Err(smol::RecvError::InvalidState)
                     if socket.state() == smol::State::Closed && self.shut[1] =>
                 {
@@ -1169,12 +1222,53 @@ impl Talkers {
     }
 
     fn shutdown(&mut self, w: &mut World, c: TcpHandle, smol: bool) {
-        if smol {
-            w.smol().close();
-        } else {
-            w.ps.tcp_shutdown(c).unwrap();
+        let i = usize::from(smol);
+        if self.calls(i) {
+            if smol {
+                w.smol().close();
+            } else {
+                match w.ps.tcp_shutdown(c) {
+                    Err(TcpError::ConnectionReset | TcpError::TimedOut)
+                        if self.aborted.is_some() =>
+                    {
+                        self.over = true;
+                    }
+                    r => r.unwrap(),
+                }
+            }
         }
-        self.shut[usize::from(smol)] = true;
+        self.shut[i] = true;
+    }
+
+    /// `smol`'s application aborts the connection, unless one side did already.
+    fn abort(&mut self, w: &mut World, c: TcpHandle, smol: bool) {
+        if self.aborted.is_some() {
+            return;
+        }
+        if smol {
+            w.smol().abort();
+        } else {
+            w.ps.tcp_abort(c).unwrap();
+        }
+        self.aborted = Some(usize::from(smol));
+    }
+
+    /// Whether the conversation is over: both sides read to the end of the other's
+    /// stream, or, after an abort, the survivor read to the end or was told it is over
+    /// (on a lossy wire the RST may be lost and a survivor in FIN-WAIT-2, with nothing to
+    /// send, waits for good).
+    fn finished(&self, w: &mut World, c: TcpHandle, lossy: bool) -> bool {
+        match self.aborted {
+            None => self.ended == [true, true],
+            Some(a) => {
+                let waits = if a == 1 {
+                    w.ps.tcp_state(c) == Ok(State::FinWait2)
+                } else {
+                    w.smol().state() == smol::State::FinWait2
+                };
+                self.over || self.ended[1 - a] || lossy && waits
+            }
+        }
     }
 }
 
@@ -1214,6 +1308,7 @@ fn converse_with_smoltcp(
                     t.shutdown(&mut w, c, smol);
                 }
             }
+            Talk::Abort { smol } => t.abort(&mut w, c, smol),
         }
         w.settle();
         t.pull(&mut w, c);
@@ -1223,11 +1318,12 @@ fn converse_with_smoltcp(
             t.shutdown(&mut w, c, smol);
         }
     }
+    let lossy = !loses_nothing(&wire);
     let ended = w.run_until(TALK_PATIENCE, |w| {
         for smol in [false, true] {
             while t.read(w, c, smol, 64 * 1024) {}
         }
-        t.ended == [true, true]
+        t.finished(w, c, lossy)
     });
     assert!(
         ended,
@@ -1238,14 +1334,20 @@ fn converse_with_smoltcp(
         t.written[0],
         w.report(c)
     );
-    w.ps.tcp_close(c).unwrap();
+    if t.aborted != Some(0) {
+        w.ps.tcp_close(c).unwrap();
+    }
+    if t.aborted == Some(0) && w.smol().state() == smol::State::FinWait2 {
+        // smoltcp has no FIN-WAIT-2 timer: its application ends what nothing will.
+        w.smol().abort();
+    }
     assert!(
         w.run_until(TALK_PATIENCE, |w| w.ps.tcp_connection_count() == 0
             && w.smol().state() == smol::State::Closed),
         "not closed: {}",
         w.report(c)
     );
-    if loses_nothing(&wire) {
+    if !lossy && t.aborted.is_none() {
         no_resets(&w, c);
     }
 }
