@@ -20,7 +20,7 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
@@ -197,8 +197,8 @@ fn set_buffers(fd: &impl AsRawFd, linux: &LinuxEnd) {
 
 struct Conn {
     stack: TcpHandle,
-    /// The stack's port.
-    stack_port: u16,
+    /// The stack's port and Linux's.
+    ports: [u16; 2],
     /// Linux's socket, until Linux's application ends the connection.
     linux: Option<TcpStream>,
     /// streams[i]: what side i writes and the other reads.
@@ -266,6 +266,69 @@ fn abort_linux(sock: TcpStream) {
     };
     assert_eq!(r, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
     drop(sock);
+}
+
+/// Linux connects to the stack's `port` from its own port `from` (0: an ephemeral one).
+/// A port Linux still holds for the stack's address and port (its TIME-WAIT; Linux
+/// reuses one for a connect only on loopback) is refused: an ephemeral one then.
+fn linux_dial(from: u16, port: u16) -> std::io::Result<TcpStream> {
+    let to = std::net::SocketAddr::from(([198, 18, 0, 2], port));
+    if from == 0 {
+        return TcpStream::connect_timeout(&to, StdDuration::from_secs(30));
+    }
+    // SAFETY: socket(2) with constant arguments; the descriptor it returns is owned
+    // below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new, open descriptor that nothing else owns.
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    set_option(&sock, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: from.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes([198, 18, 0, 1]),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: bind reads a `sockaddr_in` of the length given at `&addr`, which outlives
+    // the call, for an open socket's descriptor.
+    let r = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    let to_c = libc::sockaddr_in {
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes([198, 18, 0, 2]),
+        },
+        ..addr
+    };
+    // SAFETY: as for bind: a `sockaddr_in` of the length given, an open descriptor.
+    let r = (r == 0).then(|| unsafe {
+        libc::connect(
+            sock.as_raw_fd(),
+            (&to_c as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    });
+    match r {
+        Some(0) => Ok(TcpStream::from(sock)),
+        _ => {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL) => {
+                    TcpStream::connect_timeout(&to, StdDuration::from_secs(30))
+                }
+                _ => Err(e),
+            }
+        }
+    }
 }
 
 /// The TCP state of Linux's socket (`TCP_INFO`'s `tcpi_state`, Linux's numbering).
@@ -561,17 +624,16 @@ impl World {
     }
 
     /// The connecting side's application opens one more connection ([`Act::Open`]), at
-    /// most six in all; where the stack connects and `reuse` asks, from the port of a
-    /// connection the stack ended, so that it meets what Linux has left of the old one
-    /// (TIME-WAIT, or a survivor that missed the RST).
+    /// most six in all; where `reuse` asks, from the port of a connection it ended, so
+    /// that it meets what the listening side has left of the old one (TIME-WAIT, or a
+    /// survivor that missed the RST).
     fn open(&mut self, setup: &Setup, reuse: bool) -> Result<(), TestCaseError> {
         if self.conns.len() >= 6 {
             return Ok(());
         }
-        let ended = self.conns.iter().rev().find(|c| c.ended == Some(0));
-        let from = ended
-            .filter(|_| reuse && !setup.linux_connects)
-            .map_or(0, |c| c.stack_port);
+        let side = usize::from(setup.linux_connects);
+        let ended = self.conns.iter().rev().find(|c| c.ended == Some(side));
+        let from = ended.filter(|_| reuse).map_or(0, |c| c.ports[side]);
         dial(self, setup, PORT, &[from])
     }
 
@@ -747,13 +809,9 @@ fn dial(w: &mut World, setup: &Setup, port: u16, from: &[u16]) -> Result<(), Tes
     match w.listening.take().expect("listening") {
         Listening::Stack(listener) => {
             // Threads made here start in this thread's namespace.
-            let dialers: Vec<_> = (0..n)
-                .map(|_| {
-                    std::thread::spawn(move || {
-                        let to = std::net::SocketAddr::from(([198, 18, 0, 2], port));
-                        TcpStream::connect_timeout(&to, StdDuration::from_secs(30))
-                    })
-                })
+            let dialers: Vec<_> = from
+                .iter()
+                .map(|&from| std::thread::spawn(move || linux_dial(from, port)))
                 .collect();
             let mut accepted = Vec::new();
             let done = w.pump_until(|w| {
@@ -833,10 +891,13 @@ fn dial(w: &mut World, setup: &Setup, port: u16, from: &[u16]) -> Result<(), Tes
         w.stack
             .tcp_set_zero_copy_receive(h, setup.stack.zero_copy_receive)
             .unwrap();
-        let stack_port = w.stack.tcp_local_addr(h).unwrap().1;
+        let ports = [
+            w.stack.tcp_local_addr(h).unwrap().1,
+            sock.local_addr().unwrap().port(),
+        ];
         w.conns.push(Conn {
             stack: h,
-            stack_port,
+            ports,
             linux: Some(sock),
             streams: Default::default(),
             zero_copy: setup.stack.zero_copy_receive,
