@@ -1477,3 +1477,35 @@ fn a_late_syn_after_an_abort_does_not_reopen_the_connection_in_step() {
         panic!("{e}");
     }
 }
+
+/// A shuts down and aborts at once on a link that holds back 6% of frames; its first SYN,
+/// held back, reaches B's listener after the RST, and B answers with a SYN-ACK of a new
+/// incarnation (another initial sequence number), acknowledging A's SYN again, which A
+/// resets. The watch took that SYN-ACK for the old connection's ACK going back; a SYN-ACK
+/// with another initial sequence number now begins a connection anew, as one sent after
+/// a close does (found by the thirty-sixth session's hunt).
+#[test]
+fn a_syn_ack_for_a_late_syn_after_an_abort_is_a_new_incarnation() {
+    let h = Host {
+        max_ooo_ranges: 1,
+        ..plain(4096, 4096, 0)
+    };
+    let setup = Setup {
+        mtu: 576,
+        on_frame_queue: true,
+        faults: Some((0, 0, 59, 0, 14172365982369863220)),
+        hosts: [h.clone(), h],
+    };
+    let acts = [
+        Act::Do(Step::Shutdown { side: 0 }),
+        Act::End {
+            side: 0,
+            abort: true,
+        },
+        Act::Open { reuse: false },
+    ];
+    let acts: Vec<(usize, Act)> = acts.into_iter().map(|a| (0, a)).collect();
+    if let Err(e) = converse_on(&setup, 1, 1, &acts) {
+        panic!("{e}");
+    }
+}

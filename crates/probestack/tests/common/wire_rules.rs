@@ -332,10 +332,11 @@ impl Watch {
     /// another sequence number begins it anew; one with the same is a copy, late or
     /// resent); `None` for a RST, a connection the watch did not see begin, or a
     /// segment from a side that has not sent its SYN of the incarnation yet. A SYN-ACK
-    /// the end sends after the connection closed on its side (both FINs acknowledged)
-    /// begins it anew too: a late copy of the peer's SYN found a listener, which cannot
-    /// tell it from a new one (RFC 9293 §3.5, Figure 9's old duplicate SYN), and the new
-    /// incarnation acknowledges the SYN again.
+    /// the end sends after the connection closed on its side (both FINs acknowledged), or
+    /// with another initial sequence number than its SYN of the connection had (the
+    /// connection reset meanwhile), begins it anew too: a late copy of the peer's SYN
+    /// found a listener, which cannot tell it from a new one (RFC 9293 §3.5, Figure 9's
+    /// old duplicate SYN), and the new incarnation acknowledges the SYN again.
     fn connection(&mut self, t: &TcpRepr, side: usize) -> Option<&mut Watched> {
         let key = if side == 0 {
             (t.src_port, t.dst_port)
@@ -348,7 +349,10 @@ impl Watch {
         if syn && t.ack_number.is_none() && self.conns.get(&key).is_none_or(new) {
             self.conns.insert(key, Watched::default());
         }
-        let reopened = |c: &Watched| side == 0 && syn && t.ack_number.is_some() && c.closed();
+        let reopened = |c: &Watched| {
+            let other_isn = c.isn[0].is_some_and(|seen| seen != t.seq_number);
+            side == 0 && syn && t.ack_number.is_some() && (c.closed() || other_isn)
+        };
         if self.conns.get(&key).is_some_and(reopened) {
             let old = self.conns.remove(&key)?;
             let fresh = Watched {
