@@ -368,8 +368,15 @@ impl Apps {
         if self.conns.len() >= 24 {
             return Ok(());
         }
+        // An old port only where the link delivers no segment late (it neither holds
+        // frames back nor duplicates them): a connection aborted, or reset by its close,
+        // skips TIME-WAIT, and a new one from its port a moment later would take the old
+        // one's late segments for its own where their sequence numbers fall in its window
+        // (RFC 9293 §3.4.1's hazard, which TIME-WAIT's 2·MSL guards against; the link's
+        // held frames have no MSL). Found by the thirty-sixth session's hunt.
+        let late = setup.faults.is_some_and(|f| f.1 > 0 || f.2 > 0);
         let ended = self.conns.iter().rev().find(|c| c.ended == Some(0));
-        let port = ended.filter(|_| reuse).map_or(0, |c| c.port);
+        let port = ended.filter(|_| reuse && !late).map_or(0, |c| c.port);
         if port != 0 {
             // A millisecond on: the clock in the initial sequence numbers ticks every
             // 4 µs (RFC 9293 §3.4.1, RFC 6528), and the same ports a moment later
