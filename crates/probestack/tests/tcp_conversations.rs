@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::conversation::{
-    act, bytes, stack_end_connection, stack_read, stack_write, Act, How, Step, Stream,
+    act, bytes, ends_survivor, stack_end_connection, stack_read, stack_write, Act, How, Step,
+    Stream,
 };
 use common::tamper::{SeededFaults, Tamper, Tampered};
 use common::wire_rules::Watch;
@@ -320,12 +321,6 @@ impl Conn {
     }
 }
 
-/// What the survivor of an ended connection may be told by a call: the peer's reset, or
-/// (the reset lost, its own segments unanswered) that it timed out.
-fn ends_survivor(e: TcpError) -> bool {
-    matches!(e, TcpError::ConnectionReset | TcpError::TimedOut)
-}
-
 /// The two applications: their connections, how they read, and the loans they made.
 struct Apps {
     conns: Vec<Conn>,
@@ -525,7 +520,7 @@ impl Apps {
             }
             Err(TcpError::WouldBlock) => prop_assert!(!shut),
             Err(TcpError::Shutdown) => prop_assert!(shut),
-            Err(e) if ends_survivor(e) => self.conns[k].over = true,
+            Err(e) if ends_survivor(&e) => self.conns[k].over = true,
             Err(e) => return Err(TestCaseError::fail(format!("{} write: {e}", SIDES[side]))),
         }
         Ok(())
@@ -574,7 +569,7 @@ impl Apps {
         match got {
             Ok(got) => stream.take(got, max, SIDES[side], from, SIDES[from]),
             Err(TcpError::WouldBlock) => Ok(false),
-            Err(e) if self.conns[k].ended.is_some() && ends_survivor(e) => {
+            Err(e) if self.conns[k].ended.is_some() && ends_survivor(&e) => {
                 self.conns[k].over = true;
                 Ok(false)
             }
@@ -594,7 +589,7 @@ impl Apps {
         }
         let r = stack(p, side).tcp_shutdown(self.conns[k].handles[side]);
         match r {
-            Err(e) if self.conns[k].ended.is_some() && ends_survivor(e) => {
+            Err(e) if self.conns[k].ended.is_some() && ends_survivor(&e) => {
                 self.conns[k].over = true;
             }
             r => prop_assert!(r.is_ok(), "{} shutdown: {r:?}", SIDES[side]),
@@ -873,6 +868,14 @@ fn plain(send_buffer: usize, recv_buffer: usize, delayed_ack_ms: u64) -> Host {
         keepalive: false,
         limited_transmit: false,
         max_ooo_ranges: 32,
+    }
+}
+
+/// Runs `acts`, all on one connection, between the applications of `setup`.
+fn converse_acts(setup: &Setup, acts: &[Act]) {
+    let acts: Vec<(usize, Act)> = acts.iter().map(|&a| (0, a)).collect();
+    if let Err(e) = converse_on(setup, 1, 1, &acts) {
+        panic!("{e}");
     }
 }
 
@@ -1431,10 +1434,7 @@ fn a_time_wait_answering_a_new_syn_is_the_old_incarnation() {
         },
         Act::Open { reuse: true },
     ];
-    let acts: Vec<(usize, Act)> = acts.into_iter().map(|a| (0, a)).collect();
-    if let Err(e) = converse_on(&setup, 1, 1, &acts) {
-        panic!("{e}");
-    }
+    converse_acts(&setup, &acts);
 }
 
 /// B aborts one of three connections just made, its RST lost; a late copy of A's first
@@ -1511,8 +1511,5 @@ fn a_syn_ack_for_a_late_syn_after_an_abort_is_a_new_incarnation() {
         },
         Act::Open { reuse: false },
     ];
-    let acts: Vec<(usize, Act)> = acts.into_iter().map(|a| (0, a)).collect();
-    if let Err(e) = converse_on(&setup, 1, 1, &acts) {
-        panic!("{e}");
-    }
+    converse_acts(&setup, &acts);
 }

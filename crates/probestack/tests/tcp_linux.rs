@@ -26,7 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use common::conversation::{
-    act, bytes, stack_end_connection, stack_read, stack_write, Act, How, Step, Stream,
+    act, bytes, ends_survivor, stack_end_connection, stack_read, stack_write, Act, How, Step,
+    Stream,
 };
 use common::netns::{set_option, skip_unless_able, Netns};
 use common::tamper::{Link, SeededFaults, Tampered};
@@ -228,11 +229,6 @@ impl Conn {
             Some(s) => s != side && !self.over,
         }
     }
-}
-
-/// What the survivor of an ended connection may be told by a call of the stack's.
-fn ends_stack_survivor(e: &TcpError) -> bool {
-    matches!(e, TcpError::ConnectionReset | TcpError::TimedOut)
 }
 
 /// What the survivor of an ended connection may be told by a call of Linux's: reset, a
@@ -468,7 +464,7 @@ impl World {
                 Ok(n) => Ok(n),
                 Err(TcpError::WouldBlock) => Ok(0),
                 Err(TcpError::Shutdown) if shut => Ok(0),
-                Err(e) if ends_stack_survivor(&e) => Err(None),
+                Err(e) if ends_survivor(&e) => Err(None),
                 Err(e) => Err(Some(e.to_string())),
             }
         } else {
@@ -533,7 +529,7 @@ impl World {
             let r = stack_read(&mut self.stack, h, max, self.conns[k].zero_copy);
             match r {
                 Err(TcpError::WouldBlock) => return Ok(false),
-                Err(e) if ended && ends_stack_survivor(&e) => {
+                Err(e) if ended && ends_survivor(&e) => {
                     self.conns[k].over = true;
                     return Ok(false);
                 }
@@ -569,7 +565,7 @@ impl World {
         let ended = self.conns[k].ended.is_some();
         let over = if side == 0 {
             match self.stack.tcp_shutdown(self.conns[k].stack) {
-                Err(e) if ended && ends_stack_survivor(&e) => true,
+                Err(e) if ended && ends_survivor(&e) => true,
                 r => {
                     prop_assert!(r.is_ok(), "the stack's shutdown: {r:?}");
                     false

@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
+use common::conversation::ends_survivor;
 use common::tamper::Tampered;
 use common::wire_rules::Watch;
 
@@ -1127,7 +1128,7 @@ impl Talkers {
                 Ok(n) => n,
                 Err(TcpError::WouldBlock) => 0,
                 Err(TcpError::Shutdown) if self.shut[0] => 0,
-                Err(TcpError::ConnectionReset | TcpError::TimedOut) if self.aborted.is_some() => {
+                Err(e) if self.aborted.is_some() && ends_survivor(&e) => {
                     self.over = true;
                     0
                 }
@@ -1160,7 +1161,7 @@ impl Talkers {
                 Ok(0) => None,
                 Ok(n) => Some(n),
                 Err(TcpError::WouldBlock) => Some(0),
-                Err(TcpError::ConnectionReset | TcpError::TimedOut) if self.aborted.is_some() => {
+                Err(e) if self.aborted.is_some() && ends_survivor(&e) => {
                     self.over = true;
                     Some(0)
                 }
@@ -1228,9 +1229,7 @@ impl Talkers {
                 w.smol().close();
             } else {
                 match w.ps.tcp_shutdown(c) {
-                    Err(TcpError::ConnectionReset | TcpError::TimedOut)
-                        if self.aborted.is_some() =>
-                    {
+                    Err(e) if self.aborted.is_some() && ends_survivor(&e) => {
                         self.over = true;
                     }
                     r => r.unwrap(),

@@ -1422,10 +1422,6 @@ impl Connection {
         }
     }
 
-    /// A segment accepted (at input, or once verified): the keepalive timer restarted
-    /// (RFC 1122 §4.2.3.6: keepalives only after an idle interval). Not for one the
-    /// connection dropped: a peer that is gone would be kept for good by stale or blind
-    /// segments (Linux likewise times the idle interval from accepted segments).
     /// The segment input is taking passed its state's checks: noted
     /// ([`segment_accepted`](Self::segment_accepted)), and the keepalive timer restarted.
     #[inline]
@@ -1434,6 +1430,10 @@ impl Connection {
         self.restart_keepalive(now);
     }
 
+    /// A segment accepted (at input, or once verified): the keepalive timer restarted
+    /// (RFC 1122 §4.2.3.6: keepalives only after an idle interval). Not for one the
+    /// connection dropped: a peer that is gone would be kept for good by stale or blind
+    /// segments (Linux likewise times the idle interval from accepted segments).
     fn restart_keepalive(&mut self, now: Instant) {
         if let Some(d) = self.config.keepalive {
             self.keepalive_deadline = Some(now + d);

@@ -269,6 +269,12 @@ pub fn stack_write(
     }
 }
 
+/// What a call of the stack's may tell the survivor of a connection the other side ended:
+/// the peer's reset, or (the reset lost, its own segments unanswered) that it timed out.
+pub fn ends_survivor(e: &TcpError) -> bool {
+    matches!(e, TcpError::ConnectionReset | TcpError::TimedOut)
+}
+
 /// The application of the stack `st` ends its side of the connection on `h`: an abort or
 /// a close. Whether the end was quiet: an abort from CLOSING, LAST-ACK or TIME-WAIT, where
 /// RFC 9293 §3.10.5 only deletes the connection and sends no RST.
